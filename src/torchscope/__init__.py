@@ -1,0 +1,50 @@
+"""torchscope: a drop-in, faster torch.profiler, a reader for any Kineto trace, and analyses.
+
+Change ``from torch.profiler import profile, ...`` to ``from torchscope import profile, ...``
+and the same code prints the same tables sooner. ``torchscope.load(path)`` opens any trace
+file or log directory without torch. Names are resolved lazily so that importing torchscope
+to analyse a trace never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_LAZY: dict[str, str] = {
+    "profile": "torchscope.capture.profiler",
+    "schedule": "torchscope.capture.schedule",
+    "ProfilerAction": "torchscope.capture.schedule",
+    "record_function": "torchscope.capture.profiler",
+    "ProfilerActivity": "torchscope.capture.profiler",
+    "supported_activities": "torchscope.capture.profiler",
+    "tensorboard_trace_handler": "torchscope.capture.handlers",
+    "ExecutionTraceObserver": "torchscope.capture.profiler",
+    "load": "torchscope.trace.loader",
+    "Trace": "torchscope.trace.model",
+    "TraceSet": "torchscope.trace.model",
+    "TraceMeta": "torchscope.trace.model",
+    "TraceError": "torchscope.errors",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchscope.errors import TraceError
+    from torchscope.trace.model import Trace, TraceMeta, TraceSet
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torchscope' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,81 @@
+"""Entry point of the ``torchscope`` command: dispatches to one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from torchscope.cli.base import EXIT_BAD_INPUT, Command
+from torchscope.errors import TraceError
+
+# name -> module; each module defines COMMAND (see cli.base.Command).
+SUBCOMMANDS: dict[str, str] = {
+    "run": "torchscope.cli.run",
+    "report": "torchscope.cli.report",
+    "table": "torchscope.cli.table",
+    "diff": "torchscope.cli.diff",
+    "serve": "torchscope.cli.serve",
+    "export": "torchscope.cli.export",
+    "accuracy": "torchscope.cli.accuracy",
+    "demo": "torchscope.cli.demo",
+}
+
+
+def _load(module: str) -> Command | None:
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            return None
+        raise
+    return mod.COMMAND  # type: ignore[no-any-return]
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torchscope",
+        description="Profile PyTorch programs and analyse any PyTorch profiler trace.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in SUBCOMMANDS.items():
+        if only is not None and name != only:
+            # keep --help listing cheap: register the name with a placeholder
+            sub.add_parser(name, add_help=False)
+            continue
+        command = _load(module)
+        if command is None:
+            continue
+        p = sub.add_parser(
+            name,
+            help=command.help,
+            description=command.help,
+            epilog=command.epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.configure(p)
+        p.set_defaults(_command=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=first if first in SUBCOMMANDS else None)
+    args = parser.parse_args(argv)
+    command: Command | None = getattr(args, "_command", None)
+    if command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT if argv else 0
+    try:
+        return command.run(args)
+    except TraceError as exc:
+        print(f"torchscope {command.name}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

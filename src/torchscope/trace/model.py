@@ -1,0 +1,166 @@
+"""The Trace: one immutable, columnar, torch-free record of a profiled run.
+
+Everything a live session knows and everything a loaded file knows ends up here, and every
+analysis and renderer takes a Trace and never asks where it came from. Tables are Polars
+DataFrames with the schemas in ``trace.schema``; the named accessors (``ops``, ``kernels``,
+...) are cheap filtered views a user can keep working with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from torchscope.trace.schema import (
+    EVENTS_SCHEMA,
+    FLOWS_SCHEMA,
+    MEMORY_SCHEMA,
+    THREADS_SCHEMA,
+    empty,
+)
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """What we know about the run besides its events."""
+
+    source: str = ""  # where it came from: a path, or "live" for a capture session
+    schema_version: int | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str | None = None  # nccl, gloo, ...
+    device_properties: tuple[dict[str, Any], ...] = ()
+    base_time_ns: int | None = None
+    torch_version: str | None = None
+    profiler_settings: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # other top-level keys of the file
+    warnings: tuple[str, ...] = ()  # what a best-effort read skipped or repaired, one line each
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A profiled run as columnar tables; see ``trace.schema`` for every column."""
+
+    events: pl.DataFrame = field(default_factory=lambda: empty(EVENTS_SCHEMA))
+    memory: pl.DataFrame = field(default_factory=lambda: empty(MEMORY_SCHEMA))
+    flows: pl.DataFrame = field(default_factory=lambda: empty(FLOWS_SCHEMA))
+    threads: pl.DataFrame = field(default_factory=lambda: empty(THREADS_SCHEMA))
+    meta: TraceMeta = field(default_factory=TraceMeta)
+
+    # -- views a user guesses -------------------------------------------------------------
+    def of_kind(self, *kinds: str) -> pl.DataFrame:
+        """Events of the given normalized kinds."""
+        return self.events.filter(pl.col("kind").is_in(list(kinds)))
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        """Host operators (``cpu_op``)."""
+        return self.of_kind("cpu_op")
+
+    @property
+    def annotations(self) -> pl.DataFrame:
+        """``record_function`` labels and ``ProfilerStep#N`` spans."""
+        return self.of_kind("user_annotation")
+
+    @property
+    def python_functions(self) -> pl.DataFrame:
+        return self.of_kind("python_function")
+
+    @property
+    def runtime(self) -> pl.DataFrame:
+        """Runtime and driver calls on the host (cudaLaunchKernel, hipMemcpy, ...)."""
+        return self.of_kind("runtime")
+
+    @property
+    def kernels(self) -> pl.DataFrame:
+        return self.of_kind("kernel")
+
+    @property
+    def memcpy(self) -> pl.DataFrame:
+        return self.of_kind("memcpy")
+
+    @property
+    def memset(self) -> pl.DataFrame:
+        return self.of_kind("memset")
+
+    @property
+    def device_events(self) -> pl.DataFrame:
+        """Everything that ran on a device: kernels, memcpy, memset."""
+        return self.of_kind("kernel", "memcpy", "memset")
+
+    @property
+    def has_device(self) -> bool:
+        return self.events.height > 0 and bool((self.events["device"] >= 0).any())
+
+    @property
+    def steps(self) -> pl.DataFrame:
+        """One row per ``ProfilerStep#N``: step, start_ns, end_ns, dur_ns (empty when none)."""
+        ann = self.events.filter(
+            (pl.col("kind") == "user_annotation")
+            & pl.col("name").cast(pl.String).str.starts_with("ProfilerStep#")
+        )
+        return (
+            ann.select(
+                pl.col("name").cast(pl.String).str.extract(r"#(\d+)", 1).cast(pl.Int32).alias("step"),
+                pl.col("start_ns"),
+                (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+                pl.col("dur_ns"),
+            )
+            .sort("start_ns")
+            .unique("step", keep="first", maintain_order=True)
+        )
+
+    def table(self, name: str) -> pl.DataFrame:
+        """Any table by name: events, memory, flows, threads, or a view (ops, kernels, ...)."""
+        if name in ("events", "memory", "flows", "threads"):
+            return getattr(self, name)  # type: ignore[no-any-return]
+        view = getattr(type(self), name, None)
+        if isinstance(view, property):
+            result = view.fget(self)  # type: ignore[misc]
+            if isinstance(result, pl.DataFrame):
+                return result
+        raise KeyError(f"no table named {name!r}")
+
+    TABLES = (
+        "events", "memory", "flows", "threads", "ops", "annotations", "python_functions",
+        "runtime", "kernels", "memcpy", "memset", "device_events", "steps",
+    )
+
+    def __repr__(self) -> str:
+        counts = self.events.group_by("kind").len().sort("kind")
+        parts = ", ".join(f"{k}={n}" for k, n in counts.iter_rows())
+        return f"Trace({self.meta.source or '?'}: {parts}; memory={self.memory.height})"
+
+    # -- persistence (implemented in trace.store / trace.chrome_writer) -------------------
+    def save(self, path: str | Path) -> Path:
+        """Write our columnar store (a directory of Parquet files plus meta.json)."""
+        from torchscope.trace.store import save_trace
+
+        return save_trace(self, Path(path))
+
+    def to_chrome(self, path: str | Path) -> Path:
+        """Write a Kineto-compatible Chrome trace JSON (``.gz`` means gzip)."""
+        from torchscope.trace.chrome_writer import write_chrome
+
+        return write_chrome(self, Path(path))
+
+
+@dataclass(frozen=True)
+class TraceSet(Mapping[str, Trace]):
+    """Several traces keyed by rank or worker name: a log directory or a folder of ranks."""
+
+    traces: dict[str, Trace]
+    source: str = ""
+
+    def __getitem__(self, key: str) -> Trace:
+        return self.traces[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.traces)
+
+    def __len__(self) -> int:
+        return len(self.traces)
