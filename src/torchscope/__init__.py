@@ -37,7 +37,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchscope.trace.model import Trace, TraceMeta, TraceSet
 
 
+_SUBPACKAGES = ("accuracy", "analysis", "capture", "cli", "models", "render", "trace")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"torchscope.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'torchscope' has no attribute {name!r}")

@@ -22,6 +22,6 @@ def transformer_block(dim: int = 256, heads: int = 4, ff_mult: int = 4) -> Any:
 
 
 def mlp(sizes: tuple[int, ...] = (512, 1024, 1024, 10)) -> Any:
-    from torchscope.models.mlp import MLP
+    from torchscope.models.perceptron import MLP
 
     return MLP(sizes)

@@ -126,14 +126,44 @@ class Trace:
         raise KeyError(f"no table named {name!r}")
 
     TABLES = (
-        "events", "memory", "flows", "threads", "ops", "annotations", "python_functions",
-        "runtime", "kernels", "memcpy", "memset", "device_events", "steps",
+        "events",
+        "memory",
+        "flows",
+        "threads",
+        "ops",
+        "annotations",
+        "python_functions",
+        "runtime",
+        "kernels",
+        "memcpy",
+        "memset",
+        "device_events",
+        "steps",
     )
 
     def __repr__(self) -> str:
         counts = self.events.group_by("kind").len().sort("kind")
         parts = ", ".join(f"{k}={n}" for k, n in counts.iter_rows())
         return f"Trace({self.meta.source or '?'}: {parts}; memory={self.memory.height})"
+
+    def equals(self, other: Trace, *, compare_meta: bool = True) -> bool:
+        """Same tables, value for value (and the same meta, ignoring ``source``/``warnings``)."""
+        for name in ("events", "memory", "flows", "threads"):
+            if not getattr(self, name).equals(getattr(other, name)):
+                return False
+        if not compare_meta:
+            return True
+
+        def key(m: TraceMeta) -> dict[str, Any]:
+            return {k: v for k, v in m.__dict__.items() if k not in ("source", "warnings")}
+
+        return key(self.meta) == key(other.meta)
+
+    def sql(self, query: str) -> pl.DataFrame:
+        """Run SQL over this trace's tables and views (needs the ``torchscope[sql]`` extra)."""
+        from torchscope.trace.query import sql
+
+        return sql(query, self)
 
     # -- persistence (implemented in trace.store / trace.chrome_writer) -------------------
     def save(self, path: str | Path) -> Path:
@@ -164,3 +194,19 @@ class TraceSet(Mapping[str, Trace]):
 
     def __len__(self) -> int:
         return len(self.traces)
+
+    def __repr__(self) -> str:
+        return f"TraceSet({self.source or '?'}: {', '.join(self.traces)})"
+
+    def save(self, path: str | Path) -> Path:
+        """Save every trace to ``path/<key>/`` (our store); ``torchscope.load(path)`` reads them back."""
+        root = Path(path)
+        for key, trace in self.traces.items():
+            trace.save(root / key.replace("/", "__"))
+        return root
+
+    def sql(self, query: str) -> pl.DataFrame:
+        """SQL over all traces at once; every table has a ``trace`` column with the key."""
+        from torchscope.trace.query import sql
+
+        return sql(query, self)

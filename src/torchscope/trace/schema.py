@@ -93,6 +93,7 @@ THREADS_SCHEMA: dict[str, pl.DataType] = {
     "thread_name": pl.String(),
     "label": pl.String(),  # the original pid/tid text when the file used strings ("stream 7")
     "sort_index": pl.Int64(),
+    "process_label": pl.String(),  # the original pid text when the file used strings ("Spans")
 }
 
 
@@ -110,7 +111,8 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     cols = []
     for name, dtype in schema.items():
         if name in df.columns:
-            cols.append(pl.col(name).cast(dtype))
+            # non-strict: a value that does not fit (an absurd device id) becomes null, not a crash
+            cols.append(pl.col(name).cast(dtype, strict=False))
         else:
             cols.append(pl.lit(None, dtype=dtype).alias(name))
     return df.select(cols)

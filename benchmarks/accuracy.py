@@ -1,0 +1,105 @@
+"""Benchmark: what op-by-op accuracy comparison costs, on our ResNet-18 and transformer block.
+
+For each model (forward + backward, the target in bfloat16) it times, in one process:
+  plain      the target run alone
+  reference  the same run in float64 on CPU (what live compare runs beside the target)
+  live       the target under ``torchscope.accuracy.compare`` (float64 CPU reference)
+  dump       the target under ``torchscope.accuracy.dump`` in statistics mode
+and prints live / plain, live / reference (the target: at most 2.0, "no slower than running the
+reference twice"), dump / plain, and the statistics-mode dump size per op (target: under 1 KB).
+Each timing is the best of ``--repeat`` runs after one warm-up. Run:
+  .venv/bin/python benchmarks/accuracy.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchscope import models
+from torchscope.accuracy import compare, dump
+
+SHAPES = {"resnet18": (1, 3, 32, 32), "transformer_block": (2, 16, 256)}
+
+
+def build(name: str, dtype: torch.dtype) -> tuple[Any, torch.Tensor]:
+    torch.manual_seed(0)
+    model = getattr(models, name)().double().eval()
+    return model.to(dtype), torch.randn(*SHAPES[name], dtype=torch.float64).to(dtype)
+
+
+def best(fn: Callable[[], None], repeat: int) -> float:
+    fn()  # warm-up: first-call dispatch caches, lazy imports
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def bench(name: str, repeat: int) -> dict[str, float]:
+    model, x = build(name, torch.bfloat16)
+    ref_model, ref_x = build(name, torch.float64)
+
+    def plain() -> None:  # one training step: gradients start from None, as after zero_grad()
+        model.zero_grad(set_to_none=True)
+        model(x).float().sum().backward()
+
+    def reference() -> None:
+        ref_model.zero_grad(set_to_none=True)
+        ref_model(ref_x).sum().backward()
+
+    def live() -> None:
+        with compare(model):
+            plain()
+
+    out: dict[str, float] = {
+        "plain": best(plain, repeat),
+        "reference": best(reference, repeat),
+        "live": best(live, repeat),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def dumped() -> None:
+            with dump(Path(tmp) / "d", model):
+                plain()
+
+        out["dump"] = best(dumped, repeat)
+        d = Path(tmp) / "d"
+        ops = json.loads((d / "meta.json").read_text())["ops"]
+        size = sum(p.stat().st_size for p in d.iterdir())
+        out["ops"] = float(ops)
+        out["bytes_per_op"] = size / ops
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; target bfloat16, reference CPU float64"
+    )
+    header = f"{'model':<18} {'ops':>5} {'plain':>8} {'ref':>8} {'live':>8} {'dump':>8}  {'live/plain':>10} {'live/ref':>9} {'dump/plain':>10} {'B/op':>6}"
+    print(header)
+    for name in SHAPES:
+        r = bench(name, args.repeat)
+        print(
+            f"{name:<18} {int(r['ops']):>5} {r['plain']:>7.3f}s {r['reference']:>7.3f}s {r['live']:>7.3f}s "
+            f"{r['dump']:>7.3f}s  {r['live'] / r['plain']:>9.2f}x {r['live'] / r['reference']:>8.2f}x "
+            f"{r['dump'] / r['plain']:>9.2f}x {r['bytes_per_op']:>6.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

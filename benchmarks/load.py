@@ -1,0 +1,156 @@
+"""Benchmark: opening a Kineto trace with torchscope vs HTA vs plain ``json.loads``.
+
+Each side runs in a fresh process (so import cost and peak RSS are its own) on the same file:
+  json   gzip + ``json.loads`` (the floor any Python JSON reader starts from)
+  HTA    ``TraceAnalysis`` on the file + its temporal breakdown
+  ours   ``torchscope.load`` + a printed ``key_averages().table()`` (so lazy loading gains nothing)
+  store  ``torchscope.load`` of the same trace saved in our Parquet store + the same table
+Prints wall seconds, peak RSS, the ratios the issue asks for, and where our time goes
+(inflate, decode, columns, derive) so we can see what a native parser would buy. Run:
+  .venv/bin/python benchmarks/load.py [--repeat N] [FILE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import logging
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "traces"
+FILES = [
+    TRACES / "cuda" / "diff_control_rank3_of_8.json.gz",
+    TRACES / "cuda" / "nccl_rank1_of_2_profile_memory.json.gz",
+    TRACES / "other_devices" / "mtia_training_large.json.gz",
+]
+
+
+def run_json(path: Path) -> dict[str, float]:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    json.loads(data)
+    return {}
+
+
+def run_hta(path: Path) -> dict[str, float]:
+    from hta.trace_analysis import TraceAnalysis
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / path.name).symlink_to(path)
+        ta = TraceAnalysis(trace_dir=d)
+        ta.get_temporal_breakdown(visualize=False)
+    return {}
+
+
+def _table(trace: object) -> None:
+    try:
+        from torchscope.analysis.key_averages import key_averages
+    except ImportError:  # a colleague's module; fall back to the equivalent group-by
+        import polars as pl
+
+        ev = trace.events  # type: ignore[attr-defined]
+        print(ev.group_by("name").agg(pl.col("self_ns").sum()).sort("self_ns", descending=True).head(20))
+        return
+    print(key_averages(trace).table(sort_by="self_cpu_time_total", row_limit=20))  # type: ignore[arg-type]
+
+
+def run_ours(path: Path) -> dict[str, float]:
+    import torchscope
+    from torchscope.trace import reader
+
+    trace = torchscope.load(path)
+    phases = dict(reader.LAST_TIMINGS)
+    t = time.perf_counter()
+    _table(trace)
+    phases["table"] = time.perf_counter() - t
+    return phases
+
+
+def run_store(path: Path) -> dict[str, float]:
+    import torchscope
+    import torchscope.trace.store  # noqa: F401 - imports are not what we compare here
+
+    t = time.perf_counter()
+    trace = torchscope.load(path)
+    phases = {"load": time.perf_counter() - t}
+    t = time.perf_counter()
+    _table(trace)
+    phases["table"] = time.perf_counter() - t
+    return phases
+
+
+SIDES = {"json.loads": run_json, "HTA": run_hta, "torchscope": run_ours, "our store": run_store}
+
+
+def child(side: str, path: str) -> None:
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    t = time.perf_counter()
+    phases = SIDES[side](Path(path))
+    secs = time.perf_counter() - t
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"secs": secs, "rss_mb": rss_mb, "phases": phases}))
+
+
+def measure(side: str, path: Path, repeat: int) -> tuple[float, float, dict[str, float]]:
+    best, rss, phases = float("inf"), 0.0, {}
+    for _ in range(repeat):
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", side, str(path)], capture_output=True, text=True, check=True
+        )
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        if r["secs"] < best:
+            best, phases = r["secs"], r["phases"]
+        rss = max(rss, r["rss_mb"])
+    return best, rss, phases
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*", type=Path, default=FILES)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per side; the best is kept")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    for path in args.files:
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys, torchscope; torchscope.load(sys.argv[1]).save(sys.argv[2])",
+                    str(path),
+                    d + "/store",
+                ],
+                check=True,
+            )
+            res = {}
+            for side in SIDES:
+                res[side] = measure(side, Path(d) / "store" if side == "our store" else path, args.repeat)
+        print(f"\n{path.relative_to(TRACES) if path.is_relative_to(TRACES) else path}")
+        for side, (secs, rss, phases) in res.items():
+            where = "  ".join(f"{k} {v:.3f}" for k, v in phases.items())
+            print(f"  {side:11s} {secs:6.2f} s  peak RSS {rss:6.0f} MB   {where}")
+        ours, hta, js, store = (res[s] for s in ("torchscope", "HTA", "json.loads", "our store"))
+        json_load = sum(v for k, v in ours[2].items() if k != "table")
+        print(
+            f"  torchscope vs HTA: {hta[0] / ours[0]:.1f}x faster, {ours[1] / hta[1]:.2f}x the peak memory;"
+            f" vs json.loads: {js[0] / ours[0]:.2f}x;"
+            f" store reload vs reading the JSON: {json_load / store[2]['load']:.1f}x faster"
+            f" ({store[2]['load']:.3f} s vs {json_load:.3f} s, imports excluded)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""How long a user waits after the profiled region ends: torch.profiler vs torchscope.
+
+Both profile the same training loop of small ops (our MLP, SGD; ~160 events per step) with the
+same collector (Kineto). For each, in a fresh process, it prints:
+
+* end-to-end: from the end of the last profiled step to a printed ``key_averages().table()``,
+  ``stop()`` included: what the user waits for;
+* ``stop()``: for torch this is Kineto's own finalization, the floor for any tool built on it;
+  ours also saves and releases the results, so Kineto's part of it is printed separately;
+* RSS right after Kineto's stop (its results in memory) and the peak RSS of the process;
+* collection overhead: profiled / unprofiled step time (best 100-step chunk of each, so a busy
+  machine disturbs it less).
+
+Then the ratios the issue sets targets for. Usage::
+
+    .venv/bin/python benchmarks/postprocess.py [--steps 1000] [--runs 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child(tool: str, steps: int) -> dict[str, Any]:
+    """Run one measurement in this process; returns the numbers as a dict."""
+    import torch
+
+    from torchscope.models import mlp
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = mlp((32, 32, 32, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 32)
+    y = torch.randint(0, 10, (8,))
+
+    def train_step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    def chunk_times(n_chunks: int, per_chunk: int) -> list[float]:
+        out = []
+        for _ in range(n_chunks):
+            t = time.perf_counter()
+            for _ in range(per_chunk):
+                train_step()
+            out.append((time.perf_counter() - t) / per_chunk)
+        return out
+
+    for _ in range(50):
+        train_step()
+    per_chunk = 100
+    n_chunks = max(1, steps // per_chunk)
+    plain_step = min(chunk_times(n_chunks, per_chunk))
+
+    if tool == "torch":
+        from torch.profiler import ProfilerActivity, profile
+    else:
+        from torchscope import ProfilerActivity, profile  # type: ignore[assignment]
+
+    prof = profile(activities=[ProfilerActivity.CPU])
+    prof.start()
+    profiled_step = min(chunk_times(n_chunks, per_chunk))
+    t_end = time.perf_counter()
+    prof.stop()
+    t_stop = time.perf_counter()
+    rss_after_stop = _rss_mb()
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10)
+    print(table, file=sys.stderr)
+    t_table = time.perf_counter()
+    if tool == "torch":
+        n_events = len(prof.events())
+        kineto_stop, rss_with_results = t_stop - t_end, rss_after_stop
+    else:
+        stats = prof._cycles[-1].stats  # type: ignore[attr-defined]
+        n_events = prof.trace().events.height  # type: ignore[attr-defined]
+        kineto_stop, rss_with_results = stats["kineto_stop_s"], stats["rss_with_results_mb"]
+    return {
+        "tool": tool,
+        "events": n_events,
+        "end_to_end_s": t_table - t_end,
+        "stop_s": t_stop - t_end,
+        "kineto_stop_s": kineto_stop,
+        "rss_after_stop_mb": rss_after_stop,
+        "rss_with_results_mb": rss_with_results,
+        "peak_rss_mb": _peak_mb(),
+        "overhead": profiled_step / plain_step,
+    }
+
+
+def run(tool: str, steps: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", tool, "--steps", str(steps)]
+    env = dict(os.environ, KINETO_LOG_LEVEL="5")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def report(results: dict[str, dict[str, Any]]) -> None:
+    print(
+        f"{'':12}{'events':>8}{'end-to-end':>12}{'stop()':>8}{'Kineto stop':>13}"
+        f"{'RSS w/ results':>16}{'peak RSS':>10}{'overhead':>10}"
+    )
+    for tool, r in results.items():
+        print(
+            f"{tool:12}{r['events']:>8}{r['end_to_end_s']:>11.2f}s{r['stop_s']:>7.2f}s"
+            f"{r['kineto_stop_s']:>12.2f}s{r['rss_with_results_mb']:>14.0f}MB"
+            f"{r['peak_rss_mb']:>8.0f}MB{r['overhead']:>9.2f}x"
+        )
+    t, s = results["torch"], results["torchscope"]
+    print(
+        f"end-to-end speedup vs torch.profiler: {t['end_to_end_s'] / s['end_to_end_s']:.1f}x (target >= 8x)"
+    )
+    print(
+        f"torchscope end-to-end / torch stop() floor: {s['end_to_end_s'] / t['stop_s']:.2f}x "
+        f"(target <= 1.5x); / its own run's Kineto stop: {s['end_to_end_s'] / s['kineto_stop_s']:.2f}x"
+    )
+    print(
+        f"peak RSS / RSS right after Kineto's stop: torchscope {s['peak_rss_mb'] / s['rss_with_results_mb']:.2f}x "
+        f"(target <= 1.15x), torch {t['peak_rss_mb'] / t['rss_with_results_mb']:.2f}x"
+    )
+    print(f"collection overhead torchscope / torch: {s['overhead'] / t['overhead']:.3f}x (target <= 1.05x)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=1000, help="profiled training steps (~160 events each)")
+    ap.add_argument("--runs", type=int, default=1, help="repeat and keep each tool's best end-to-end")
+    ap.add_argument("--child", choices=["torch", "torchscope"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.steps)))
+        return 0
+    results: dict[str, dict[str, Any]] = {}
+    for _ in range(args.runs):
+        for tool in ("torch", "torchscope"):
+            r = run(tool, args.steps)
+            if tool not in results or r["end_to_end_s"] < results[tool]["end_to_end_s"]:
+                results[tool] = r
+    report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""Dump: record every ATen op's inputs and outputs on one machine, to compare with another offline.
+
+``dump(path)`` is a context manager around the user's code. It numbers ops exactly as live
+compare does and writes a directory that any machine can read without torch or torchscope's
+live session (format in docs/accuracy.md):
+
+- ``meta.json``: format name and version, torch version, device, op and tensor counts;
+- ``ops.parquet``: one row per op (index, name, overload, module path, direction, ...);
+- ``tensors.parquet``: one row per input/output tensor with its statistics and sketch;
+- ``tensors.safetensors``: full tensors of the ops chosen with ``tensors=`` (float dtypes numpy
+  lacks are stored as float32, which holds bfloat16/float16 exactly).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from torch import nn
+
+from torchscope.accuracy.live import to_numpy
+from torchscope.accuracy.observer import OpObserver, dtype_name, tensor_leaves
+from torchscope.accuracy.stats import SKETCH, sketch_plan, sketch_stride, tensor_stats
+from torchscope.accuracy.tolerance import Tolerances
+from torchscope.accuracy.tracking import ModuleTracker
+
+FORMAT = "torchscope-accuracy-dump"
+VERSION = 1
+
+OPS_SCHEMA: dict[str, Any] = {
+    "index": pl.Int64,
+    "op": pl.String,
+    "overload": pl.String,
+    "module": pl.String,
+    "direction": pl.String,
+    "grad_fn": pl.String,
+    "call_site": pl.String,
+    "status": pl.String,
+    "note": pl.String,
+}
+TENSORS_SCHEMA: dict[str, Any] = {
+    "op_index": pl.Int64,
+    "role": pl.String,  # "input" or "output"
+    "position": pl.Int64,
+    "shape": pl.List(pl.Int64),
+    "dtype": pl.String,
+    "numel": pl.Int64,
+    "min": pl.Float64,
+    "max": pl.Float64,
+    "mean": pl.Float64,
+    "abs_mean": pl.Float64,
+    "l2": pl.Float64,
+    "nan": pl.Int64,
+    "inf": pl.Int64,
+    "checksum": pl.Int64,
+    "sketch": pl.List(pl.Float32),
+    "saved": pl.Boolean,
+}
+
+
+def tensor_key(op_index: int, role: str, position: int) -> str:
+    """The safetensors key of one saved tensor."""
+    return f"{op_index}/{role}/{position}"
+
+
+_plans: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def torch_stats(t: torch.Tensor) -> dict[str, Any]:
+    """``stats.tensor_stats`` computed with torch on the tensor's device (no float64 copy)."""
+    t = t.detach()
+    name = dtype_name(t.dtype)
+    if not t.is_floating_point():
+        return tensor_stats(t.cpu().numpy(), name)
+    x = t.reshape(-1)
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()  # exact for bfloat16/float16
+    row: dict[str, Any] = {"shape": list(t.shape), "dtype": name, "numel": x.numel()}
+    if x.numel() == 0:
+        row.update(nan=0, inf=0, sketch=[])
+        return row
+    total = x.sum()  # torch sums by blocks (pairwise): accurate without a float64 copy
+    finite = x
+    row.update(nan=0, inf=0)
+    if not bool(torch.isfinite(total)):
+        mask = torch.isfinite(x)
+        nan = int(torch.isnan(x).sum())
+        row.update(nan=nan, inf=x.numel() - int(mask.sum()) - nan)
+        finite = x[mask]
+        total = finite.sum()
+    if finite.numel():
+        lo, hi = torch.aminmax(finite)
+        row.update(
+            min=float(lo),
+            max=float(hi),
+            mean=float(total) / finite.numel(),
+            abs_mean=float(finite.abs().sum()) / finite.numel(),
+            l2=float(torch.linalg.vector_norm(finite)),
+        )
+    sample = x[:: sketch_stride(x.numel())]
+    if finite is not x:
+        sample = torch.nan_to_num(sample, nan=0.0, posinf=0.0, neginf=0.0)
+    key = (sample.numel(), str(sample.device))
+    if key not in _plans:
+        if len(_plans) > 32:
+            _plans.clear()
+        bucket, sign = sketch_plan(sample.numel())
+        _plans[key] = (torch.from_numpy(bucket).to(sample.device), torch.from_numpy(sign).to(sample.device))
+    bucket_t, sign_t = _plans[key]
+    sketch = torch.zeros(SKETCH, dtype=torch.float64, device=sample.device)
+    sketch.index_add_(0, bucket_t, sample.to(torch.float64) * sign_t)
+    row["sketch"] = sketch.tolist()
+    return row
+
+
+class _DumpMode(OpObserver):
+    def __init__(
+        self,
+        tracker: ModuleTracker,
+        tolerances: Tolerances,
+        with_stack: bool,
+        save: Sequence[str] | bool,
+        save_inputs: bool,
+    ) -> None:
+        super().__init__(tracker, tolerances, with_stack)
+        self.save = save
+        self.save_inputs = save_inputs
+        self.ops: list[dict[str, Any]] = []
+        self.tensors: list[dict[str, Any]] = []
+        self.saved: dict[str, np.ndarray] = {}
+
+    def _wants_tensors(self, op: str) -> bool:
+        if isinstance(self.save, bool):
+            return self.save
+        return any(fnmatch.fnmatchcase(op, p) for p in self.save)
+
+    def _record(self, index: int, role: str, values: list[Any], keep: bool) -> None:
+        for pos, t in enumerate(values):
+            if not isinstance(t, torch.Tensor) or t.is_complex():
+                continue
+            row = torch_stats(t)
+            row.update(op_index=index, role=role, position=pos, saved=keep)
+            if keep:
+                arr = to_numpy(t)
+                store = arr.astype(np.float32) if t.is_floating_point() and arr.dtype != np.float64 else arr
+                self.saved[tensor_key(index, role, pos)] = np.ascontiguousarray(store)
+            self.tensors.append(row)
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None
+    ) -> Any:
+        kwargs = dict(kwargs or {})
+        rec = self.describe(func, args, kwargs)
+        if rec is None:
+            return func(*args, **kwargs)
+        keep = self._wants_tensors(rec.op)
+        # inputs are recorded before the op runs: an in-place op changes them
+        self._record(rec.index, "input", tensor_leaves((args, kwargs)), keep and self.save_inputs)
+        out = func(*args, **kwargs)
+        if rec.status == "ok":
+            self._record(rec.index, "output", tensor_leaves(out), keep)
+        self.ops.append(
+            dict(
+                index=rec.index,
+                op=rec.op,
+                overload=rec.overload,
+                module=rec.module,
+                direction=rec.direction,
+                grad_fn=rec.grad_fn,
+                call_site=rec.call_site,
+                status=rec.status,
+                note=rec.note,
+            )
+        )
+        return out
+
+
+def write_dump(
+    path: Path,
+    ops: list[dict[str, Any]],
+    tensors: list[dict[str, Any]],
+    saved: dict[str, np.ndarray],
+    meta: dict[str, Any],
+) -> None:
+    """Write a dump directory (see the module docstring for its files)."""
+    from safetensors.numpy import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame(ops, schema=OPS_SCHEMA).write_parquet(path / "ops.parquet", compression="zstd")
+    rows = [{k: r.get(k) for k in TENSORS_SCHEMA} for r in tensors]
+    pl.DataFrame(rows, schema=TENSORS_SCHEMA).write_parquet(path / "tensors.parquet", compression="zstd")
+    files = ["ops.parquet", "tensors.parquet"]
+    if saved:
+        save_file(saved, str(path / "tensors.safetensors"))
+        files.append("tensors.safetensors")
+    meta = {**meta, "format": FORMAT, "version": VERSION, "ops": len(ops), "tensors": len(tensors)}
+    meta["files"] = files
+    meta["saved_tensors"] = len(saved)
+    (path / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+@contextmanager
+def dump(
+    path: str | os.PathLike[str],
+    model: nn.Module | None = None,
+    *,
+    tensors: Sequence[str] | bool = False,
+    save_inputs: bool = True,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    with_stack: bool = False,
+    label: str | None = None,
+) -> Iterator[Path]:
+    """Record every ATen op run inside the block into the dump directory ``path``.
+
+    Statistics are kept for every tensor; ``tensors`` (``True`` or op-name patterns such as
+    ``["aten::gelu*"]``) also saves the full tensors of those ops. The directory is written when
+    the block exits, also when it raises (what ran so far is worth comparing).
+    """
+    out = Path(path)
+    tracker = ModuleTracker(model)
+    mode = _DumpMode(
+        tracker, Tolerances(include=tuple(include), exclude=tuple(exclude)), with_stack, tensors, save_inputs
+    )
+    started = time.time()
+    try:
+        with tracker, mode:
+            yield out
+    finally:
+        devices = sorted({r.get("dtype", "") for r in mode.tensors})
+        meta = {
+            "label": label or str(out.name),
+            "torch": torch.__version__,
+            "created_unix": int(started),
+            "dtypes": devices,
+            "device": _device_name(),
+        }
+        write_dump(out, mode.ops, mode.tensors, mode.saved, meta)
+
+
+def _device_name() -> str:
+    if torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name()}"
+    return "cpu"

@@ -1,0 +1,76 @@
+"""The part of a ``TorchDispatchMode`` both comparison modes share: which ops to record and how
+to describe them (name, overload, module path, direction, call site, input shapes and dtypes).
+
+An op is *recorded* unless it is a view (a view cannot compute anything wrong: it aliases its
+input) or the user's include/exclude patterns drop it. A recorded op is *compared* unless it
+draws random numbers or returns uninitialized memory (``empty*``); those get a status instead.
+Live compare and dump number recorded ops the same way, so op ``#n`` means the same op in both.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from torchscope.accuracy.result import RANDOM, SKIPPED, OpResult
+from torchscope.accuracy.tolerance import Tolerances, is_random
+from torchscope.accuracy.tracking import ModuleTracker, call_site, current_node
+
+_UNINITIALIZED = ("aten::empty*", "aten::new_empty*", "aten::empty_like*", "aten::_empty*")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def tensor_leaves(obj: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
+
+
+class OpObserver(TorchDispatchMode):
+    """Numbers and describes ATen ops; subclasses decide what to do with each one."""
+
+    def __init__(
+        self, tracker: ModuleTracker, tolerances: Tolerances, with_stack: bool, include_views: bool = False
+    ) -> None:
+        super().__init__()
+        self.tracker = tracker
+        self.tolerances = tolerances
+        self.with_stack = with_stack
+        self.include_views = include_views
+        self.count = 0
+
+    def describe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> OpResult | None:
+        """An ``OpResult`` for this op with its identity filled in, or None to let it run unseen."""
+        if func.is_view and not self.include_views:
+            return None
+        name = func._schema.name
+        node = current_node()
+        if node is not None:
+            direction, module, grad_fn = "backward", self.tracker.backward_path(node), node.name()
+        else:
+            direction, module, grad_fn = "forward", self.tracker.path, None
+        if not self.tolerances.selected(name, func._overloadname, module):
+            return None
+        inputs = tensor_leaves((args, kwargs))
+        rec = OpResult(
+            index=self.count,
+            op=name,
+            overload=func._overloadname,
+            module=module,
+            direction=direction,
+            grad_fn=grad_fn,
+            call_site=call_site() if self.with_stack and direction == "forward" else None,
+            input_shapes=[list(t.shape) for t in inputs],
+            dtypes=[dtype_name(t.dtype) for t in inputs],
+        )
+        self.count += 1
+        if is_random(name) or torch.Tag.nondeterministic_seeded in func.tags:
+            rec.status, rec.note = RANDOM, "draws random numbers: output not compared"
+        elif any(fnmatch.fnmatchcase(name, p) for p in _UNINITIALIZED):
+            rec.status, rec.note = SKIPPED, "returns uninitialized memory"
+        return rec

@@ -1,0 +1,348 @@
+"""Compare two dumps offline, without torch: align the op sequences, then compare op by op.
+
+The two runs may not issue the same ops (an extra cast, a fused op on one device), so the
+sequences are aligned on ``(op, direction)`` with difflib's longest-matching-blocks algorithm;
+ops that do not align are listed, not compared. An aligned pair is compared on full tensors when
+both dumps saved them, and on the statistics and sketches otherwise. Two independent runs
+accumulate error, so an output passes when its relative L2 error is within the dump tolerance
+for its dtype (``tolerance.DUMP_DEFAULTS``); the first divergence is the first aligned op over
+tolerance whose inputs all passed. Bad dumps raise ``TraceError`` naming the file; a dump that
+lost only its tensor file is compared on statistics, with a warning.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from torchscope.accuracy.metrics import TensorMetrics, compare_arrays
+from torchscope.accuracy.result import DIVERGED, OK, RANDOM, SKIPPED, AccuracyResult, OpResult
+from torchscope.accuracy.stats import SKETCH
+from torchscope.accuracy.tolerance import Tolerances, is_discontinuous
+from torchscope.errors import TraceError
+
+FORMAT = "torchscope-accuracy-dump"
+
+
+class Dump:
+    """A dump directory, read: ``meta``, ``ops`` and ``tensors`` tables, saved tensors on demand."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.warnings: list[str] = []
+        meta_path = self.path / "meta.json"
+        if not self.path.is_dir():
+            raise TraceError(str(self.path), "no such dump directory")
+        if not meta_path.is_file():
+            raise TraceError(str(self.path), "not a torchscope accuracy dump (no meta.json)")
+        try:
+            self.meta: dict[str, Any] = json.loads(meta_path.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise TraceError(str(meta_path), f"corrupted metadata: {exc}") from None
+        if self.meta.get("format") != FORMAT:
+            raise TraceError(
+                str(meta_path), f"not a torchscope accuracy dump (format {self.meta.get('format')!r})"
+            )
+        self.ops = self._table("ops.parquet")
+        self.tensors = self._table("tensors.parquet")
+        if self.ops.height != self.meta.get("ops", self.ops.height):
+            self.warnings.append(
+                f"{self.path}: meta.json says {self.meta.get('ops')} ops, ops.parquet has {self.ops.height}"
+            )
+        self._saved: Any = None
+        st = self.path / "tensors.safetensors"
+        if "tensors.safetensors" in self.meta.get("files", []):
+            if not st.is_file():
+                self.warnings.append(f"{st}: missing; comparing statistics only")
+            else:
+                try:
+                    from safetensors import safe_open
+
+                    self._saved = safe_open(str(st), framework="numpy")
+                except Exception as exc:
+                    self.warnings.append(f"{st}: unreadable ({exc}); comparing statistics only")
+        self._by_op: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for row in self.tensors.iter_rows(named=True):
+            self._by_op.setdefault(row["op_index"], {"input": [], "output": []})[row["role"]].append(row)
+
+    def _table(self, name: str) -> pl.DataFrame:
+        p = self.path / name
+        if not p.is_file():
+            raise TraceError(str(p), "missing from the dump")
+        try:
+            return pl.read_parquet(p)
+        except Exception as exc:
+            raise TraceError(str(p), f"corrupted Parquet file: {str(exc).splitlines()[0][:200]}") from None
+
+    @property
+    def label(self) -> str:
+        return str(self.meta.get("label") or self.path.name)
+
+    def tensor_rows(self, index: int, role: str) -> list[dict[str, Any]]:
+        return sorted(self._by_op.get(index, {}).get(role, []), key=lambda r: r["position"])
+
+    def array(self, index: int, role: str, position: int) -> np.ndarray | None:
+        """The saved tensor, or None when it was not saved or cannot be read."""
+        if self._saved is None:
+            return None
+        key = f"{index}/{role}/{position}"
+        if key not in self._saved.keys():  # noqa: SIM118 (safe_open is not a mapping)
+            return None
+        try:
+            return self._saved.get_tensor(key)  # type: ignore[no-any-return]
+        except Exception as exc:
+            self.warnings.append(f"{self.path / 'tensors.safetensors'}: tensor {key} unreadable ({exc})")
+            return None
+
+
+def _stats_metrics(a: dict[str, Any], b: dict[str, Any], tol: float) -> TensorMetrics:
+    """Compare two tensors through their statistics and sketches."""
+    base: dict[str, Any] = dict(
+        shape=tuple(a["shape"]),
+        dtype=a["dtype"],
+        ref_shape=tuple(b["shape"]),
+        ref_dtype=b["dtype"],
+        numel=a["numel"],
+    )
+    if base["shape"] != base["ref_shape"]:
+        return TensorMetrics(
+            **base, allclose=False, problem=f"shape mismatch {base['shape']} vs {base['ref_shape']}"
+        )
+    exact_a, exact_b = a["checksum"] is not None, b["checksum"] is not None
+    if exact_a or exact_b:
+        if a["dtype"] != b["dtype"]:
+            return TensorMetrics(
+                **base, allclose=False, problem=f"dtype mismatch {a['dtype']} vs {b['dtype']}"
+            )
+        same = a["checksum"] == b["checksum"]
+        return TensorMetrics(
+            **base, allclose=same, mismatched=0 if same else -1, problem=None if same else "checksums differ"
+        )
+    counts: dict[str, Any] = dict(
+        nan=a["nan"] or 0, inf=a["inf"] or 0, ref_nan=b["nan"] or 0, ref_inf=b["inf"] or 0
+    )
+    sa, sb = np.asarray(a["sketch"] or [], dtype=np.float64), np.asarray(b["sketch"] or [], dtype=np.float64)
+    rel = cos = None
+    if a["numel"] == 0:
+        rel, cos = 0.0, 1.0
+    elif sa.size == sb.size == SKETCH:
+        nb, na = float(np.linalg.norm(sb)), float(np.linalg.norm(sa))
+        diff = float(np.linalg.norm(sa - sb))
+        rel = diff / nb if nb > 0 else (0.0 if diff == 0 else math.inf)
+        cos = float(np.dot(sa, sb) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+        # the norms are exact: their difference is a lower bound of the L2 error
+        if a["l2"] is not None and b["l2"] is not None and b["l2"] > 0:
+            rel = max(rel, abs(a["l2"] - b["l2"]) / b["l2"])
+    specials = counts["nan"] != counts["ref_nan"] or counts["inf"] != counts["ref_inf"]
+    ok = rel is not None and rel <= tol and not specials
+    problem = None
+    if specials:
+        problem = f"NaN/Inf counts differ: {counts['nan']}/{counts['inf']} vs {counts['ref_nan']}/{counts['ref_inf']}"
+    elif rel is None:
+        problem = "no sketch to compare"
+    elif not ok:
+        problem = f"relative L2 error ~{rel:.3g} (from sketches) over {tol:g}"
+    mean_abs = (
+        abs((a["mean"] or 0.0) - (b["mean"] or 0.0))
+        if a["mean"] is not None and b["mean"] is not None
+        else None
+    )
+    return TensorMetrics(
+        **base,
+        **counts,
+        cosine=cos,
+        rel_l2_error=rel,
+        error_ratio=(rel / tol if tol > 0 else (0.0 if not rel else 1e30))
+        if rel is not None and math.isfinite(rel)
+        else None,
+        max_abs_error=None,
+        mean_abs_error=None,
+        rmse=(rel * b["l2"] / math.sqrt(max(b["numel"], 1)))
+        if rel is not None and b["l2"] is not None and math.isfinite(rel)
+        else None,
+        allclose=ok,
+        rtol=tol,
+        atol=0.0,
+        problem=problem if problem else (None if mean_abs is None else None),
+    )
+
+
+def _full_metrics(
+    x: np.ndarray, y: np.ndarray, a: dict[str, Any], b: dict[str, Any], tol: float
+) -> TensorMetrics:
+    m = compare_arrays(x, y, dtype=a["dtype"], ref_dtype=b["dtype"], rtol=tol, atol=0.0)
+    if m.rel_l2_error is None or m.problem and m.max_abs_error is None:
+        return m
+    specials = m.nan != m.ref_nan or m.inf != m.ref_inf
+    ok = (
+        m.rel_l2_error <= tol
+        and not specials
+        and (m.mismatched == 0 or not a["dtype"].startswith(("int", "bool")))
+    )
+    if a["dtype"].startswith(("int", "uint", "bool")):
+        ok = m.allclose
+    problem = (
+        None
+        if ok
+        else (
+            m.problem
+            if specials or not m.rel_l2_error
+            else f"relative L2 error {m.rel_l2_error:.3g} over {tol:g}"
+        )
+    )
+    return replace(
+        m, allclose=ok, error_ratio=m.rel_l2_error / tol if tol > 0 else m.error_ratio, problem=problem
+    )
+
+
+_PRECISION = ("float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "float32", "float64")
+
+
+def _least_precise(dtypes: list[str]) -> str:
+    """The op's least precise floating dtype: errors two runs accumulate scale with it."""
+    floats = [d for d in dtypes if d in _PRECISION]
+    return min(floats, key=_PRECISION.index) if floats else (dtypes[0] if dtypes else "float32")
+
+
+def _compare_tensors(
+    ta: Dump,
+    tb: Dump,
+    ia: int,
+    ib: int,
+    role: str,
+    tolerances: Tolerances,
+    op: str,
+    overload: str,
+    module: str,
+) -> list[TensorMetrics]:
+    out = []
+    dtype = _least_precise([r["dtype"] for r in ta.tensor_rows(ia, "input") + ta.tensor_rows(ia, "output")])
+    tol = tolerances.dump(op, dtype, overload, module)
+    for ra, rb in zip(ta.tensor_rows(ia, role), tb.tensor_rows(ib, role), strict=False):
+        xa, xb = ta.array(ia, role, ra["position"]), tb.array(ib, role, rb["position"])
+        if xa is not None and xb is not None:
+            out.append(_full_metrics(xa, xb, ra, rb, tol))
+        else:
+            out.append(_stats_metrics(ra, rb, tol))
+    return out
+
+
+def compare_dumps(
+    target: str | Path,
+    reference: str | Path,
+    *,
+    overrides: Mapping[str, float] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> AccuracyResult:
+    """Compare the dump ``target`` against the dump ``reference``, op by op.
+
+    ``overrides`` maps op-name patterns to the relative L2 error allowed for that op.
+    """
+    ta, tb = Dump(target), Dump(reference)
+    tolerances = Tolerances(
+        overrides={k: (float(v), 0.0) for k, v in (overrides or {}).items()},
+        include=tuple(include),
+        exclude=tuple(exclude),
+    )
+    result = AccuracyResult(mode="dump", target=ta.label, reference=tb.label)
+    result.warnings += ta.warnings + tb.warnings
+    a_ops = ta.ops.sort("index").to_dicts()
+    b_ops = tb.ops.sort("index").to_dicts()
+    if not a_ops or not b_ops:
+        empty = ta.path if not a_ops else tb.path
+        raise TraceError(str(empty), "the dump holds no ops")
+    keys_a = [(o["op"], o["direction"]) for o in a_ops]
+    keys_b = [(o["op"], o["direction"]) for o in b_ops]
+    matcher = difflib.SequenceMatcher(None, keys_a, keys_b, autojunk=False)
+    pairs: list[tuple[int, int]] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            pairs.extend(zip(range(i1, i2), range(j1, j2), strict=True))
+            continue
+        result.only_in_target += [_brief(a_ops[i]) for i in range(i1, i2)]
+        result.only_in_reference += [_brief(b_ops[j]) for j in range(j1, j2)]
+    if not pairs:
+        raise TraceError(
+            f"{ta.path} vs {tb.path}", "no op of one dump aligns with the other: different programs?"
+        )
+    share = len(pairs) / max(len(a_ops), len(b_ops))
+    if len(a_ops) != len(b_ops):
+        result.warnings.append(
+            f"the target has {len(a_ops)} ops, the reference {len(b_ops)}: {len(pairs)} aligned"
+        )
+    if share < 0.5:
+        result.warnings.append(f"only {share:.0%} of ops align: the dumps look like different programs")
+    for i, j in pairs:
+        oa, ob = a_ops[i], b_ops[j]
+        if not tolerances.selected(oa["op"], oa["overload"], oa["module"]):
+            continue
+        rec = OpResult(
+            index=oa["index"],
+            ref_index=ob["index"],
+            op=oa["op"],
+            overload=oa["overload"],
+            module=oa["module"],
+            direction=oa["direction"],
+            call_site=oa["call_site"],
+            grad_fn=oa["grad_fn"],
+        )
+        ins = ta.tensor_rows(oa["index"], "input")
+        rec.input_shapes = [list(r["shape"]) for r in ins]
+        rec.dtypes = [r["dtype"] for r in ins]
+        if RANDOM in (oa["status"], ob["status"]):
+            rec.status, rec.note = RANDOM, "draws random numbers: output not compared"
+        elif oa["status"] != OK or ob["status"] != OK:
+            rec.status, rec.note = SKIPPED, oa["note"] or ob["note"]
+        else:
+            args = (tolerances, oa["op"], oa["overload"], oa["module"])
+            rec.inputs = _compare_tensors(ta, tb, oa["index"], ob["index"], "input", *args)
+            rec.outputs = _compare_tensors(ta, tb, oa["index"], ob["index"], "output", *args)
+            n_out_a, n_out_b = (
+                len(ta.tensor_rows(oa["index"], "output")),
+                len(tb.tensor_rows(ob["index"], "output")),
+            )
+            if n_out_a != n_out_b:
+                rec.note = f"{n_out_a} outputs vs {n_out_b}"
+            if any(not m.allclose for m in rec.outputs) or n_out_a != n_out_b:
+                rec.status = DIVERGED
+                _judge_cascade(rec)
+        result.ops.append(rec)
+    result.warnings += [w for w in ta.warnings + tb.warnings if w not in result.warnings]
+    return result
+
+
+# an op is named as the root only if it made the error at least this many times worse
+AMPLIFICATION = 10.0
+
+
+def _judge_cascade(rec: OpResult) -> None:
+    """Mark a diverged op whose error was handed to it rather than made by it.
+
+    Two independent runs accumulate error, so an op can cross the tolerance with inputs still
+    (just) within it. Such an op is the root only if its output error is ``AMPLIFICATION``
+    times its worst input error; a discontinuous op (ReLU mask, max index, comparison) fed
+    inputs that differ at all is never the root: a tiny difference may flip its outputs.
+    """
+    in_err = max((m.rel_l2_error or 0.0 for m in rec.inputs), default=0.0)
+    out_err = max(
+        (m.rel_l2_error if m.rel_l2_error is not None else math.inf for m in rec.outputs), default=0.0
+    )
+    if is_discontinuous(rec.op) and in_err > 0:
+        rec.cascade = True
+        rec.note = "discontinuous op fed inputs that differ: outputs may flip; not named as the root"
+    elif in_err > 0 and out_err < AMPLIFICATION * in_err:
+        rec.cascade = True
+        rec.note = f"error grew from {in_err:.3g} in its inputs to {out_err:.3g}: accumulated, not the root"
+
+
+def _brief(o: dict[str, Any]) -> dict[str, Any]:
+    return {"index": o["index"], "op": o["op"], "module": o["module"], "direction": o["direction"]}

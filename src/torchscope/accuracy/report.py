@@ -1,0 +1,160 @@
+"""Views of an ``AccuracyResult``: the dashboard's ``"accuracy"`` section and the terminal table.
+
+``accuracy_section(result)`` is the dict the dashboard renders (documented in
+docs/accuracy.md): JSON-ready, flat rows, the first divergence first. ``print_result`` writes
+the same findings to the terminal with Rich. Neither needs torch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from torchscope.accuracy.result import AccuracyResult, OpResult
+
+# the per-op columns of the dashboard (and of --json), in display order
+OP_COLUMNS = (
+    "index",
+    "op",
+    "module",
+    "call_site",
+    "direction",
+    "grad_fn",
+    "input_shapes",
+    "dtypes",
+    "status",
+    "max_abs_error",
+    "max_rel_error",
+    "mean_abs_error",
+    "rmse",
+    "rel_l2_error",
+    "cosine",
+    "within_1e_3",
+    "within_5e_3",
+    "nan",
+    "inf",
+    "ref_nan",
+    "ref_inf",
+    "mismatched",
+    "error_ratio",
+    "allclose",
+    "rtol",
+    "atol",
+    "problem",
+    "mutated_inputs",
+    "cascade",
+    "note",
+)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def op_row(op: OpResult) -> dict[str, Any]:
+    """One flat, JSON-ready row for an op: identity, then the metrics of its worst output."""
+    d = op.as_dict()
+    w = op.worst
+    d["rel_l2_error"] = w.rel_l2_error if w is not None else None
+    return {k: _clean(d.get(k)) for k in OP_COLUMNS}
+
+
+def accuracy_section(result: AccuracyResult, limit: int = 500) -> dict[str, Any]:
+    """The dashboard's ``"accuracy"`` dict: first divergence, ops, modules, summary.
+
+    ``ops`` holds, in execution order, every diverged op and then the worst of the others, up to
+    ``limit`` rows, so the view stays small on long runs while never hiding a divergence.
+    """
+    first = result.first_divergence
+    keep = {o.index for o in result.diverged}
+    for o in result.top(len(result.ops)):
+        if len(keep) >= limit:
+            break
+        keep.add(o.index)
+    ops = [op_row(o) for o in result.ops if o.index in keep]
+    return {
+        "first_divergence": op_row(first) if first is not None else None,
+        "ops": ops,
+        "top": [op_row(o) for o in result.top(10)],
+        "modules": [{k: _clean(v) for k, v in m.items()} for m in result.modules()],
+        "only_in_target": result.only_in_target,
+        "only_in_reference": result.only_in_reference,
+        "summary": result.summary(),
+    }
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def print_result(result: AccuracyResult, top: int = 10) -> None:
+    """The findings on the terminal: summary, first divergence, top ops, modules."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    s = result.summary()
+    console.print(
+        f"[bold]accuracy[/bold] ({s['mode']}): {escape(s['target'])} vs {escape(s['reference'])}: "
+        f"{s['ops']} ops, {s['compared']} compared, {s['diverged']} over tolerance, "
+        f"{s['random']} random, {s['skipped']} skipped"
+    )
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    first = result.first_divergence
+    if first is None:
+        console.print(
+            "[green]no first divergence[/green]: every op whose inputs agreed stayed within tolerance"
+        )
+    else:
+        w = first.worst
+        where = f" in {first.module}" if first.module else ""
+        console.print(
+            f"[bold red]first divergence[/bold red]: #{first.index} {escape(first.op)} ({first.direction}){escape(where)}"
+            + (f" at {escape(first.call_site)}" if first.call_site else "")
+        )
+        if first.mutated_inputs:
+            console.print(f"  modified inputs in place: {', '.join(first.mutated_inputs)}")
+        if w is not None:
+            console.print(
+                f"  {escape(w.problem or '')}  cosine={_fmt(w.cosine)} max_abs={_fmt(w.max_abs_error)}"
+            )
+    table = Table(title=f"top {top} ops by error", show_lines=False)
+    for col in ("#", "op", "module", "dir", "max abs", "max rel", "rel L2", "cosine", "status"):
+        numeric = col in ("#", "max abs", "max rel", "rel L2", "cosine")
+        table.add_column(col, justify="right" if numeric else "left", overflow="fold")
+    for o in result.top(top):
+        w = o.worst
+        table.add_row(
+            str(o.index),
+            escape(o.op),
+            escape(o.module),
+            o.direction[:3],
+            _fmt(w.max_abs_error if w else None),
+            _fmt(w.max_rel_error if w else None),
+            _fmt(w.rel_l2_error if w else None),
+            _fmt(w.cosine if w else None),
+            o.status + (" (cascade)" if o.cascade else ""),
+        )
+    console.print(table)
+    mods = sorted(result.modules(), key=lambda m: (-m["diverged"], -m["max_abs_error"]))[:top]
+    mt = Table(title="modules")
+    for col in ("module", "ops", "diverged", "max abs", "min cosine", "worst op"):
+        mt.add_column(col, overflow="fold")
+    for m in mods:
+        mt.add_row(
+            escape(m["module"] or "(top level)"),
+            str(m["ops"]),
+            str(m["diverged"]),
+            _fmt(m["max_abs_error"]),
+            _fmt(m["min_cosine"]),
+            escape(str(m["worst_op"])),
+        )
+    console.print(mt)

@@ -1,0 +1,265 @@
+"""torch's profiler pattern matcher's anti-patterns and HTA's launch-bound check, over a Trace."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+
+from torchscope.analysis.advisor.base import Context, Finding
+from torchscope.analysis.frames import kinds
+from torchscope.analysis.kernels import idle_time
+
+MATMUL_OPS = ["aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"]
+
+
+def _op_rows(ctx: Context, names_: list[str]) -> pl.DataFrame:
+    return kinds(ctx.trace, "cpu_op").filter(pl.col("name").cast(pl.String).is_in(names_))
+
+
+def tf32_matmul(ctx: Context) -> list[Finding]:
+    props = ctx.trace.meta.device_properties
+    major = props[0].get("computeMajor") if props else None
+    if major is None or int(major) < 8:
+        return []
+    k = kinds(ctx.trace, "kernel").filter(pl.col("op").fill_null(-1) >= 0)
+    op_name = ctx.names.gather(k["op"])
+    k = k.with_columns(op_name.alias("op_name"))
+    fp32 = k.filter(
+        pl.col("op_name").is_in(MATMUL_OPS)
+        & pl.col("name").cast(pl.String).str.contains(r"(?i)sgemm|gemm.*f32|_f32_|fp32")
+        & ~pl.col("name").cast(pl.String).str.contains(r"(?i)tf32|xmma|1688|16816|tensorop|hmma")
+    )
+    if fp32.height == 0:
+        return []
+    share = float(fp32["dur_ns"].sum()) / ctx.host_span_ns
+    return [
+        Finding(
+            rule="tf32_matmul",
+            message=f"{fp32.height} float32 matmul kernels ran without TF32 on a compute-capability {major}.x device.",
+            fix="Allow TF32: torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')).",
+            evidence={"kernels": fp32.height, "example": str(fp32["name"][0]), "share": share},
+            impact=share,
+        )
+    ]
+
+
+def optimizer_foreach(ctx: Context) -> list[Finding]:
+    single = kinds(ctx.trace, "python_function").filter(
+        pl.col("name").cast(pl.String).str.contains(r"_single_tensor_\w+")
+    )
+    if single.height == 0:
+        return []
+    which = sorted(set(single["name"].cast(pl.String).str.extract(r"(_single_tensor_\w+)").to_list()))
+    return [
+        Finding(
+            rule="optimizer_foreach",
+            message=f"The optimizer updates one tensor at a time ({', '.join(which)}).",
+            fix="Construct the optimizer with foreach=True (or fused=True on CUDA) to update all parameters in a few kernels.",
+            evidence={
+                "calls": single.height,
+                "functions": which,
+                "share": float(single["dur_ns"].sum()) / ctx.host_span_ns,
+            },
+            impact=float(single["dur_ns"].sum()) / ctx.host_span_ns,
+        )
+    ]
+
+
+def zero_grad_set_to_none(ctx: Context) -> list[Finding]:
+    ev = ctx.trace.events
+    zg = ev.filter(
+        ctx.names.str.contains(r"zero_grad") & pl.col("kind").is_in(["user_annotation", "python_function"])
+    )
+    if zg.height == 0:
+        return []
+    parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    zeros = kinds(ctx.trace, "cpu_op").filter(
+        pl.col("name").cast(pl.String).is_in(["aten::zero_", "aten::fill_"])
+    )
+    zg_rows = set(zg["id"].to_list())
+    hits = 0
+    cur = parent[zeros["id"].to_numpy()]
+    for _ in range(64):
+        ok = cur >= 0
+        if not ok.any():
+            break
+        inside = np.isin(cur, list(zg_rows))
+        hits += int(inside.sum())
+        cur = np.where(inside, -1, cur)
+        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
+    if hits == 0:
+        return []
+    return [
+        Finding(
+            rule="zero_grad_set_to_none",
+            message=f"zero_grad fills {hits} gradient tensors with zeros instead of dropping them.",
+            fix="Call optimizer.zero_grad(set_to_none=True) (the default since torch 2.0) or model.zero_grad(set_to_none=True).",
+            evidence={"zero_fills": hits},
+            impact=0.01,
+        )
+    ]
+
+
+def conv_bias_before_batchnorm(ctx: Context) -> list[Finding]:
+    ops = kinds(ctx.trace, "cpu_op").filter(
+        pl.col("name").cast(pl.String).is_in(["aten::conv2d", "aten::batch_norm"])
+    )
+    ops = ops.sort("tid", "start_ns").with_columns(
+        pl.col("name").cast(pl.String).shift(-1).over("tid").alias("next")
+    )
+    convs = ops.filter(
+        (pl.col("name").cast(pl.String) == "aten::conv2d") & (pl.col("next") == "aten::batch_norm")
+    )
+    with_bias = 0
+    for dims in convs["input_dims"].to_list():
+        try:
+            d = json.loads(dims) if dims else []
+        except ValueError:
+            continue
+        if len(d) > 2 and isinstance(d[2], list) and len(d[2]) > 0:
+            with_bias += 1
+    if with_bias == 0:
+        return []
+    return [
+        Finding(
+            rule="conv_bias_before_batchnorm",
+            message=f"{with_bias} convolutions with a bias feed straight into BatchNorm, which cancels the bias.",
+            fix="Create those Conv2d layers with bias=False.",
+            evidence={"convolutions": with_bias},
+            impact=0.01,
+        )
+    ]
+
+
+def matmul_dims_not_multiple_of_8(ctx: Context) -> list[Finding]:
+    rows = _op_rows(ctx, MATMUL_OPS + ["aten::matmul", "aten::linear"]).filter(
+        pl.col("input_types").fill_null("").str.contains(r"c10::(Half|BFloat16)")
+    )
+    bad: list[str] = []
+    for dims in rows["input_dims"].to_list():
+        try:
+            d = [x for x in json.loads(dims or "[]") if isinstance(x, list) and len(x) >= 2]
+        except ValueError:
+            continue
+        if any(v % 8 for shape in d[:3] for v in shape[-2:]):
+            bad.append(str(dims))
+    if not bad:
+        return []
+    return [
+        Finding(
+            rule="matmul_dims_not_multiple_of_8",
+            message=f"{len(bad)} half-precision matmuls have dimensions that are not multiples of 8, so they miss Tensor Cores.",
+            fix="Pad the matrix dimensions (hidden size, vocabulary, batch) to multiples of 8.",
+            evidence={"calls": len(bad), "example_input_dims": bad[0]},
+            impact=0.02,
+        )
+    ]
+
+
+FACTORY_OPS = [
+    "aten::zeros",
+    "aten::ones",
+    "aten::full",
+    "aten::empty",
+    "aten::arange",
+    "aten::rand",
+    "aten::randn",
+    "aten::randint",
+    "aten::tensor",
+    "aten::scalar_tensor",
+    "aten::zeros_like",
+    "aten::ones_like",
+    "aten::full_like",
+    "aten::eye",
+    "aten::linspace",
+]
+
+
+def cpu_tensor_copied_to_device(ctx: Context) -> list[Finding]:
+    """A tensor made by a factory op on the CPU and moved right after (torch's extra-copy pattern)."""
+    ev = ctx.trace.events
+    h2d = kinds(ctx.trace, "memcpy").filter(pl.col("name").cast(pl.String).str.contains(r"(?i)htod|h2d"))
+    if h2d.height == 0:
+        return []
+    parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    names_ = ctx.names.to_numpy()
+    # the outermost aten::to / _to_copy / copy_ above each copy
+    tos = []
+    for op in h2d["op"].fill_null(-1).to_list():
+        cur, top = op, -1
+        while cur is not None and cur >= 0:
+            if names_[cur] in ("aten::to", "aten::_to_copy", "aten::copy_"):
+                top = cur
+            cur = int(parent[cur])
+        tos.append(top)
+    tos_arr = np.array([t for t in tos if t >= 0], np.int64)
+    if tos_arr.size == 0:
+        return []
+    ops = kinds(ctx.trace, "cpu_op").select("id", "tid", "parent", "start_ns", pl.col("name").cast(pl.String))
+    ops = ops.sort("tid", "parent", "start_ns").with_columns(
+        pl.col("name").shift(1).over("tid", "parent").alias("prev")
+    )
+    hits = ops.filter(pl.col("id").is_in(tos_arr.tolist()) & pl.col("prev").is_in(FACTORY_OPS))
+    if hits.height == 0:
+        return []
+    made = hits.group_by("prev").len().sort("len", descending=True)
+    return [
+        Finding(
+            rule="cpu_tensor_copied_to_device",
+            message=f"{hits.height} tensors are created on the CPU ({', '.join(made['prev'].head(3).to_list())}) and then copied to the device.",
+            fix="Create them on the device directly: torch.zeros(..., device='cuda') instead of torch.zeros(...).to('cuda').",
+            evidence={
+                "copies": hits.height,
+                "factories": {k: int(v) for k, v in made.iter_rows()},
+                "example_stack": ctx.stack_of(int(hits["id"][0])),
+            },
+            impact=0.01,
+        )
+    ]
+
+
+def dataloader_num_workers(ctx: Context) -> list[Finding]:
+    single = ctx.names.filter(ctx.names.str.contains(r"_SingleProcessDataLoaderIter"))
+    if single.len() == 0:
+        return []
+    return [
+        Finding(
+            rule="dataloader_num_workers",
+            message=f"The DataLoader loads batches in the training process ({single.len()} batches with num_workers=0).",
+            fix="Pass num_workers > 0 to the DataLoader (e.g. the number of CPU cores per device).",
+            evidence={"batches": single.len()},
+            impact=0.02,
+        )
+    ]
+
+
+def launch_bound(ctx: Context) -> list[Finding]:
+    ls = ctx.launch
+    if ls.launched < 100:
+        return []
+    short_share = ls.short_kernels / ls.launched
+    idle = idle_time(ctx.trace)
+    host_wait = float(idle["host_wait_ns"].sum())
+    span = ctx.host_span_ns
+    utils = [d.utilization for d in ctx.overview.devices]
+    if short_share < 0.5 or not utils or min(utils) >= 0.8:
+        return []
+    return [
+        Finding(
+            rule="launch_bound",
+            message=(
+                f"{short_share:.0%} of {ls.launched} kernels run shorter than their launch call, "
+                f"and the device waits on the host {host_wait / span:.0%} of the time."
+            ),
+            fix="Launch fewer, larger kernels: CUDA graphs (torch.compile mode='reduce-overhead'), torch.compile fusion, fused optimizers, larger batches.",
+            evidence={
+                "short_kernels": ls.short_kernels,
+                "launched": ls.launched,
+                "host_wait_share": host_wait / span,
+                "median_launch_delay_us": (ls.median_launch_delay_ns or 0) / 1e3,
+            },
+            impact=host_wait / span,
+        )
+    ]

@@ -1,0 +1,138 @@
+"""The TensorBoard profiler plugin's recommendations, with its thresholds."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from torchscope.analysis import names
+from torchscope.analysis.advisor.base import Context, Finding
+from torchscope.analysis.frames import kinds
+from torchscope.analysis.memory import memory_peaks
+
+
+def dataloader_bottleneck(ctx: Context) -> list[Finding]:
+    b = ctx.overview.breakdown_ns
+    share = b["DataLoader"] / (b["Total"] or 1.0)
+    if share <= 0.05:
+        return []
+    return [
+        Finding(
+            rule="dataloader_bottleneck",
+            message=f"{share:.1%} of the step time is in the DataLoader ({b['DataLoader'] / 1e3:.0f} us of {b['Total'] / 1e3:.0f} us per step).",
+            fix="Set num_workers > 0 (and pin_memory=True, persistent_workers=True) on the DataLoader so batches load in parallel with the step.",
+            evidence={
+                "dataloader_us_per_step": b["DataLoader"] / 1e3,
+                "step_us": b["Total"] / 1e3,
+                "share": share,
+            },
+            impact=share,
+        )
+    ]
+
+
+def enable_amp(ctx: Context) -> list[Finding]:
+    props = ctx.trace.meta.device_properties
+    major = props[0].get("computeMajor") if props else None
+    if major is None or int(major) < 7 or not ctx.overview.devices:
+        return []
+    tc = [d.tensor_core_ratio for d in ctx.overview.devices if d.tensor_core_ratio is not None]
+    if not tc or max(tc) > 0.0:
+        return []
+    ev = ctx.trace.events
+    k = kinds(ctx.trace, "kernel").filter(pl.col("op").fill_null(-1) >= 0)
+    if k.height == 0:
+        return []
+    op_names = ev["name"].cast(pl.String).gather(k["op"])
+    eligible = pl.DataFrame({"name": op_names}).select(names.TENSOR_CORE_ELIGIBLE_OP).to_series()
+    ratio = float(k["dur_ns"].filter(eligible).sum()) / float(k["dur_ns"].sum() or 1)
+    if ratio <= 0.0:
+        return []
+    return [
+        Finding(
+            rule="enable_amp",
+            message=f"{ratio:.0%} of kernel time is launched by Tensor-Core-eligible ops, but no kernel used Tensor Cores.",
+            fix="Run the model under torch.autocast (Automatic Mixed Precision, bf16/fp16) so convolutions and matmuls use Tensor Cores.",
+            evidence={
+                "tensor_core_eligible_kernel_share": ratio,
+                "compute_capability": f"{major}.{props[0].get('computeMinor')}",
+            },
+            impact=ratio * 0.5,
+        )
+    ]
+
+
+def memory_near_capacity(ctx: Context) -> list[Finding]:
+    props = ctx.trace.meta.device_properties
+    if not props:
+        return []
+    peaks = memory_peaks(ctx.trace)
+    by_id = {int(p.get("id", i)): p for i, p in enumerate(props)}
+    out = []
+    for dev, peak in peaks.select("device", "peak_allocated_bytes").iter_rows():
+        if ":" not in dev or dev.startswith("cpu"):
+            continue
+        prop = by_id.get(int(dev.split(":")[1]), {})
+        if not prop.get("totalGlobalMem") or peak is None:
+            continue
+        cap = float(prop["totalGlobalMem"])
+        if peak > 0.9 * cap:
+            out.append(
+                Finding(
+                    rule="memory_near_capacity",
+                    message=f"Peak memory on {dev} is {peak / cap:.1%} of its {cap / 2**30:.1f} GiB.",
+                    fix="Use activation checkpointing (torch.utils.checkpoint) or mixed precision to free memory for a larger batch.",
+                    evidence={"device": dev, "peak_bytes": int(peak), "capacity_bytes": int(cap)},
+                    impact=0.1,
+                )
+            )
+    return out
+
+
+def use_ddp(ctx: Context) -> list[Finding]:
+    ev = ctx.trace.events
+    uses_dp = bool((ctx.names == "DataParallel.forward").any())
+    devices = ev.filter(pl.col("device") >= 0)["device"].n_unique()
+    if not uses_dp or devices < 2:
+        return []
+    return [
+        Finding(
+            rule="use_ddp",
+            message=f"The model uses DataParallel across {devices} devices.",
+            fix="Use DistributedDataParallel (one process per device) instead of DataParallel.",
+            evidence={"devices": devices},
+            impact=0.2,
+        )
+    ]
+
+
+def communication_heavy(ctx: Context) -> list[Finding]:
+    b = ctx.overview.breakdown_ns
+    share = b["Communication"] / (b["Total"] or 1.0)
+    if share <= 0.1:
+        return []
+    return [
+        Finding(
+            rule="communication_heavy",
+            message=f"{share:.1%} of the step time is communication not hidden behind computation.",
+            fix="Overlap or shrink communication: gradient compression hooks, gradient accumulation, a larger batch, or bucket tuning (bucket_cap_mb).",
+            evidence={"communication_us_per_step": b["Communication"] / 1e3, "share": share},
+            impact=share,
+        )
+    ]
+
+
+def low_device_utilization(ctx: Context) -> list[Finding]:
+    low = [d for d in ctx.overview.devices if d.utilization < 0.5]
+    if not low:
+        return []
+    ids = ", ".join(str(d.device) for d in low)
+    worst = min(d.utilization for d in low)
+    return [
+        Finding(
+            rule="low_device_utilization",
+            message=f"Device {ids} {'is' if len(low) == 1 else 'are'} busy only {worst:.0%} of the step time.",
+            fix="Give the device more work per launch: increase the batch size, or remove host-side stalls (see the other findings).",
+            evidence={"utilization": {str(d.device): d.utilization for d in low}},
+            impact=1 - worst,
+        )
+    ]

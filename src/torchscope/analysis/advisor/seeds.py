@@ -1,0 +1,268 @@
+"""The seed cases no peer catches: slow convolution paths, host-device syncs, time spent in
+Python outside torch ops, and double precision compute."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from torchscope.analysis import intervals as iv
+from torchscope.analysis import names
+from torchscope.analysis.advisor.base import Context, Finding
+from torchscope.analysis.frames import kinds
+
+
+def slow_conv_path(ctx: Context) -> list[Finding]:
+    ev = ctx.trace.events
+    all_slow = kinds(ctx.trace, "cpu_op").filter(names.SLOW_CONV)
+    if all_slow.height == 0:
+        return []
+    # count each fallback call once: thnn_conv2d wraps _slow_conv2d_forward
+    parent_slow = ev.select(names.SLOW_CONV.alias("s"))["s"].gather(
+        all_slow["parent"].fill_null(-1).clip(0, None)
+    )
+    slow = all_slow.filter(~(parent_slow & (all_slow["parent"].fill_null(-1) >= 0)))
+    fast = kinds(ctx.trace, "cpu_op").filter(names.FAST_CONV)
+    # the reason: the dtype of the convolutions above the fallback, when shapes were recorded
+    convs = kinds(ctx.trace, "cpu_op").filter(
+        pl.col("name")
+        .cast(pl.String)
+        .is_in(["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv3d"])
+    )
+    types = " ".join(t for t in convs["input_types"].drop_nulls().to_list()[:50])
+    on_device = bool(kinds(ctx.trace, "kernel").height > 0)
+    if "double" in types:
+        reason = "double precision inputs (oneDNN and cuDNN have no float64 convolution)"
+        fix = "Use float32 (or bf16/fp16 under autocast): drop torch.set_default_dtype(torch.float64) / .double() on the model and inputs."
+    elif fast.height > 0 and not on_device:
+        reason = (
+            "oneDNN is on and ran the other convolutions; torch picks the reference kernel for "
+            "unstrided convolutions on small batches when it runs single-threaded"
+        )
+        fix = "Use more intra-op threads (torch.set_num_threads) or larger batches, or channels_last inputs, so oneDNN is used."
+    else:
+        backend = "cuDNN" if on_device else "oneDNN (MKLDNN)"
+        flag = "torch.backends.cudnn.enabled" if on_device else "torch.backends.mkldnn.enabled"
+        reason = f"{backend} was not used: it is disabled ({flag} = False) or does not support these inputs"
+        fix = f"Set {flag} = True and keep inputs in a supported dtype and layout."
+    tot = float(slow["dur_ns"].sum())
+    share = tot / ctx.host_span_ns
+    example = slow.sort("dur_ns", descending=True).row(0, named=True)
+    return [
+        Finding(
+            rule="slow_conv_path",
+            message=(
+                f"{slow.height} convolutions ran on the fallback kernel "
+                f"{slow['name'].cast(pl.String)[0]} ({share:.0%} of the profiled time): {reason}."
+            ),
+            fix=fix,
+            evidence={
+                "ops": sorted(set(all_slow["name"].cast(pl.String).to_list())),
+                "calls": slow.height,
+                "time_us": tot / 1e3,
+                "share": share,
+                "reason": reason,
+                "example_stack": ctx.stack_of(int(example["id"])),
+            },
+            impact=share,
+        )
+    ]
+
+
+def host_device_sync(ctx: Context) -> list[Finding]:
+    """``.item()`` and synchronizing runtime calls, when the steps make them at least once each.
+
+    Only the host side is counted (``_local_scalar_dense``, ``cudaStreamSynchronize``,
+    synchronous ``cudaMemcpy``...): the device-side ``cuda_sync`` rows mirror the same waits.
+    """
+    sync = kinds(ctx.trace, "cpu_op", "runtime").filter(names.SYNC_OP)
+    steps = ctx.overview.steps.height if ctx.overview.steps_from_trace else 0
+    if sync.height == 0 or sync.height < steps:
+        return []
+    by = (
+        sync.group_by(pl.col("name").cast(pl.String))
+        .agg(pl.len().alias("calls"), pl.col("dur_ns").sum())
+        .sort("calls", descending=True)
+    )
+    first = sync.sort("start_ns").row(0, named=True)
+    what = ", ".join(f"{n} x{c}" for n, c, _ in by.head(3).iter_rows())
+    share = float(sync["dur_ns"].sum()) / ctx.host_span_ns
+    per_step = sync.height / steps if steps else None
+    where = (
+        f"{per_step:.1f} times per step"
+        if per_step is not None
+        else f"{sync.height} times in the profiled window"
+    )
+    return [
+        Finding(
+            rule="host_device_sync",
+            message=f"The host waits for the device {where} ({what}).",
+            fix="Keep values on the device: avoid .item(), .cpu(), .numpy(), print(tensor) and torch.cuda.synchronize() "
+            "inside the step; compare and index with tensor ops (torch.nonzero, masking) and read results once after the loop.",
+            evidence={
+                "calls": sync.height,
+                "per_step": per_step,
+                "by_name": {n: c for n, c, _ in by.iter_rows()},
+                "example_stack": ctx.stack_of(int(first["id"])),
+                "share": share,
+            },
+            impact=max(share, 0.01),
+        )
+    ]
+
+
+def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: float = 0.05) -> list[Finding]:
+    """Labelled regions and steps whose time is mostly not inside any torch op.
+
+    On a run with a device, only the gaps when the device is idle too count: a host that runs
+    Python while the device is busy is not what slows the step.
+    """
+    regions = (
+        kinds(ctx.trace, "cpu_op", "user_annotation")
+        .filter(
+            (names.PROFILER_STEP | (pl.col("kind") == "user_annotation"))
+            & ~names.DATALOADER
+            & ~names.OPTIMIZER
+            & (pl.col("dur_ns") > 0)
+        )
+        .select(
+            "tid",
+            "start_ns",
+            "dur_ns",
+            pl.when(names.PROFILER_STEP)
+            .then(pl.lit("ProfilerStep#*"))
+            .otherwise(pl.col("name").cast(pl.String))
+            .alias("region"),
+        )
+    )
+    if regions.height == 0:
+        return []
+    total = ctx.host_span_ns
+    ops = kinds(ctx.trace, "cpu_op").filter(~names.PROFILER_STEP).select("tid", "start_ns", "dur_ns")
+    dev = kinds(ctx.trace, "kernel", "memcpy", "memset")
+    busy_dev = iv.merge(dev["start_ns"].to_numpy(), (dev["start_ns"] + dev["dur_ns"]).to_numpy())
+    py = kinds(ctx.trace, "python_function")
+    ops_by_tid = ops.partition_by("tid", as_dict=True)
+    out: list[Finding] = []
+    for (tid,), r in regions.partition_by("tid", as_dict=True).items():
+        o = ops_by_tid.get((tid,), ops.clear())
+        covered = iv.merge(
+            np.concatenate([o["start_ns"].to_numpy(), busy_dev[0]]),
+            np.concatenate([(o["start_ns"] + o["dur_ns"]).to_numpy(), busy_dev[1]]),
+        )
+        rs_all = r["start_ns"].to_numpy()
+        re_all = rs_all + r["dur_ns"].to_numpy()
+        per = r.with_columns(
+            pl.Series("outside", (re_all - rs_all) - iv.overlap_per_window(covered, rs_all, re_all))
+        )
+        groups = per.group_by("region").agg(
+            pl.col("outside").sum(), pl.col("dur_ns").sum().alias("span"), pl.len().alias("calls")
+        )
+        groups = groups.filter(
+            (pl.col("outside") >= min_share * pl.col("span")) & (pl.col("outside") >= min_trace_share * total)
+        )
+        for region, outside_i, span_i, calls in groups.iter_rows():
+            outside, span = float(outside_i), float(span_i)
+            share = outside / max(span, 1.0)
+            mine = per.filter(pl.col("region") == region)
+            rs = mine["start_ns"].to_numpy()
+            re_ = rs + mine["dur_ns"].to_numpy()
+            spans = iv.merge(rs, re_)
+            pst = py["start_ns"].to_numpy()
+            k = np.searchsorted(spans[0], pst, side="right") - 1
+            inside = (k >= 0) & (pst < spans[1][np.maximum(k, 0)])
+            culprits = _python_culprits(ctx, py.filter(pl.Series(inside) & (pl.col("tid") == tid)), covered)
+            named = (
+                f"; most of it in {', '.join(culprits)}"
+                if culprits
+                else " (record with with_stack=True to name the Python functions)"
+            )
+            label = "the steps" if region == "ProfilerStep#*" else f"'{region}'"
+            out.append(
+                Finding(
+                    rule="python_outside_ops",
+                    message=f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} calls) runs Python outside torch ops{named}.",
+                    fix="Move that work into torch ops (e.g. torch.nonzero or boolean masking on the device instead of "
+                    "np.argwhere on .cpu().numpy()), or out of the step.",
+                    evidence={
+                        "region": str(region),
+                        "calls": calls,
+                        "outside_ops_us": outside / 1e3,
+                        "region_us": span / 1e3,
+                        "share": share,
+                        "python_functions": culprits,
+                    },
+                    impact=outside / total,
+                )
+            )
+    return out
+
+
+_ADDR = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _python_culprits(ctx: Context, py: pl.DataFrame, covered: iv.Spans, top: int = 3) -> list[str]:
+    """The calls the user wrote that spent the time: top-level Python frames of the region,
+    ranked by their time outside torch ops, each with the hottest frame beneath it."""
+    if py.height == 0:
+        return []
+    ev = ctx.trace.events
+    parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    rows = py["id"].to_numpy().astype(np.int64)
+    in_set = np.zeros(ev.height, bool)
+    in_set[rows] = True
+    ps = py["start_ns"].to_numpy()
+    pe = ps + py["dur_ns"].to_numpy()
+    outside = (pe - ps) - iv.overlap_per_window(covered, ps, pe)
+    par = parent[rows]
+    top_level = ~in_set[np.maximum(par, 0)] | (par < 0)
+    names_ = ctx.names
+    # the hottest frame (by self time) under each top-level frame
+    self_ns = py["self_ns"].to_numpy()
+    root = rows.copy()
+    for _ in range(256):
+        p = parent[root]
+        step = (p >= 0) & in_set[np.maximum(p, 0)]
+        if not step.any():
+            break
+        root = np.where(step, p, root)
+    out: list[str] = []
+    for i in np.argsort(-outside):
+        if not top_level[i] or outside[i] <= 0:
+            continue
+        mine = np.flatnonzero(root == rows[i])
+        hot = rows[mine[np.argmax(self_ns[mine])]] if mine.size else rows[i]
+        label = _ADDR.sub("", str(names_[int(rows[i])]))
+        if hot != rows[i]:
+            label += f" (in {_ADDR.sub('', str(names_[int(hot)]))})"
+        out.append(label)
+        if len(out) >= top:
+            break
+    return out
+
+
+def double_precision(ctx: Context) -> list[Finding]:
+    ops = kinds(ctx.trace, "cpu_op").filter(pl.col("input_types").is_not_null())
+    if ops.height == 0:
+        return []
+    total = float(ops["self_ns"].sum()) or 1.0
+    dbl = ops.filter(pl.col("input_types").str.contains("double"))
+    share = float(dbl["self_ns"].sum()) / total
+    if share < 0.5:
+        return []
+    top = (
+        dbl.group_by(pl.col("name").cast(pl.String))
+        .agg(pl.col("self_ns").sum())
+        .sort("self_ns", descending=True)
+    )
+    return [
+        Finding(
+            rule="double_precision",
+            message=f"{share:.0%} of op time computes in float64 (top: {', '.join(top['name'].head(3).to_list())}).",
+            fix="Use float32 (torch.set_default_dtype(torch.float32), model.float(), inputs.float()); float64 is many times slower and skips oneDNN/cuDNN/Tensor Cores.",
+            evidence={"share": share, "ops": top["name"].head(5).to_list()},
+            impact=share,
+        )
+    ]

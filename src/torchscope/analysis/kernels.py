@@ -1,0 +1,310 @@
+"""Kernels: what ran on the device, who launched it, and why the device sat idle.
+
+The TensorBoard plugin's kernel view (per name, per name + launching op, with blocks per SM,
+occupancy and Tensor Core use) plus HTA's device-side analyses: kernel type breakdown
+(computation / communication / memory and their overlaps), temporal breakdown, communication
+and computation overlap, kernel launch statistics (short kernels, launch delay), idle time
+split into host wait, kernel wait and other, and queue length per stream. All vectorized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from torchscope.analysis import intervals as iv
+from torchscope.analysis import names
+from torchscope.analysis.frames import kinds, memo
+from torchscope.trace.model import Trace
+
+DEVICE_KINDS = ["kernel", "memcpy", "memset"]
+
+
+def _device(trace: Trace) -> pl.DataFrame:
+    return kinds(trace, *DEVICE_KINDS)
+
+
+def device_in_scope(trace: Trace) -> pl.DataFrame:
+    """Device events launched before the last ``ProfilerStep`` began (HTA's scope).
+
+    The last profiled step is usually cut short (its kernels are still running when the
+    profiler stops), so with two or more steps the device-side breakdowns leave it out, as HTA
+    does; events with no launching call are then out of scope too. With fewer steps: all.
+    """
+    return memo(trace, "device_in_scope", lambda: _device_in_scope(trace))
+
+
+def _device_in_scope(trace: Trace) -> pl.DataFrame:
+    from torchscope.analysis.overview import profiler_steps
+
+    dev = _device(trace)
+    steps = profiler_steps(trace)
+    if steps.height < 2:
+        return dev
+    last = int(steps["start_ns"].max())  # type: ignore[arg-type]
+    li = dev["launcher"].fill_null(-1).to_numpy().astype(np.int64)
+    ok = li >= 0
+    ok[ok] = trace.events["start_ns"].to_numpy()[li[ok]] < last
+    return dev.filter(pl.Series(ok))
+
+
+def kernel_stats(trace: Trace, by_op: bool = False) -> pl.DataFrame:
+    """Per kernel name (and launching op): count, total/mean/min/max ns, blocks/SM, occupancy, TC.
+
+    Sorted by total time. ``op`` is the innermost op or annotation that launched the kernel.
+    """
+    k = kinds(trace, "kernel")
+    if by_op:
+        names_arr = trace.events["name"].cast(pl.String)
+        op_idx = k["op"].fill_null(-1)
+        op_name = (
+            names_arr.gather(op_idx.clip(0, None)).zip_with(
+                op_idx >= 0, pl.Series([None] * k.height, dtype=pl.String)
+            )
+            if k.height
+            else pl.Series([], dtype=pl.String)
+        )
+        k = k.with_columns(op_name.alias("op_name"))
+    keys = ["name", "op_name"] if by_op else ["name"]
+    w = pl.col("dur_ns").cast(pl.Float64)
+    return (
+        k.group_by(keys)
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("total_ns"),
+            pl.col("dur_ns").mean().alias("mean_ns"),
+            pl.col("dur_ns").min().alias("min_ns"),
+            pl.col("dur_ns").max().alias("max_ns"),
+            (
+                (pl.col("blocks_per_sm") * w).sum() / w.filter(pl.col("blocks_per_sm").is_not_null()).sum()
+            ).alias("blocks_per_sm"),
+            (
+                (pl.col("occupancy_pct") * w).sum() / w.filter(pl.col("occupancy_pct").is_not_null()).sum()
+            ).alias("occupancy_pct"),
+            names.TENSOR_CORE_KERNEL.first().alias("tensor_core"),
+        )
+        .with_columns(pl.col("name").cast(pl.String))
+        .sort("total_ns", descending=True)
+    )
+
+
+def kernel_type_breakdown(trace: Trace, include_memory: bool = False) -> pl.DataFrame:
+    """Time by kernel type and by overlap of types (HTA's kernel type breakdown): kernel_type, ns, pct."""
+    dev = device_in_scope(trace).with_columns(names.kernel_type().alias("ktype"))
+    types = ["COMPUTATION", "COMMUNICATION"] + (["MEMORY"] if include_memory else [])
+    spans = {
+        t: iv.merge(
+            *(lambda d: (d["start_ns"].to_numpy(), (d["start_ns"] + d["dur_ns"]).to_numpy()))(
+                dev.filter(pl.col("ktype") == t)
+            )
+        )
+        for t in types
+    }
+    rows: list[tuple[str, int]] = []
+    # each elementary segment gets the set of types running in it
+    pts = (
+        np.unique(np.concatenate([np.concatenate(s) for s in spans.values()]))
+        if spans
+        else np.empty(0, np.int64)
+    )
+    if pts.size >= 2:
+        left, seg = pts[:-1], np.diff(pts)
+        code = np.zeros(left.size, np.int64)
+        for i, t in enumerate(types):
+            s, e = spans[t]
+            inside = np.searchsorted(s, left, side="right") > np.searchsorted(e, left, side="right")
+            code |= inside.astype(np.int64) << i
+        sums = np.bincount(code, weights=seg, minlength=1 << len(types))
+        for c in range(1, 1 << len(types)):
+            if sums[c] > 0:
+                label = " overlapping ".join(t for i, t in enumerate(types) if c >> i & 1)
+                rows.append((label, int(sums[c])))
+    df = pl.DataFrame(rows, schema={"kernel_type": pl.String, "ns": pl.Int64}, orient="row")
+    tot = df["ns"].sum() or 1
+    return df.with_columns((pl.col("ns") / tot * 100).alias("pct")).sort("ns", descending=True)
+
+
+@dataclass(frozen=True)
+class TemporalBreakdown:
+    """HTA's temporal breakdown for one rank (ns): the span from first to last device event."""
+
+    idle_ns: int
+    compute_ns: int
+    non_compute_ns: int
+    span_ns: int
+
+    def pct(self) -> dict[str, float]:
+        s = self.span_ns or 1
+        return {
+            "idle": 100 * self.idle_ns / s,
+            "compute": 100 * self.compute_ns / s,
+            "non_compute": 100 * self.non_compute_ns / s,
+        }
+
+
+def temporal_breakdown(trace: Trace) -> TemporalBreakdown:
+    dev = device_in_scope(trace).with_columns(names.kernel_type().alias("ktype"))
+    if dev.height == 0:
+        return TemporalBreakdown(0, 0, 0, 0)
+    s = dev["start_ns"].to_numpy()
+    allm = iv.merge(s, s + dev["dur_ns"].to_numpy())
+    span = int(allm[1][-1] - allm[0][0])
+    busy = iv.total(allm)
+    comp = dev.filter(pl.col("ktype") == "COMPUTATION")
+    cs = comp["start_ns"].to_numpy()
+    compute = iv.total(iv.merge(cs, cs + comp["dur_ns"].to_numpy()))
+    return TemporalBreakdown(
+        idle_ns=span - busy, compute_ns=compute, non_compute_ns=busy - compute, span_ns=span
+    )
+
+
+def comm_comp_overlap(trace: Trace) -> float | None:
+    """Share of communication kernel time overlapped by computation kernels (HTA's definition)."""
+    dev = device_in_scope(trace).with_columns(names.kernel_type().alias("ktype"))
+
+    def spans(t: str) -> iv.Spans:
+        d = dev.filter(pl.col("ktype") == t)
+        return iv.merge(d["start_ns"].to_numpy(), (d["start_ns"] + d["dur_ns"]).to_numpy())
+
+    comm = spans("COMMUNICATION")
+    if comm[0].size == 0:
+        return None
+    return iv.total(iv.intersect(comm, spans("COMPUTATION"))) / iv.total(comm)
+
+
+def _with_launch(trace: Trace) -> pl.DataFrame:
+    return memo(trace, "with_launch", lambda: __with_launch(trace))
+
+
+def __with_launch(trace: Trace) -> pl.DataFrame:
+    ev = trace.events
+    dev = device_in_scope(trace).filter(pl.col("launcher").fill_null(-1) >= 0)
+    li = dev["launcher"].to_numpy().astype(np.int64)
+    rs = ev["start_ns"].to_numpy()[li]
+    rd = ev["dur_ns"].to_numpy()[li]
+    return dev.with_columns(
+        pl.Series("runtime_start_ns", rs, dtype=pl.Int64),
+        pl.Series("runtime_ns", rd, dtype=pl.Int64),
+        pl.Series(
+            "runtime_name",
+            ev["name"].cast(pl.String).to_numpy()[li] if li.size else np.array([], dtype=object),
+            dtype=pl.String,
+        ),
+    ).with_columns(
+        (pl.col("start_ns") - pl.col("runtime_start_ns") - pl.col("runtime_ns")).alias("launch_delay_ns")
+    )
+
+
+@dataclass(frozen=True)
+class LaunchStats:
+    """HTA's kernel launch statistics, summarized (ns)."""
+
+    launched: int  # device events with a known launching runtime call
+    short_kernels: int  # device time shorter than the host time spent launching it
+    short_kernel_ns: int
+    runtime_outliers: int  # launch calls longer than runtime_cutoff
+    launch_delay_outliers: int  # kernels starting more than delay_cutoff after their launch returned
+    median_launch_delay_ns: float | None
+    p95_launch_delay_ns: float | None
+    per_kernel: pl.DataFrame  # name, stream, start_ns, dur_ns, runtime_ns, launch_delay_ns
+
+
+def launch_stats(
+    trace: Trace, runtime_cutoff_ns: int = 50_000, delay_cutoff_ns: int = 100_000
+) -> LaunchStats:
+    d = _with_launch(trace)
+    short = d.filter(pl.col("dur_ns") < pl.col("runtime_ns"))
+    delay = d["launch_delay_ns"]
+    return LaunchStats(
+        launched=d.height,
+        short_kernels=short.height,
+        short_kernel_ns=int(short["dur_ns"].sum()),
+        runtime_outliers=int((d["runtime_ns"] > runtime_cutoff_ns).sum()),
+        launch_delay_outliers=int((delay > delay_cutoff_ns).sum()),
+        median_launch_delay_ns=float(delay.median()) if d.height else None,  # type: ignore[arg-type]
+        p95_launch_delay_ns=float(delay.quantile(0.95)) if d.height else None,  # type: ignore[arg-type]
+        per_kernel=d.select(
+            pl.col("name").cast(pl.String),
+            "device",
+            "stream",
+            "start_ns",
+            "dur_ns",
+            "runtime_name",
+            "runtime_ns",
+            "launch_delay_ns",
+        ),
+    )
+
+
+def idle_time(trace: Trace, consecutive_kernel_delay_ns: int = 30_000) -> pl.DataFrame:
+    """Per device and stream: idle time split into host_wait / kernel_wait / other (HTA's rule).
+
+    A gap before a kernel is host wait when the kernel's launch began after the previous
+    kernel on the stream ended; otherwise kernel wait when shorter than the delay; else other.
+    """
+    d = device_in_scope(trace).sort("device", "stream", "start_ns")
+    ev = trace.events
+    li = d["launcher"].fill_null(-1).to_numpy().astype(np.int64)
+    rs = np.where(li >= 0, ev["start_ns"].to_numpy()[np.maximum(li, 0)], np.iinfo(np.int64).min)
+    d = d.with_columns(pl.Series("runtime_start_ns", rs, dtype=pl.Int64))
+    d = d.with_columns(
+        (pl.col("start_ns") + pl.col("dur_ns")).shift(1).over("device", "stream").alias("prev_end")
+    )
+    d = d.filter(pl.col("prev_end").is_not_null()).with_columns(
+        (pl.col("start_ns") - pl.col("prev_end")).alias("gap")
+    )
+    d = d.with_columns(
+        pl.when(pl.col("runtime_start_ns") > pl.col("prev_end"))
+        .then(pl.lit("host_wait"))
+        .when(pl.col("gap") < consecutive_kernel_delay_ns)
+        .then(pl.lit("kernel_wait"))
+        .otherwise(pl.lit("other"))
+        .alias("category")
+    )
+    out = (
+        d.group_by("device", "stream")
+        .agg(
+            pl.col("gap").filter(pl.col("category") == "host_wait").sum().alias("host_wait_ns"),
+            pl.col("gap").filter(pl.col("category") == "kernel_wait").sum().alias("kernel_wait_ns"),
+            pl.col("gap").filter(pl.col("category") == "other").sum().alias("other_ns"),
+        )
+        .with_columns(
+            (pl.col("host_wait_ns") + pl.col("kernel_wait_ns") + pl.col("other_ns")).alias("idle_ns")
+        )
+        .sort("device", "stream")
+    )
+    return out
+
+
+def queue_length(trace: Trace) -> pl.DataFrame:
+    """Per device and stream: work launched but not yet started (HTA's queue length): max, mean, time-weighted mean."""
+    d = _with_launch(trace)
+    if d.height == 0:
+        return pl.DataFrame(
+            schema={
+                "device": pl.Int32,
+                "stream": pl.Int64,
+                "max": pl.Int64,
+                "mean": pl.Float64,
+                "time_weighted_mean": pl.Float64,
+            }
+        )
+    ups = d.select("device", "stream", pl.col("runtime_start_ns").alias("t"), pl.lit(1).alias("delta"))
+    downs = d.select("device", "stream", pl.col("start_ns").alias("t"), pl.lit(-1).alias("delta"))
+    s = (
+        pl.concat([ups, downs])
+        .sort("device", "stream", "t", "delta")
+        .with_columns(pl.col("delta").cum_sum().over("device", "stream").alias("q"))
+        .with_columns((pl.col("t").shift(-1).over("device", "stream") - pl.col("t")).fill_null(0).alias("dt"))
+    )
+    return (
+        s.group_by("device", "stream")
+        .agg(
+            pl.col("q").max().alias("max"),
+            pl.col("q").mean().alias("mean"),
+            ((pl.col("q") * pl.col("dt")).sum() / pl.col("dt").sum()).alias("time_weighted_mean"),
+        )
+        .sort("device", "stream")
+    )

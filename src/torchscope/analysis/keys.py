@@ -1,0 +1,98 @@
+"""The keys of ``torchscope report --json`` and ``torchscope diff --json``, defined once.
+
+Scripts that check for regressions read these keys, the CLI and the dashboard render them, and
+docs/analyses.md documents them: every producer and consumer imports the names from here, so
+a key cannot drift between them. Times are microseconds (keys end in ``_us``), memory bytes.
+Bump ``REPORT_VERSION`` when a key changes meaning; adding keys does not bump it.
+"""
+
+from __future__ import annotations
+
+REPORT_VERSION = 1
+
+# -- report: one trace ----------------------------------------------------------------------
+VERSION = "report_version"
+KIND = "kind"  # "trace" or "traceset"
+SOURCE = "source"
+META = "meta"  # rank, world_size, backend, torch_version, devices (names), warnings
+STEPS = "steps"  # list of {step, start_us, dur_us, breakdown_us: {category: us}}
+BREAKDOWN_US = "breakdown_us"  # step average per TensorBoard category + "Total"
+HOST_BREAKDOWN_US = "host_breakdown_us"  # step average per host category + "Total"
+DEVICES = "devices"  # list of {device, kernel_us, utilization, sm_efficiency, achieved_occupancy, tensor_core_ratio}
+COMM_OVERLAP = "comm_overlap"  # step average {computation_us, communication_us, overlap_us, other_us}
+OPERATORS = "operators"  # top ops by device then host total time
+OPERATORS_BY_SHAPE = "operators_by_shape"
+CALL_STACKS = "call_stacks"
+FLOPS = "flops"
+KERNELS = "kernels"
+KERNELS_BY_OP = "kernels_by_op"
+KERNEL_TYPES = "kernel_types"  # HTA kernel type breakdown: {kernel_type, us, pct}
+TEMPORAL_BREAKDOWN = "temporal_breakdown"  # HTA: {idle_us, compute_us, non_compute_us, span_us, *_pct}
+COMM_COMP_OVERLAP = (
+    "comm_comp_overlap"  # HTA: share of communication overlapped by computation (0..1 or null)
+)
+LAUNCH_STATS = "launch_stats"
+IDLE_TIME = "idle_time"
+QUEUE_LENGTH = "queue_length"
+MEMORY = "memory"  # {peaks, by_op, leaks}
+MODULES = "modules"
+DISTRIBUTED = "distributed"  # traceset only: {ranks, collectives, slowest_rank, wait_for_slowest}
+RANKS = "ranks"  # traceset only: {name: report of that rank}
+RECOMMENDATIONS = "recommendations"  # list of {rule, message, evidence, fix} (+ rank in a traceset)
+
+REPORT_KEYS: tuple[str, ...] = (
+    VERSION,
+    KIND,
+    SOURCE,
+    META,
+    STEPS,
+    BREAKDOWN_US,
+    HOST_BREAKDOWN_US,
+    DEVICES,
+    COMM_OVERLAP,
+    OPERATORS,
+    OPERATORS_BY_SHAPE,
+    CALL_STACKS,
+    FLOPS,
+    KERNELS,
+    KERNELS_BY_OP,
+    KERNEL_TYPES,
+    TEMPORAL_BREAKDOWN,
+    COMM_COMP_OVERLAP,
+    LAUNCH_STATS,
+    IDLE_TIME,
+    QUEUE_LENGTH,
+    MEMORY,
+    MODULES,
+    RECOMMENDATIONS,
+)
+TRACESET_KEYS: tuple[str, ...] = (
+    VERSION,
+    KIND,
+    SOURCE,
+    STEPS,
+    BREAKDOWN_US,
+    HOST_BREAKDOWN_US,
+    DISTRIBUTED,
+    RANKS,
+    RECOMMENDATIONS,
+)
+
+# -- diff -----------------------------------------------------------------------------------
+DIFF_A = "a"
+DIFF_B = "b"
+DIFF_STEP = "step_us"  # {a, b, delta, ratio}
+DIFF_BREAKDOWN = "breakdown_us"  # {category: {a, b, delta}}
+DIFF_CHANGES = "changes"  # ops and kernels, sorted by |delta|: {what, name, status, a_us, b_us, delta_us, a_calls, b_calls}
+DIFF_OPERATORS = "operators"
+DIFF_KERNELS = "kernels"
+DIFF_KEYS: tuple[str, ...] = (
+    VERSION,
+    DIFF_A,
+    DIFF_B,
+    DIFF_STEP,
+    DIFF_BREAKDOWN,
+    DIFF_CHANGES,
+    DIFF_OPERATORS,
+    DIFF_KERNELS,
+)

@@ -1,0 +1,87 @@
+"""Modules: time by ``nn.Module``, as a tree of paths.
+
+With ``with_stack``/``with_modules`` the profiler records a ``python_function`` event named
+``nn.Module: ResNet_0`` around every module call (older traces use a user annotation of the
+same form). Nesting those gives the module tree; each node carries its host time and the
+device time of the kernels launched beneath it, so a user sees which layer is expensive.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from torchscope.analysis.operators import _device_time_per_row
+from torchscope.trace.model import Trace
+
+MODULE_PREFIX = "nn.Module: "
+
+
+def module_tree(trace: Trace) -> pl.DataFrame:
+    """path, module, depth, calls, host_ns, device_ns per module path, in tree order."""
+    ev = trace.events
+    is_mod = (
+        ev["kind"].is_in(["python_function", "user_annotation"])
+        & ev["name"].cast(pl.String).str.starts_with(MODULE_PREFIX)
+    ).to_numpy()
+    empty = pl.DataFrame(
+        schema={
+            "path": pl.String,
+            "module": pl.String,
+            "depth": pl.Int32,
+            "calls": pl.UInt32,
+            "host_ns": pl.Int64,
+            "device_ns": pl.Int64,
+        }
+    )
+    if not is_mod.any():
+        return empty
+    parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    names_ = ev["name"].cast(pl.String).to_numpy()
+    mods = np.flatnonzero(is_mod)
+    # nearest enclosing module of each module event
+    mod_parent = np.full(mods.size, -1, np.int64)
+    cur = parent[mods]
+    pending = np.arange(mods.size)
+    for _ in range(1024):
+        ok = cur >= 0
+        pending, cur = pending[ok], cur[ok]
+        if pending.size == 0:
+            break
+        hit = is_mod[cur]
+        mod_parent[pending[hit]] = cur[hit]
+        pending, cur = pending[~hit], parent[cur[~hit]]
+    # paths in start order: parents come before children
+    path_of: dict[int, str] = {}
+    depth_of: dict[int, int] = {}
+    for row, par in zip(mods.tolist(), mod_parent.tolist(), strict=True):
+        short = str(names_[row])[len(MODULE_PREFIX) :]
+        if par >= 0 and par in path_of:
+            path_of[row] = path_of[par] + "/" + short
+            depth_of[row] = depth_of[par] + 1
+        else:
+            path_of[row] = short
+            depth_of[row] = 0
+    _, dev_total = _device_time_per_row(trace)
+    df = pl.DataFrame(
+        {
+            "path": [path_of[r] for r in mods.tolist()],
+            "depth": [depth_of[r] for r in mods.tolist()],
+            "host_ns": ev["dur_ns"].to_numpy()[mods],
+            "device_ns": dev_total[mods],
+            "first": ev["start_ns"].to_numpy()[mods],
+        }
+    )
+    return (
+        df.group_by("path")
+        .agg(
+            pl.col("depth").first().cast(pl.Int32),
+            pl.len().alias("calls"),
+            pl.col("host_ns").sum(),
+            pl.col("device_ns").sum(),
+            pl.col("first").min(),
+        )
+        .with_columns(pl.col("path").str.split("/").list.last().alias("module"))
+        .sort("path")
+        .select("path", "module", "depth", "calls", "host_ns", "device_ns")
+    )

@@ -1,0 +1,70 @@
+"""What an event's name tells us: one place for every name-based classification.
+
+Analyses and advisor rules agree on what counts as a DataLoader step, a collective, a
+communication kernel, a Tensor Core kernel or a slow convolution only if they ask the same
+function. The patterns follow the conventions of the PyTorch profiler, NCCL and cuDNN naming;
+each is a Polars expression so that classification stays columnar.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+NAME = pl.col("name").cast(pl.String)
+
+# The TensorBoard plugin's DataLoader rule: the iterator's ``__next__`` annotation.
+DATALOADER = (NAME.str.starts_with("enumerate(DataLoader)#") & NAME.str.ends_with(".__next__")) | (
+    NAME.str.starts_with("enumerate(DataPipe)#")
+)
+OPTIMIZER = NAME.str.starts_with("Optimizer.")
+PROFILER_STEP = NAME.str.starts_with("ProfilerStep#")
+
+# Host-side collective calls: c10d's ``nccl:all_reduce``-style ops and record_param_comms.
+HOST_COLLECTIVE = (pl.col("kind") == "collective") | NAME.str.contains(r"^(nccl|gloo|rccl|mpi|ucc):")
+
+# Device-side kernel families (HTA's definitions, which its temporal breakdown uses).
+COMM_KERNEL = NAME.str.contains(r"^(nccl|rccl|ncclDev|ncclKernel)") | NAME.str.contains(r"^nccl.*Kernel")
+MEMORY_KERNEL = NAME.str.contains(r"^(Memcpy|Memset|dma)")
+_NOT_COMPUTE = NAME.str.contains(r"^nccl.*Kernel|^.*Memcpy|^Memset|^.*Sync")
+
+
+def kernel_type() -> pl.Expr:
+    """COMMUNICATION / MEMORY / COMPUTATION / OTHER for device events (HTA's kernel types)."""
+    return (
+        pl.when(NAME.str.contains(r"^nccl.*Kernel") | NAME.str.contains(r"^(rccl|ncclDev)"))
+        .then(pl.lit("COMMUNICATION"))
+        .when(MEMORY_KERNEL)
+        .then(pl.lit("MEMORY"))
+        .when(~_NOT_COMPUTE)
+        .then(pl.lit("COMPUTATION"))
+        .otherwise(pl.lit("OTHER"))
+    )
+
+
+# Kernel names that mean the math ran on Tensor Cores (MMA instruction shapes and the
+# cuDNN/CUTLASS families built on them) or AMD's matrix cores (MFMA; Tensile's ``_MI16x16x1``).
+TENSOR_CORE_KERNEL = NAME.str.contains(
+    r"(?i)(hmma|imma|wgmma|gmma|tensorop|xmma|h884|s884|h1688|s1688|c1688|i8816|16816|_tf32|tf32f32|"
+    r"dgrad_1x1_stride_2x2|first_layer_wgrad_kernel|conv2d_c1_k1|cutlass_80|sm80_|sm90_|mfma|_MI\d+x\d+x\d+)"
+)
+
+# Ops whose work can run on Tensor Cores under AMP (convolutions and matrix products).
+TENSOR_CORE_ELIGIBLE_OP = NAME.str.contains(
+    r"^(aten::(_?convolution|conv[123]d|conv_tbc|conv_transpose[123]d|cudnn_convolution\w*|prelu|addmm_?|"
+    r"addmv|addr|matmul|mm|mv|linear|addbmm|baddbmm|bmm|chain_matmul|linalg_multi_dot|"
+    r"_scaled_dot_product\w*|scaled_dot_product_attention|lstm_cell|gru_cell)|"
+    r"(CudnnConvolution|Bmm|Mm|Addmm|Addmv|Mv|Addbmm)\w*Backward\d*)$"
+)
+
+# Convolutions that fell back to the reference implementation instead of cuDNN / oneDNN.
+SLOW_CONV = NAME.str.contains(
+    r"^aten::(thnn_conv\w*|slow_conv\w*|_slow_conv\w*|slow_conv_dilated\w*|slow_conv_transpose\w*)$"
+)
+FAST_CONV = NAME.str.contains(r"^aten::(mkldnn_convolution|cudnn_convolution\w*|miopen_convolution\w*)$")
+
+# Host/device synchronisation points.
+SYNC_OP = NAME.str.contains(
+    r"^(aten::_local_scalar_dense|cudaDeviceSynchronize|"
+    r"cudaStreamSynchronize|cudaEventSynchronize|hipDeviceSynchronize|hipStreamSynchronize|"
+    r"cudaMemcpy|hipMemcpy)$"
+)

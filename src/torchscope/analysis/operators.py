@@ -1,0 +1,238 @@
+"""Operators: host and device time by op name (and by input shape), stacks, FLOPs.
+
+The TensorBoard plugin's operator view and ``key_averages`` answer "which op is expensive";
+this module answers it as a DataFrame with device time attached to the op that launched the
+work (self) and to every op above it (total), so a user sees that ``aten::conv2d`` owns the
+cuDNN kernels its children launched. FLOPs are counted from recorded input shapes for the
+ops whose cost the shapes determine (matrix products and attention).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+
+from torchscope.analysis import names
+from torchscope.analysis.frames import kinds, memo
+from torchscope.trace.model import Trace
+
+OP_KINDS = ["cpu_op", "user_annotation"]
+
+
+def _device_time_per_row(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(self, total) device ns per event row: self at the launching op, total up the tree."""
+    return memo(trace, "device_time_per_row", lambda: _device_time_uncached(trace))
+
+
+def _device_time_uncached(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    ev = trace.events
+    n = ev.height
+    dev = kinds(trace, "kernel", "memcpy", "memset").filter(pl.col("op") >= 0)
+    self_ns = np.zeros(n, np.int64)
+    total_ns = np.zeros(n, np.int64)
+    if dev.height == 0:
+        return self_ns, total_ns
+    op = dev["op"].to_numpy().astype(np.int64)
+    dur = dev["dur_ns"].to_numpy()
+    np.add.at(self_ns, op, dur)
+    parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    cur = op
+    for _ in range(512):  # deeper than any real stack
+        np.add.at(total_ns, cur, dur)
+        cur = parent[cur]
+        keep = cur >= 0
+        if not keep.any():
+            break
+        cur, dur = cur[keep], dur[keep]
+    return self_ns, total_ns
+
+
+def _op_rows(trace: Trace) -> pl.DataFrame:
+    self_dev, total_dev = _device_time_per_row(trace)
+    rows = kinds(trace, *OP_KINDS).filter(~names.PROFILER_STEP)
+    idx = rows["id"].to_numpy()
+    return rows.with_columns(
+        pl.Series("device_self_ns", self_dev[idx]), pl.Series("device_total_ns", total_dev[idx])
+    )
+
+
+def operators(trace: Trace, by_input_shape: bool = False) -> pl.DataFrame:
+    """One row per op name (and input shape): calls, host self/total, device self/total, ns.
+
+    Sorted by device total time, then host total time.
+    """
+    keys = ["name", "input_dims"] if by_input_shape else ["name"]
+    rows = _op_rows(trace)
+    return (
+        rows.group_by(keys)
+        .agg(
+            pl.col("kind").first().cast(pl.String).alias("kind"),
+            pl.len().alias("calls"),
+            pl.col("self_ns").sum().alias("host_self_ns"),
+            pl.col("dur_ns").sum().alias("host_total_ns"),
+            pl.col("device_self_ns").sum(),
+            pl.col("device_total_ns").sum(),
+            names.TENSOR_CORE_ELIGIBLE_OP.first().alias("tensor_core_eligible"),
+        )
+        .with_columns(pl.col("name").cast(pl.String))
+        .sort(["device_total_ns", "host_total_ns"], descending=True)
+    )
+
+
+def call_stacks(trace: Trace, op_name: str | None = None, depth: int = 8) -> pl.DataFrame:
+    """Python call stacks leading to ops (needs ``with_stack``): name, stack, calls, host ns.
+
+    ``stack`` is the innermost ``depth`` Python frames, innermost first, joined by " <- ".
+    """
+    ev = trace.events
+    rows = kinds(trace, "cpu_op")
+    if op_name is not None:
+        rows = rows.filter(pl.col("name").cast(pl.String) == op_name)
+    if rows.height == 0 or not (ev["kind"] == "python_function").any():
+        return pl.DataFrame(
+            schema={
+                "name": pl.String,
+                "stack": pl.String,
+                "calls": pl.UInt32,
+                "host_total_ns": pl.Int64,
+                "host_self_ns": pl.Int64,
+            }
+        )
+    parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    is_py = (ev["kind"] == "python_function").to_numpy()
+    name_arr = ev["name"].cast(pl.String).to_numpy()
+    idx = rows["id"].to_numpy().astype(np.int64)
+    # keep only top-level ops: their parent chain reaches Python before another op
+    frames: list[list[str]] = [[] for _ in range(idx.size)]
+    cur = parent[idx]
+    alive = np.arange(idx.size)
+    for _ in range(256):
+        ok = cur >= 0
+        alive, cur = alive[ok], cur[ok]
+        if alive.size == 0:
+            break
+        py = is_py[cur]
+        for a, c in zip(alive[py].tolist(), cur[py].tolist(), strict=True):
+            if len(frames[a]) < depth:
+                frames[a].append(str(name_arr[c]))
+        cur = parent[cur]
+    stacks = [" <- ".join(f) for f in frames]
+    return (
+        rows.select(pl.col("name").cast(pl.String), "dur_ns", "self_ns")
+        .with_columns(pl.Series("stack", stacks, dtype=pl.String))
+        .filter(pl.col("stack") != "")
+        .group_by("name", "stack")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("dur_ns").sum().alias("host_total_ns"),
+            pl.col("self_ns").sum().alias("host_self_ns"),
+        )
+        .sort("host_total_ns", descending=True)
+    )
+
+
+def _flops(name: str, dims_json: str | None) -> float | None:
+    """Floating point operations of one call from its input shapes, when they determine it."""
+    if not dims_json:
+        return None
+    try:
+        dims = json.loads(dims_json)
+    except ValueError:
+        return None
+    shapes = [d for d in dims if isinstance(d, list)]
+    try:
+        if name in ("aten::mm", "aten::matmul") and len(shapes) >= 2:
+            a, b = shapes[0], shapes[1]
+            if len(a) >= 2 and len(b) == 2:
+                m = float(np.prod(a[:-1]))
+                return 2.0 * m * a[-1] * b[-1]
+            if len(a) == 3 and len(b) == 3:
+                return 2.0 * a[0] * a[1] * a[2] * b[2]
+        if name == "aten::addmm" and len(shapes) >= 3:
+            a, b = shapes[1], shapes[2]
+            return 2.0 * a[0] * a[1] * b[1]
+        if name in ("aten::bmm",) and len(shapes) >= 2:
+            a, b = shapes[0], shapes[1]
+            return 2.0 * a[0] * a[1] * a[2] * b[2]
+        if name == "aten::baddbmm" and len(shapes) >= 3:
+            a, b = shapes[1], shapes[2]
+            return 2.0 * a[0] * a[1] * a[2] * b[2]
+        if name == "aten::linear" and len(shapes) >= 2:
+            x, w = shapes[0], shapes[1]
+            return 2.0 * float(np.prod(x[:-1])) * x[-1] * w[0]
+        if (
+            name
+            in (
+                "aten::scaled_dot_product_attention",
+                "aten::_scaled_dot_product_flash_attention",
+                "aten::_scaled_dot_product_efficient_attention",
+                "aten::_scaled_dot_product_flash_attention_for_cpu",
+            )
+            and len(shapes) >= 3
+        ):
+            q, k = shapes[0], shapes[1]
+            batch = float(np.prod(q[:-2]))
+            return 4.0 * batch * q[-2] * k[-2] * q[-1]
+    except (IndexError, TypeError):
+        return None
+    return None
+
+
+FLOP_OPS = (
+    "aten::mm",
+    "aten::matmul",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::linear",
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+)
+
+
+def flops(trace: Trace) -> pl.DataFrame:
+    """FLOPs and achieved FLOP/s by op name and input shape, where shapes determine the cost.
+
+    Achieved rate uses device self+children time when the op launched device work, else host time.
+    Nested matmul ops (``linear`` calling ``addmm``) are each listed; do not add rows across levels.
+    """
+    rows = _op_rows(trace).filter(pl.col("name").cast(pl.String).is_in(FLOP_OPS))
+    empty = pl.DataFrame(
+        schema={
+            "name": pl.String,
+            "input_dims": pl.String,
+            "calls": pl.UInt32,
+            "flops": pl.Float64,
+            "time_ns": pl.Int64,
+            "flops_per_s": pl.Float64,
+        }
+    )
+    if rows.height == 0:
+        return empty
+    g = (
+        rows.group_by("name", "input_dims")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("dur_ns").sum().alias("host_ns"),
+            pl.col("device_total_ns").sum().alias("device_ns"),
+        )
+        .with_columns(pl.col("name").cast(pl.String))
+    )
+    per_call = [_flops(n, d) for n, d in zip(g["name"].to_list(), g["input_dims"].to_list(), strict=True)]
+    g = g.with_columns(pl.Series("flop_per_call", per_call, dtype=pl.Float64)).drop_nulls("flop_per_call")
+    return (
+        g.with_columns(
+            (pl.col("flop_per_call") * pl.col("calls")).alias("flops"),
+            pl.when(pl.col("device_ns") > 0)
+            .then(pl.col("device_ns"))
+            .otherwise(pl.col("host_ns"))
+            .alias("time_ns"),
+        )
+        .with_columns((pl.col("flops") / (pl.col("time_ns") / 1e9)).alias("flops_per_s"))
+        .select("name", "input_dims", "calls", "flops", "time_ns", "flops_per_s")
+        .sort("flops", descending=True)
+    )

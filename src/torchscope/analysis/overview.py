@@ -1,0 +1,333 @@
+"""Overview: where the step time goes, per step and on average, and how busy each device is.
+
+This is the TensorBoard profiler plugin's overview page as a plain function. Steps are the
+``ProfilerStep#N`` spans, stretched to cover the device work their host side launched (the
+plugin's rule, so a step ends when its last kernel ends, not when the CPU moved on); with no
+steps the whole trace is one step. Each instant of a step is given to exactly one category by
+the plugin's priority rule, Kernel > Memcpy > Memset > Communication > Runtime > DataLoader >
+CPU Exec > Other, so the categories add up to the step time. CPU-only runs also get a host
+breakdown that names what a CPU user can change: operators, the DataLoader, the optimizer,
+Python outside ops, and the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from torchscope.analysis import intervals as iv
+from torchscope.analysis import names
+from torchscope.analysis.frames import kinds, memo
+from torchscope.trace.model import Trace
+
+BREAKDOWN_CATEGORIES: tuple[str, ...] = (
+    "Kernel",
+    "Memcpy",
+    "Memset",
+    "Communication",
+    "Runtime",
+    "DataLoader",
+    "CPU Exec",
+    "Other",
+)
+HOST_CATEGORIES: tuple[str, ...] = ("Operators", "DataLoader", "Optimizer", "Python outside ops", "Other")
+
+
+@dataclass(frozen=True)
+class DeviceMetrics:
+    """The overview's per-device numbers (fractions in 0..1, times in ns)."""
+
+    device: int
+    kernel_ns: int  # kernel time inside the steps, overlaps merged
+    utilization: float  # share of the steps' span with at least one kernel running
+    sm_efficiency: float | None  # estimated: time-weighted min(blocks per SM, 1)
+    achieved_occupancy: float | None  # estimated: time-weighted "est. achieved occupancy %" / 100
+    tensor_core_ratio: float | None  # share of kernel time in Tensor Core kernels
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Steps, their breakdown, and device metrics."""
+
+    steps: pl.DataFrame  # step, start_ns, end_ns, dur_ns, then one ns column per category
+    breakdown_ns: dict[str, float]  # step average per BREAKDOWN_CATEGORIES, plus "Total"
+    host_steps: pl.DataFrame  # step, then one ns column per HOST_CATEGORIES
+    host_breakdown_ns: dict[str, float]  # step average per HOST_CATEGORIES, plus "Total"
+    devices: tuple[DeviceMetrics, ...]
+    comm_overlap: pl.DataFrame  # step, computation_ns, communication_ns, overlap_ns, other_ns
+    steps_from_trace: bool  # False when the trace had no ProfilerStep and is one whole step
+
+
+def _spans(df: pl.DataFrame) -> iv.Spans:
+    s = df["start_ns"].to_numpy()
+    return iv.merge(s, s + df["dur_ns"].to_numpy())
+
+
+def profiler_steps(trace: Trace) -> pl.DataFrame:
+    """``ProfilerStep#N`` spans (step, start_ns, end_ns), whichever kind the dialect gave them.
+
+    The 2021 dialect writes them as ``Operator`` events, newer ones as user annotations.
+    """
+    return memo(trace, "profiler_steps", lambda: _profiler_steps(trace))
+
+
+def _profiler_steps(trace: Trace) -> pl.DataFrame:
+    ann = kinds(trace, "user_annotation", "cpu_op").filter(names.PROFILER_STEP)
+    return (
+        ann.select(
+            pl.col("name").cast(pl.String).str.extract(r"#(\d+)", 1).cast(pl.Int32).alias("step"),
+            pl.col("start_ns"),
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        )
+        .sort("start_ns")
+        .unique("step", keep="first", maintain_order=True)
+    )
+
+
+def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:
+    """The steps as the plugin sees them: host spans stretched over the device work they launched.
+
+    Returns (frame with step, start_ns, end_ns, host_start_ns, host_end_ns, device_events; and
+    whether the steps came from ``ProfilerStep#N`` annotations).
+    """
+    ev = trace.events
+    host = profiler_steps(trace)
+    from_trace = host.height > 0
+    if not from_trace:
+        ops = kinds(trace, "cpu_op", "user_annotation", "python_function")
+        base = ops if ops.height else ev.filter(pl.col("dur_ns") > 0)
+        if base.height == 0:
+            return pl.DataFrame(
+                schema={
+                    "step": pl.Int32,
+                    "start_ns": pl.Int64,
+                    "end_ns": pl.Int64,
+                    "host_start_ns": pl.Int64,
+                    "host_end_ns": pl.Int64,
+                    "device_events": pl.Int64,
+                }
+            ), False
+        lo = int(base["start_ns"].min())  # type: ignore[arg-type]
+        hi = int((base["start_ns"] + base["dur_ns"]).max())  # type: ignore[arg-type]
+        host = pl.DataFrame(
+            {"step": [0], "start_ns": [lo], "end_ns": [hi]},
+            schema={"step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64},
+        )
+    hs = host["start_ns"].to_numpy().astype(np.int64)
+    he = host["end_ns"].to_numpy().astype(np.int64)
+    n = hs.size
+
+    # device work launched by runtime calls that lie wholly inside a host step
+    dev = kinds(trace, "kernel", "memcpy", "memset")
+    dev_start = dev["start_ns"].to_numpy()
+    dev_end = dev_start + dev["dur_ns"].to_numpy()
+    launcher = dev["launcher"].fill_null(-1).to_numpy()
+    has_l = launcher >= 0
+    step_of_dev = np.full(dev.height, -1, np.int64)
+    if has_l.any():
+        rt_start = ev["start_ns"].to_numpy()[launcher[has_l]]
+        rt_end = rt_start + ev["dur_ns"].to_numpy()[launcher[has_l]]
+        i = np.searchsorted(hs, rt_start, side="right") - 1
+        ok = (i >= 0) & (rt_end <= he[np.maximum(i, 0)]) & (rt_start >= hs[np.maximum(i, 0)])
+        step_of_dev[np.flatnonzero(has_l)[ok]] = i[ok]
+    matched = step_of_dev >= 0
+    counts = np.bincount(step_of_dev[matched], minlength=n) if n else np.zeros(0, np.int64)
+    dmin = np.full(n, np.iinfo(np.int64).max)
+    dmax = np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(dmin, step_of_dev[matched], dev_start[matched])
+    np.maximum.at(dmax, step_of_dev[matched], dev_end[matched])
+
+    starts, ends = hs.copy(), he.copy()
+    keep = n
+    if matched.any():
+        prev = int(hs[0])
+        if counts[0] > 0:
+            early = (~matched) & (dev_end < dmin[0])
+            if early.any():
+                prev = max(prev, int(dev_end[early].max()))
+        for k in range(n):
+            s = max(prev, int(hs[k]))
+            e = max(int(he[k]), s) if counts[k] == 0 else max(int(he[k]), int(dmax[k]))
+            e = max(e, s)
+            starts[k], ends[k] = s, e
+            prev = e
+        if n > 1:  # drop tail steps whose kernels the profiler may have missed
+            last = int(np.flatnonzero(counts > 0)[-1]) if (counts > 0).any() else -1
+            if last >= 0:
+                keep = last + 1
+                if last > 0 and counts[last - 1] * 0.8 > counts[last]:
+                    keep = last
+    out = pl.DataFrame(
+        {
+            "step": host["step"].cast(pl.Int32),
+            "start_ns": starts,
+            "end_ns": ends,
+            "host_start_ns": hs,
+            "host_end_ns": he,
+            "device_events": counts.astype(np.int64),
+        }
+    ).head(keep)
+    return out, from_trace
+
+
+def role_spans(trace: Trace) -> dict[str, iv.Spans]:
+    """Merged time spans of each breakdown category before the priority rule is applied."""
+    kernels = kinds(trace, "kernel")
+    is_comm = names.COMM_KERNEL
+    host = kinds(trace, "cpu_op", "user_annotation", "collective")
+    host = host.with_columns(
+        pl.when(names.PROFILER_STEP)
+        .then(pl.lit("step"))
+        .when(names.DATALOADER & pl.col("kind").is_in(["cpu_op", "user_annotation"]))
+        .then(pl.lit("DataLoader"))
+        .when(names.HOST_COLLECTIVE)
+        .then(pl.lit("Communication"))
+        .otherwise(pl.lit("CPU Exec"))
+        .alias("role")
+    )
+    comm = pl.concat(
+        [
+            kernels.filter(is_comm).select("start_ns", "dur_ns"),
+            host.filter(pl.col("role") == "Communication").select("start_ns", "dur_ns"),
+        ]
+    )
+    return {
+        "Kernel": _spans(kernels.filter(~is_comm)),
+        "Memcpy": _spans(kinds(trace, "memcpy")),
+        "Memset": _spans(kinds(trace, "memset")),
+        "Communication": _spans(comm),
+        "Runtime": _spans(kinds(trace, "runtime")),
+        "DataLoader": _spans(host.filter(pl.col("role") == "DataLoader")),
+        "CPU Exec": _spans(host.filter(pl.col("role") == "CPU Exec")),
+    }
+
+
+def _priority_breakdown(
+    roles: dict[str, iv.Spans], order: tuple[str, ...], ws: np.ndarray, we: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Give each instant of the windows to the first category in ``order`` that covers it."""
+    slots = iv.merge(ws, we)
+    out: dict[str, np.ndarray] = {}
+    for name in order[:-1]:
+        cost = iv.intersect(slots, roles[name])
+        out[name] = iv.overlap_per_window(cost, ws, we)
+        slots = iv.subtract(slots, cost)
+    out[order[-1]] = iv.overlap_per_window(slots, ws, we)
+    return out
+
+
+def _host_roles(trace: Trace) -> dict[str, iv.Spans]:
+    host = kinds(trace, "cpu_op", "user_annotation", "python_function")
+    return {
+        "DataLoader": _spans(host.filter(names.DATALOADER)),
+        "Optimizer": _spans(host.filter(names.OPTIMIZER & (pl.col("kind") != "python_function"))),
+        "Operators": _spans(host.filter(pl.col("kind") == "cpu_op")),
+        "Python outside ops": _spans(host.filter(pl.col("kind") == "python_function")),
+    }
+
+
+def _device_metrics(trace: Trace, lo: int, hi: int) -> tuple[DeviceMetrics, ...]:
+    kernels = kinds(trace, "kernel")
+    span = max(hi - lo, 1)
+    out = []
+    for dev in sorted(kernels["device"].unique().to_list()):
+        k = kernels.filter(pl.col("device") == dev)
+        s = k["start_ns"].to_numpy()
+        e = s + k["dur_ns"].to_numpy()
+        merged = iv.intersect(iv.merge(s, e), (np.array([lo]), np.array([hi])))
+        busy = iv.total(merged)
+        # SM efficiency: sum of blocks/SM of running kernels, capped at 1, weighted by time
+        bps = k["blocks_per_sm"].to_numpy()
+        sm_eff: float | None = None
+        good = ~np.isnan(bps.astype(float)) & (bps > 0) if bps.size else np.zeros(0, bool)
+        if good.any():
+            t = np.concatenate([s[good], e[good]])
+            typ = np.concatenate([np.zeros(good.sum(), np.int8), np.ones(good.sum(), np.int8)])
+            val = np.concatenate([bps[good], -bps[good]])
+            o = np.lexsort((typ, t))
+            t, val = t[o], val[o]
+            level = np.cumsum(val)[:-1]
+            a = np.clip(t[:-1], lo, hi)
+            b = np.clip(t[1:], lo, hi)
+            w = np.where(level > 1e-12, np.minimum(level, 1.0), 0.0) * (b - a)
+            sm_eff = float(w.sum() / span)
+        occ = k["occupancy_pct"].to_numpy()
+        occupancy: float | None = None
+        og = ~np.isnan(occ.astype(float)) & (occ >= 0) if occ.size else np.zeros(0, bool)
+        if og.any():
+            d = np.clip(np.minimum(e[og], hi) - np.maximum(s[og], lo), 0, None)
+            if d.sum() > 0:
+                occupancy = float((occ[og] * d).sum() / d.sum() / 100.0)
+        total_k = int(k["dur_ns"].sum())
+        tc = int(k.filter(names.TENSOR_CORE_KERNEL)["dur_ns"].sum())
+        out.append(
+            DeviceMetrics(
+                device=int(dev),
+                kernel_ns=busy,
+                utilization=busy / span,
+                sm_efficiency=sm_eff,
+                achieved_occupancy=occupancy,
+                tensor_core_ratio=(tc / total_k) if total_k else None,
+            )
+        )
+    return tuple(out)
+
+
+def overview(trace: Trace) -> Overview:
+    """Steps, the plugin's per-category breakdown (ns), the host breakdown and device metrics."""
+    return memo(trace, "overview", lambda: _overview(trace))
+
+
+def _overview(trace: Trace) -> Overview:
+    win, from_trace = step_windows(trace)
+    ws = win["start_ns"].to_numpy().astype(np.int64)
+    we = win["end_ns"].to_numpy().astype(np.int64)
+    roles = role_spans(trace)
+    br = _priority_breakdown(roles, BREAKDOWN_CATEGORIES, ws, we)
+    steps = win.select("step", "start_ns", "end_ns").with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+        *[pl.Series(c, br[c].astype(np.int64)) for c in BREAKDOWN_CATEGORIES],
+    )
+    hroles = _host_roles(trace)
+    hb = _priority_breakdown(
+        hroles, ("DataLoader", "Optimizer", "Operators", "Python outside ops", "Other"), ws, we
+    )
+    host_steps = win.select("step").with_columns(
+        *[pl.Series(c, hb[c].astype(np.int64)) for c in HOST_CATEGORIES]
+    )
+
+    def avg(cols: dict[str, np.ndarray], order: tuple[str, ...]) -> dict[str, float]:
+        n = max(len(ws), 1)
+        d = {c: float(cols[c].sum()) / n for c in order}
+        d["Total"] = float((we - ws).sum()) / n
+        return d
+
+    # computation / communication / overlap per step (the plugin's distributed view)
+    comp = roles["Kernel"] if roles["Kernel"][0].size else roles["CPU Exec"]
+    comm = roles["Communication"]
+    ov = iv.intersect(comp, comm)
+    c_ns = iv.overlap_per_window(comp, ws, we)
+    m_ns = iv.overlap_per_window(comm, ws, we)
+    o_ns = iv.overlap_per_window(ov, ws, we)
+    comm_overlap = pl.DataFrame(
+        {
+            "step": win["step"],
+            "computation_ns": c_ns,
+            "communication_ns": m_ns,
+            "overlap_ns": o_ns,
+            "other_ns": (we - ws) + o_ns - c_ns - m_ns,
+        }
+    )
+    lo = int(ws.min()) if ws.size else 0
+    hi = int(we.max()) if we.size else 0
+    return Overview(
+        steps=steps,
+        breakdown_ns=avg(br, BREAKDOWN_CATEGORIES),
+        host_steps=host_steps,
+        host_breakdown_ns=avg(hb, HOST_CATEGORIES),
+        devices=_device_metrics(trace, lo, hi),
+        comm_overlap=comm_overlap,
+        steps_from_trace=from_trace,
+    )

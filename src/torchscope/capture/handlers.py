@@ -1,0 +1,40 @@
+"""``tensorboard_trace_handler``: write each finished cycle where TensorBoard and HTA look.
+
+The file name is torch's, ``{worker}.{time_ns}.pt.trace.json[.gz]`` with the worker defaulting
+to ``{hostname}_{pid}``, so the TensorBoard profiler plugin, HTA and ``torchscope report``
+read a log directory written by us exactly like one written by torch. Torch-free: it only
+calls the profiler's ``export_chrome_trace``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def tensorboard_trace_handler(
+    dir_name: str,
+    worker_name: str | None = None,
+    use_gzip: bool = False,
+    use_python_export: bool = False,
+) -> Callable[[Any], None]:
+    """An ``on_trace_ready`` callback that saves each cycle's trace into ``dir_name``."""
+
+    def handler_fn(prof: Any) -> None:
+        nonlocal worker_name
+        if not os.path.isdir(dir_name):
+            try:
+                os.makedirs(dir_name, exist_ok=True)
+            except Exception as exc:
+                raise RuntimeError("Can't create directory: " + dir_name) from exc
+        if not worker_name:
+            worker_name = f"{socket.gethostname()}_{os.getpid()}"
+        file_name = f"{worker_name}.{time.time_ns()}.pt.trace.json"
+        if use_gzip:
+            file_name += ".gz"
+        prof.export_chrome_trace(os.path.join(dir_name, file_name))
+
+    return handler_fn

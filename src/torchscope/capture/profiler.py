@@ -1,0 +1,512 @@
+"""``profile``: torch.profiler's API over PyTorch's own collector, with results from a Trace.
+
+A user changes ``from torch.profiler import profile, ...`` to ``from torchscope import ...``
+and nothing else: the same arguments, the same schedule state machine (warmup, record,
+``on_trace_ready`` at the end of each cycle, ``ProfilerStep#N`` labels), the same tables.
+The difference is after ``stop()``: each cycle becomes a columnar ``Trace`` (see
+``capture.kineto``), and ``key_averages``, ``events`` and the exports are computed from it,
+without one Python object per event.
+
+Misuse gets a clear ``ProfilerStateError`` instead of a corrupted session: ``step()`` or
+``stop()`` before ``start()``, ``start()`` or ``stop()`` twice, and a second profiler while one
+is recording. An exception in the profiled block stops the profiler cleanly and keeps what was
+recorded; an ``on_trace_ready`` that raises leaves the session consistent and its error is
+raised as ``TraceReadyError`` once the profiler's own transitions are done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import polars as pl
+import torch
+from torch._C._profiler import ProfilerActivity, _ExperimentalConfig
+from torch.autograd.profiler import record_function
+from torch.profiler import ExecutionTraceObserver
+
+from torchscope.analysis.key_averages import KeyAverages, key_averages
+from torchscope.capture.events import FunctionEvent, build_events, export_stacks
+from torchscope.capture.kineto import Cycle, KinetoSession, PortableSession, _Scratch
+from torchscope.capture.schedule import ProfilerAction, as_action, default_schedule
+from torchscope.errors import ProfilerStateError
+from torchscope.trace.model import Trace
+
+__all__ = [
+    "ExecutionTraceObserver",
+    "ProfilerAction",
+    "ProfilerActivity",
+    "TraceReadyError",
+    "profile",
+    "record_function",
+    "supported_activities",
+]
+
+BACKENDS = ("auto", "kineto", "portable")
+_DEVICE_ACTIVITIES = ("CUDA", "XPU", "MTIA", "HPU", "PrivateUse1")
+_RECORDING: list[profile] = []  # the profiler currently recording, if any
+
+
+class TraceReadyError(RuntimeError):
+    """``on_trace_ready`` raised; the profiler itself finished its transition cleanly."""
+
+
+def supported_activities() -> set[ProfilerActivity]:
+    """The activities Kineto can trace in this torch build (same as torch's)."""
+    return set(torch.autograd._supported_activities())
+
+
+def _activity_set(activities: Iterable[Any] | None) -> set[ProfilerActivity]:
+    if activities is None:
+        return supported_activities()
+    result: set[ProfilerActivity] = set()
+    for item in activities:
+        if isinstance(item, dict):
+            result.update(item.keys())
+        else:
+            result.add(item)
+    return result
+
+
+def _activity_filters(activities: Iterable[Any] | None) -> dict[ProfilerActivity, set[str]]:
+    """``{ProfilerActivity.CUDA: ["GPU_MEMCPY"]}`` items of ``activities``: collect only those."""
+    filters: dict[ProfilerActivity, set[str]] = {}
+    for item in activities or ():
+        if isinstance(item, dict):
+            for key, names in item.items():
+                filters[key] = set(names)
+    return filters
+
+
+def _choose_backend(requested: str | None, activities: set[ProfilerActivity]) -> str:
+    backend = (requested or os.environ.get("TORCHSCOPE_BACKEND") or "auto").strip().lower()
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    if backend != "auto":
+        return backend
+    supported = supported_activities()
+    wanted = [a for a in activities if a.name in _DEVICE_ACTIVITIES]
+    # a device this process can use but Kineto cannot trace; an absent device is left to
+    # Kineto, which warns and profiles the host, exactly as torch.profiler does
+    if any(a not in supported and _device_available(a) for a in wanted):
+        return "portable"
+    return "kineto"
+
+
+def _device_available(activity: ProfilerActivity) -> bool:
+    name = {"CUDA": "cuda", "XPU": "xpu", "MTIA": "mtia", "HPU": "hpu"}.get(activity.name)
+    if name is None:  # PrivateUse1: the registered backend's module
+        name = str(torch._C._get_privateuse1_backend_name())
+    module = getattr(torch, name, None)
+    try:
+        return bool(module is not None and module.is_available())
+    except Exception:  # a half-registered backend
+        return False
+
+
+def _device_name(activities: set[ProfilerActivity]) -> str | None:
+    """torch's ``use_device`` for a set of activities (the first device in torch's order)."""
+    for name, device in (("CUDA", "cuda"), ("XPU", "xpu"), ("MTIA", "mtia"), ("HPU", "hpu")):
+        if getattr(ProfilerActivity, name, None) in activities:
+            return device
+    if getattr(ProfilerActivity, "PrivateUse1", None) in activities:
+        return str(torch._C._get_privateuse1_backend_name())
+    return None
+
+
+def _distributed_info() -> str | None:
+    """torch's ``distributedInfo`` metadata (backend, rank, world size) when a job is running."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover
+        return None
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    info = {"backend": dist.get_backend(), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
+    return json.dumps(info)
+
+
+class profile:
+    """Profiler context manager, argument for argument ``torch.profiler.profile``.
+
+    Extra: ``backend`` (``"auto"``, ``"kineto"``, ``"portable"``; default from the
+    ``TORCHSCOPE_BACKEND`` environment variable, else ``auto``, which uses Kineto unless a
+    requested device activity is not supported by Kineto in this torch build), and
+    ``trace()`` / ``traces()`` returning the recorded ``Trace``.
+    """
+
+    def __init__(
+        self,
+        *,
+        activities: Iterable[Any] | None = None,
+        schedule: Callable[[int], Any] | None = None,
+        on_trace_ready: Callable[..., Any] | None = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        with_modules: bool = False,
+        experimental_config: _ExperimentalConfig | None = None,
+        execution_trace_observer: Any | None = None,
+        acc_events: bool = False,
+        use_cuda: bool | None = None,
+        custom_trace_id_callback: Callable[[], str] | None = None,
+        post_processing_timeout_s: float | None = None,
+        backend: str | None = None,
+    ) -> None:
+        activity_set = _activity_set(activities)
+        if use_cuda is not None:
+            warnings.warn(
+                "`use_cuda` is deprecated, use `activities` argument instead", FutureWarning, stacklevel=2
+            )
+            if use_cuda:
+                activity_set.add(ProfilerActivity.CUDA)
+            else:
+                activity_set.discard(ProfilerActivity.CUDA)
+        if not activity_set:
+            raise AssertionError("No valid profiler activities found")
+        self.activities = activity_set
+        self.record_shapes = record_shapes or with_flops
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self.with_flops = with_flops
+        self.with_modules = with_modules
+        self.experimental_config = experimental_config
+        self.execution_trace_observer = execution_trace_observer
+        self.acc_events = acc_events
+        self.post_processing_timeout_s = post_processing_timeout_s  # accepted; we never time out
+        self.backend = _choose_backend(backend, activity_set)
+        self.use_device = _device_name(activity_set)
+        self._kineto_options: dict[str, Any] = {
+            "use_cpu": ProfilerActivity.CPU in activity_set,
+            "use_device": self.use_device,
+            "record_shapes": self.record_shapes,
+            "with_flops": with_flops,
+            "profile_memory": profile_memory,
+            "with_stack": with_stack,
+            "with_modules": with_modules,
+            "experimental_config": experimental_config,
+            "custom_trace_id_callback": custom_trace_id_callback,
+        }
+        filters = _activity_filters(activities)
+        if filters:  # only torch builds that know activity filters get the keyword
+            self._kineto_options["activity_filters"] = filters
+        self._scratch = _Scratch()
+        self._session: KinetoSession | PortableSession | None = None
+        self._cycles: list[Cycle] = []
+        self._metadata: dict[str, str] = {}
+
+        if schedule is not None:
+            self.schedule: Callable[[int], Any] = schedule
+            self.record_steps = True
+        else:
+            self.schedule = default_schedule
+            self.record_steps = False
+        self.on_trace_ready = on_trace_ready
+        self.step_num = 0
+        self.current_action = as_action(self.schedule(self.step_num))
+        self.step_rec_fn: Any = None
+        self._started = False
+        self._callback_error: BaseException | None = None
+
+        A = ProfilerAction
+        warn = partial(warnings.warn, stacklevel=3)
+        self.action_map: dict[tuple[ProfilerAction, ProfilerAction | None], list[Callable[[], Any]]] = {
+            (A.NONE, A.NONE): [],
+            (A.NONE, A.WARMUP): [self.prepare_trace],
+            (A.NONE, A.RECORD): [self.prepare_trace, self.start_trace],
+            (A.NONE, A.RECORD_AND_SAVE): [self.prepare_trace, self.start_trace],
+            (A.WARMUP, A.NONE): [
+                partial(warn, "Incorrect schedule: WARMUP followed by NONE"),
+                self.start_trace,
+                self.stop_trace,
+            ],
+            (A.WARMUP, A.WARMUP): [],
+            (A.WARMUP, A.RECORD): [self.start_trace],
+            (A.WARMUP, A.RECORD_AND_SAVE): [self.start_trace],
+            (A.RECORD, A.NONE): [
+                partial(warn, "Incorrect schedule: RECORD followed by NONE"),
+                self.stop_trace,
+            ],
+            (A.RECORD, A.WARMUP): [
+                partial(warn, "Incorrect schedule: RECORD followed by WARMUP"),
+                self.stop_trace,
+            ],
+            (A.RECORD, A.RECORD): [],
+            (A.RECORD, A.RECORD_AND_SAVE): [],
+            (A.RECORD_AND_SAVE, A.NONE): [self.stop_trace, self._trace_ready],
+            (A.RECORD_AND_SAVE, A.WARMUP): [self.stop_trace, self._trace_ready, self.prepare_trace],
+            (A.RECORD_AND_SAVE, A.RECORD): [
+                self.stop_trace,
+                self._trace_ready,
+                self.prepare_trace,
+                self.start_trace,
+            ],
+            (A.RECORD_AND_SAVE, A.RECORD_AND_SAVE): [
+                self.stop_trace,
+                self._trace_ready,
+                self.prepare_trace,
+                self.start_trace,
+            ],
+            (A.WARMUP, None): [self.start_trace, self.stop_trace],
+            (A.RECORD, None): [self.stop_trace, self._trace_ready],
+            (A.RECORD_AND_SAVE, None): [self.stop_trace, self._trace_ready],
+        }
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def __enter__(self) -> profile:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        if self._started:
+            if exc_type is None:
+                self.stop()
+            else:
+                # the block failed: stop cleanly, keep what was recorded, let its error propagate
+                try:
+                    self.stop()
+                except Exception as stop_error:  # pragma: no cover - reported, never masks exc
+                    warnings.warn(f"torchscope: stopping the profiler failed: {stop_error}", stacklevel=2)
+        if self.execution_trace_observer is not None:
+            self.execution_trace_observer.cleanup()
+
+    def start(self) -> None:
+        """Begin profiling (step 0 of the schedule)."""
+        if self._started:
+            raise ProfilerStateError("profile.start() called twice; call stop() first")
+        self._started = True
+        try:
+            self._transit(ProfilerAction.NONE, self.current_action)
+        except BaseException:
+            self._started = False
+            self._release()
+            raise
+        if self.record_steps:
+            self._enter_step()
+        self._raise_callback_error()
+
+    def stop(self) -> None:
+        """End profiling; a cycle that was recording becomes ready (``on_trace_ready`` runs)."""
+        if not self._started:
+            raise ProfilerStateError(
+                "profile.stop() called without a running profiler (not started, or stopped twice)"
+            )
+        self._exit_step()
+        self._started = False
+        try:
+            self._transit(self.current_action, None)
+        finally:
+            self._release()
+        self._raise_callback_error()
+
+    def step(self) -> None:
+        """Signal that the next step begins; follows the schedule's action for it."""
+        if not self._started:
+            raise ProfilerStateError("profile.step() called before start() (or after stop())")
+        self._exit_step()
+        prev = self.current_action
+        action = as_action(self.schedule(self.step_num + 1))
+        self.step_num += 1
+        self.current_action = action
+        self._transit(prev, action)
+        if self.record_steps:
+            self._enter_step()
+        self._raise_callback_error()
+
+    def _enter_step(self) -> None:
+        self.step_rec_fn = record_function("ProfilerStep#" + str(self.step_num))
+        self.step_rec_fn.__enter__()
+
+    def _exit_step(self) -> None:
+        if self.step_rec_fn is not None:
+            rec, self.step_rec_fn = self.step_rec_fn, None
+            rec.__exit__(None, None, None)
+
+    def _transit(self, prev: ProfilerAction, current: ProfilerAction | None) -> None:
+        for action in self.action_map.get((prev, current), []):
+            action()
+
+    def _release(self) -> None:
+        if self in _RECORDING:
+            _RECORDING.remove(self)
+
+    # -- the schedule's actions (torch's names) -------------------------------------------
+    def prepare_trace(self) -> None:
+        """Warm up a new session (Kineto starts collecting but the events are discarded)."""
+        if _RECORDING and _RECORDING[0] is not self:
+            raise ProfilerStateError(
+                "another torchscope profiler is already recording; nested profilers are not supported"
+            )
+        if torch.autograd.profiler._is_profiler_enabled and self.backend == "kineto":
+            raise ProfilerStateError(
+                "a torch profiler is already running in this process; nested profilers are not supported"
+            )
+        if self._cycles and not self.acc_events:
+            # only the current cycle is held: memory stays flat over long scheduled runs
+            for cycle in self._cycles:
+                cycle.discard()
+            self._cycles = []
+        if self.backend == "portable":
+            self._session = PortableSession(
+                self.record_shapes, self.with_stack, self.profile_memory, self.with_modules
+            )
+            self._session.use_device = self.use_device
+        else:
+            self._session = KinetoSession(self._kineto_options, self._scratch)
+            self.use_device = self._session.use_device
+        if self not in _RECORDING:
+            _RECORDING.append(self)
+        self._session.prepare()
+
+    def start_trace(self) -> None:
+        """Start recording the events."""
+        if self.execution_trace_observer is not None:
+            self.execution_trace_observer.start()
+        if self._session is None:
+            raise ProfilerStateError("start_trace() before prepare_trace()")
+        self._session.start()
+        for key, flag in (
+            ("profile_memory", self.profile_memory),
+            ("with_stack", self.with_stack),
+            ("record_shapes", self.record_shapes),
+            ("with_modules", self.with_modules),
+            ("with_flops", self.with_flops),
+        ):
+            if flag:
+                self._metadata[key] = "1"
+        dist_info = _distributed_info()
+        if dist_info:
+            self._metadata["distributedInfo"] = dist_info
+        if self.backend == "kineto":
+            for key, value in self._metadata.items():
+                torch.autograd._add_metadata_json(key, value)
+
+    def stop_trace(self) -> None:
+        """Stop recording; the cycle's results are saved and released from Kineto."""
+        if self.execution_trace_observer is not None:
+            self.execution_trace_observer.stop()
+        session, self._session = self._session, None
+        self._release()
+        if session is None:
+            raise ProfilerStateError("stop_trace() without a running session")
+        cycle = session.stop()
+        if cycle.document is not None:  # the portable document gets the metadata Kineto would write
+            for key, value in self._metadata.items():
+                try:
+                    cycle.document[key] = json.loads(value)
+                except ValueError:
+                    cycle.document[key] = value
+        self._cycles.append(cycle)
+
+    def _trace_ready(self) -> None:
+        if self.on_trace_ready is None:
+            return
+        try:
+            self.on_trace_ready(self)
+        except Exception as exc:
+            self._callback_error = exc
+
+    def _raise_callback_error(self) -> None:
+        if self._callback_error is not None:
+            exc, self._callback_error = self._callback_error, None
+            raise TraceReadyError(
+                f"on_trace_ready raised at step {self.step_num}: {type(exc).__name__}: {exc} "
+                "(the profiler itself is consistent and can continue)"
+            ) from exc
+
+    # -- results ----------------------------------------------------------------------------
+    def _require_cycle(self, what: str) -> list[Cycle]:
+        if not self._cycles:
+            raise ProfilerStateError(f"{what}: no profiling cycle has finished yet")
+        return self._cycles
+
+    def trace(self) -> Trace:
+        """The Trace of the latest finished cycle."""
+        return self._require_cycle("trace()")[-1].trace
+
+    def traces(self) -> list[Trace]:
+        """The Traces held: the latest cycle, or every cycle with ``acc_events=True``."""
+        return [c.trace for c in self._require_cycle("traces()")]
+
+    def key_averages(
+        self,
+        group_by_input_shape: bool = False,
+        group_by_stack_n: int = 0,
+        group_by_overload_name: bool = False,
+    ) -> KeyAverages:
+        """Averages by op name (and input shapes / stack), like torch's; see ``analysis.key_averages``."""
+        return key_averages(
+            self.traces(),
+            group_by_input_shape=group_by_input_shape,
+            group_by_stack_n=group_by_stack_n,
+            group_by_overload_name=group_by_overload_name,
+            use_device=self.use_device,
+            profile_memory=self.profile_memory,
+            with_flops=self.with_flops,
+        )
+
+    def events(self) -> list[FunctionEvent]:
+        """Every event as an object with torch's ``FunctionEvent`` attribute names."""
+        out: list[FunctionEvent] = []
+        for trace in self.traces():
+            out.extend(build_events(trace, use_device=self.use_device))
+        return out
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        """Total self CPU time of the held cycles (us), the table's footer."""
+        return self.key_averages().self_cpu_time_total
+
+    def table(self, sort_by: str | None = None, row_limit: int = 100, **kwargs: Any) -> str:
+        return self.key_averages().table(sort_by=sort_by, row_limit=row_limit, **kwargs)
+
+    def to_polars(self) -> pl.DataFrame:
+        return self.key_averages().to_polars()
+
+    def export_chrome_trace(self, path: str | os.PathLike[str], use_python_export: bool = False) -> None:
+        """Write the latest cycle as Chrome trace JSON (``.gz`` means gzip)."""
+        self._require_cycle("export_chrome_trace()")[-1].export(path)
+
+    def export_stacks(self, path: str | os.PathLike[str], metric: str = "self_cpu_time_total") -> None:
+        """Collapsed stacks (``frame;frame;op value``) that flamegraph tools read."""
+        if not self.with_stack:
+            raise AssertionError("export_stacks() requires with_stack=True")
+        export_stacks(self.traces(), Path(path), metric)
+
+    def add_metadata(self, key: str, value: str) -> None:
+        """Add a string metadata entry to the trace (while recording)."""
+        self.add_metadata_json(key, '"' + value.replace('"', '\\"') + '"')
+
+    def add_metadata_json(self, key: str, value: str) -> None:
+        """Add a JSON metadata entry to the trace (while recording)."""
+        self._metadata[key] = value
+        if (
+            self.backend == "kineto"
+            and self._session is not None
+            and torch.autograd.profiler._is_profiler_enabled
+        ):
+            torch.autograd._add_metadata_json(key, value)
+
+    def preset_metadata_json(self, key: str, value: str) -> None:
+        """Metadata to add when recording starts."""
+        self._metadata[key] = value
+
+    def toggle_collection_dynamic(self, enable: bool, activities: Iterable[ProfilerActivity]) -> None:
+        if self._session is not None and isinstance(self._session, KinetoSession):
+            self._session._profiler.toggle_collection_dynamic(enable, activities)
+
+    def __repr__(self) -> str:
+        state = "recording" if self._session is not None else ("started" if self._started else "idle")
+        return f"<torchscope.profile {state}, step {self.step_num}, {len(self._cycles)} cycle(s) held>"

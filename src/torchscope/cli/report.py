@@ -1,0 +1,74 @@
+"""``torchscope report``: a trace file or log directory to a terminal summary and an HTML dashboard.
+
+The HTML is one self-contained file (our own JS/CSS, the data embedded) that opens offline
+and can be attached to a bug report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import webbrowser
+from pathlib import Path
+
+from torchscope.cli.base import EXIT_OK
+from torchscope.cli.common import load_input, print_json, progress
+
+
+class ReportCommand:
+    name = "report"
+    help = "Summarize a trace file or log directory in the terminal and as an HTML dashboard."
+    epilog = """examples:
+  torchscope report trace.pt.trace.json.gz
+  torchscope report ./log/resnet --html resnet.html --open
+  torchscope report rank-0.json.gz --json > report.json"""
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "path", metavar="TRACE_OR_DIR", help="a trace file, our store directory, or a log directory"
+        )
+        parser.add_argument(
+            "--html", metavar="FILE", help="where to write the dashboard (default: NAME.torchscope.html here)"
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="print the report as JSON on stdout (no timeline arrays)"
+        )
+        parser.add_argument("--open", action="store_true", help="open the dashboard in a browser")
+        parser.add_argument("--no-html", action="store_true", help="terminal summary only")
+        parser.add_argument("--top", type=int, default=10, help="rows per terminal table (default 10)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from torchscope.render.html import write_html
+        from torchscope.render.payload import build_payload
+
+        subject = load_input(args.path)
+        with progress("analysing"):
+            payload = build_payload(subject)
+        html_path: Path | None = None
+        if not args.no_html and (args.html or not args.json or args.open):
+            html_path = Path(args.html) if args.html else Path(f"{payload['title']}.torchscope.html")
+            with progress("writing the dashboard"):
+                write_html(payload, html_path)
+        if args.json:
+            print_json(strip_timeline(payload) | ({"html": str(html_path)} if html_path else {}))
+        else:
+            from rich.console import Console
+
+            console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 140)
+            from torchscope.render.console import print_summary
+
+            print_summary(payload, console, top=args.top)
+            if html_path is not None:
+                console.print(f"dashboard: {html_path}")
+        if args.open and html_path is not None:
+            webbrowser.open(html_path.resolve().as_uri())
+        return EXIT_OK
+
+
+def strip_timeline(payload: dict) -> dict:  # type: ignore[type-arg]
+    """The payload without the timeline's binary arrays (for ``--json``)."""
+    runs = [{k: v for k, v in r.items() if k != "timeline"} for r in payload.get("runs") or []]
+    return {**payload, "runs": runs}
+
+
+COMMAND = ReportCommand()

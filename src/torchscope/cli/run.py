@@ -1,0 +1,146 @@
+"""``torchscope run``: profile a whole script or module with no code change (bottleneck's successor).
+
+The script runs in this process as ``python script.py args`` would: its stdout, stderr and exit
+code pass through untouched; our summary goes to stderr after it finishes, and the run
+directory (``--out``) holds the traces, ``report.html`` (open it offline, attach it to a bug),
+``report.json`` and ``run.json``. A script that crashes still leaves all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+from pathlib import Path
+
+from torchscope.errors import TraceError
+
+
+class RunCommand:
+    name = "run"
+    help = "Profile a Python script or module without changing it; print a summary and write a report."
+    epilog = """examples:
+  torchscope run train.py --lr 0.1
+  torchscope run --out prof/ --memory --stack train.py
+  torchscope run --wait 1 --warmup 1 --active 3 train.py     # steps = optimizer.step() calls
+  torchscope run -m mypkg.train --epochs 1
+notes:
+  options for torchscope come before the script; everything after it goes to the script.
+  the script's exit code is torchscope's exit code."""
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "-m", dest="module", action="store_true", help="run a module (the first argument) like python -m"
+        )
+        parser.add_argument(
+            "--out", metavar="DIR", help="the run directory (default: torchscope-out/NAME-TIME)"
+        )
+        parser.add_argument(
+            "--activities", metavar="LIST", help="comma list of cpu,cuda,xpu,mtia (default: cpu + available)"
+        )
+        for name in ("wait", "warmup", "active"):
+            parser.add_argument(f"--{name}", type=int, metavar="N", help=f"schedule: {name} steps per cycle")
+        parser.add_argument(
+            "--repeat", type=int, default=0, metavar="N", help="schedule: cycles (0 = until the end)"
+        )
+        parser.add_argument(
+            "--skip-first", type=int, default=0, metavar="N", help="schedule: steps to skip first"
+        )
+        parser.add_argument("--memory", action="store_true", help="record allocations (profile_memory)")
+        parser.add_argument("--stack", action="store_true", help="record Python stacks (with_stack)")
+        parser.add_argument("--no-shapes", action="store_true", help="do not record input shapes")
+        parser.add_argument(
+            "--sample-ms", type=float, default=1.0, help="hot-spot sampling interval in ms (0: off)"
+        )
+        parser.add_argument(
+            "--no-summary", action="store_true", help="write the run directory, print nothing"
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="print the run's facts and file paths as JSON on stderr"
+        )
+        parser.add_argument(
+            "target", nargs=argparse.REMAINDER, metavar="script.py [args...]", help="what to run"
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        from torchscope.runner.session import ACTIVITIES, RunOptions, profile_target
+        from torchscope.runner.target import Target
+
+        if not args.target:
+            raise TraceError(
+                "run", "name a script (torchscope run train.py) or a module (torchscope run -m pkg.mod)"
+            )
+        name, script_args = args.target[0], tuple(args.target[1:])
+        if not args.module and not Path(name).is_file():
+            raise TraceError(name, "no such script")
+        activities = None
+        if args.activities:
+            activities = tuple(a.strip().lower() for a in args.activities.split(",") if a.strip())
+            bad = [a for a in activities if a not in ACTIVITIES]
+            if bad:
+                raise TraceError(
+                    "--activities", f"unknown {', '.join(bad)}; choose from {', '.join(ACTIVITIES)}"
+                )
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path(args.out) if args.out else Path("torchscope-out") / f"{Path(name).stem or name}-{stamp}"
+        options = RunOptions(
+            out=out,
+            activities=activities,
+            wait=args.wait,
+            warmup=args.warmup,
+            active=args.active,
+            repeat=args.repeat,
+            skip_first=args.skip_first,
+            memory=args.memory,
+            stack=args.stack,
+            record_shapes=not args.no_shapes,
+            sample_interval_s=max(args.sample_ms, 0.0) / 1000.0,
+        )
+        target = Target(name, script_args, is_module=args.module)
+        result = profile_target(target, options)
+        self._report(result, options, args)
+        return result.exit_code
+
+    def _report(self, result: object, options: object, args: argparse.Namespace) -> None:
+        """Write report.html/report.json/run.json; our failures never change the script's exit code."""
+        from torchscope.runner.results import build_run_payload, write_run_dir
+        from torchscope.runner.session import RunOptions, RunResult
+
+        assert isinstance(result, RunResult) and isinstance(options, RunOptions)
+        command = ["torchscope", "run", *(["-m"] if args.module else []), *args.target]
+        files: dict[str, str] = {}
+        try:
+            payload = build_run_payload(result, options, command)
+            files = {k: str(v) for k, v in write_run_dir(payload, options.out).items()}
+        except Exception as exc:  # noqa: BLE001 - the trace is on disk; report what failed
+            print(f"torchscope run: could not build the report: {type(exc).__name__}: {exc}", file=sys.stderr)
+            payload = None
+        facts = {
+            "exit_code": result.exit_code,
+            "error": result.error,
+            "wall_s": round(result.wall_s, 3),
+            "optimizer_steps": result.steps,
+            "out": str(options.out),
+            "traces": [str(p) for p in result.trace_paths],
+            **files,
+        }
+        (options.out / "run.json").write_text(json.dumps(facts, indent=1), encoding="utf-8")
+        if args.json:
+            print(json.dumps(facts), file=sys.stderr)
+        elif not args.no_summary:
+            from rich.console import Console
+
+            console = Console(file=sys.stderr, width=None if sys.stderr.isatty() else 140)
+            if payload is not None:
+                from torchscope.render.console import print_summary
+
+                print_summary(payload, console)
+            console.print(
+                f"[bold]torchscope run[/bold]: {result.target.display} exited {result.exit_code} after "
+                f"{result.wall_s:.2f} s, {result.steps} optimizer steps · run directory {options.out}"
+                + (f" · report {files['html']}" if "html" in files else "")
+            )
+
+
+COMMAND = RunCommand()

@@ -1,0 +1,69 @@
+"""The HTML dashboard: one page (``index.html`` + ``app.js`` + ``app.css``), two transports.
+
+``render_html(payload)`` inlines our CSS, JS and the payload into a single self-contained file
+that works offline and can be attached to a bug; ``serve_page()`` is the same page with no
+data, which fetches it from ``torchscope serve``. The payload is embedded as JSON inside a
+``<script type="application/json">`` block with ``<``, ``>`` and ``&`` escaped, so no string from
+a trace can close the block; the page's Content-Security-Policy only runs the one script whose
+hash it names, so even a markup injection could not execute.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+
+@cache
+def _asset(name: str) -> str:
+    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+
+
+def embed_json(data: Any) -> str:
+    """JSON text that is safe inside a ``<script>`` element."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def _page(title: str, data_json: str) -> str:
+    js = _asset("app.js")
+    digest = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode()
+    page = _asset("index.html")
+    # Fill the placeholders in one pass each, data last, so no inserted text is re-scanned.
+    for key, value in (
+        ("__SCRIPT_HASH__", f"sha256-{digest}"),
+        ("__TITLE__", html.escape(title)),
+        ("__CSS__", _asset("app.css")),
+        ("__JS__", js),
+    ):
+        page = page.replace(key, value, 1)
+    return page.replace("__DATA__", data_json, 1)
+
+
+def render_html(payload: dict[str, Any]) -> str:
+    """The self-contained dashboard for one payload (``render.payload.build_payload``)."""
+    return _page(str(payload.get("title") or "torchscope report"), embed_json(payload))
+
+
+def write_html(payload: dict[str, Any], path: str | Path) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(payload), encoding="utf-8")
+    return out
+
+
+def serve_page(title: str, poll_ms: int = 5000) -> str:
+    """The page ``torchscope serve`` returns: the same front-end, fetching its data."""
+    return _page(title, embed_json({"transport": "serve", "title": title, "poll_ms": poll_ms}))

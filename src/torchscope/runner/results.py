@@ -1,0 +1,138 @@
+"""After the run: load its traces, place the hot-spot samples on the trace's clock, write the report.
+
+The sampler's clock is the wall clock (``time.time_ns``); the trace's timestamps are whatever
+the reader made of Kineto's. The two are aligned from the step marks the runner took right
+before each ``prof.step()`` (each matches a ``ProfilerStep#N`` start), else from Kineto's base
+time, and a sample counts as "covered" when an ATen op was running on the script's thread.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from torchscope.runner.sampler import HotSpots, covered_by
+from torchscope.runner.session import RunOptions, RunResult
+from torchscope.trace.model import Trace, TraceSet
+
+
+def _clock_offset(trace: Trace, marks: list[tuple[int, int]], samples: HotSpots) -> int | None:
+    """ns to add to a wall-clock time to get the trace's ``start_ns``; None if unknown."""
+    steps = trace.steps
+    if marks and steps.height:
+        starts = dict(zip(steps["step"].to_list(), steps["start_ns"].to_list(), strict=True))
+        diffs = [starts[n] - wall for n, wall in marks if n in starts]
+        if diffs:
+            return int(np.median(diffs))
+    ev = trace.events
+    if ev.height == 0 or samples.samples == 0:
+        return None
+    lo, hi = int(ev["start_ns"].min()), int((ev["start_ns"] + ev["dur_ns"]).max())  # type: ignore[arg-type]
+    s_lo, s_hi = int(samples.times_ns[0]), int(samples.times_ns[-1])
+    for offset in (0, -(trace.meta.base_time_ns or 0)):
+        if lo - (hi - lo) <= s_lo + offset <= hi and s_hi + offset >= lo:
+            return offset
+    return None
+
+
+def hotspot_rows(traces: list[Trace], result: RunResult, limit: int = 30) -> list[dict[str, Any]]:
+    """The hot-spot table with ``outside_ops_pct`` where the samples fall inside a recorded trace."""
+    hs = result.hotspots
+    if hs is None or hs.samples == 0:
+        return []
+    mids = hs.midpoints_ns
+    covered = np.zeros(mids.shape, dtype=bool)
+    known = np.zeros(mids.shape, dtype=bool)
+    for trace in traces:
+        offset = _clock_offset(trace, result.step_marks, hs)
+        if offset is None:
+            continue
+        ops = trace.events.filter((pl.col("kind") == "cpu_op") & (pl.col("tid") == hs.native_id))
+        if ops.height == 0:
+            ops = trace.events.filter(pl.col("kind") == "cpu_op")
+        t = mids + offset
+        lo = int(trace.events["start_ns"].min())  # type: ignore[arg-type]
+        hi = int((trace.events["start_ns"] + trace.events["dur_ns"]).max())  # type: ignore[arg-type]
+        inside = (t >= lo) & (t <= hi)
+        starts = ops["start_ns"].to_numpy()
+        covered |= inside & covered_by(t, starts, starts + ops["dur_ns"].to_numpy())
+        known |= inside
+    if not known.any():
+        return hs.table(None, limit)
+    # Only samples inside a recorded window say anything about coverage.
+    window = HotSpots(hs.interval_ns, hs.native_id, hs.times_ns[known], hs.stack_ids[known], hs.stacks)
+    rows = window.table(covered[known], limit)
+    return rows
+
+
+def load_traces(paths: list[Path]) -> list[Trace]:
+    from torchscope.trace.loader import load
+
+    out: list[Trace] = []
+    for p in paths:
+        loaded = load(p)
+        out.extend(loaded.values() if isinstance(loaded, TraceSet) else [loaded])
+    return out
+
+
+def build_run_payload(result: RunResult, options: RunOptions, command: list[str]) -> dict[str, Any]:
+    """The dashboard payload of a ``torchscope run``: every trace of the run plus run facts."""
+    from torchscope.render.payload import build_payload
+
+    traces = [t for t in result.traces if t is not None]
+    if len(traces) < len(result.trace_paths):  # a cycle's in-memory Trace failed: read the files
+        traces = load_traces(result.trace_paths)
+    run_info = {
+        "command": command,
+        "target": result.target.display,
+        "args": list(result.target.args),
+        "exit_code": result.exit_code,
+        "error": result.error,
+        "wall_s": round(result.wall_s, 3),
+        "optimizer_steps": result.steps,
+        "schedule": {
+            "wait": options.wait,
+            "warmup": options.warmup,
+            "active": options.active,
+            "repeat": options.repeat,
+        }
+        if options.scheduled
+        else None,
+        "traces": [str(p) for p in result.trace_paths],
+    }
+    extra = {"run": run_info, "env": result.env, "hotspots": hotspot_rows(traces, result)}
+    title = f"torchscope run {result.target.display}"
+    if not traces:
+        payload = build_payload(TraceSet({}, source=str(options.out)), title=title, extra=extra)
+        payload["warnings"].extend(
+            result.problems or ["no trace was recorded: the schedule never reached an active step"]
+        )
+        return payload
+    subject: Trace | TraceSet = (
+        traces[0]
+        if len(traces) == 1
+        else TraceSet(
+            {p.stem.removesuffix(".pt.trace"): t for p, t in zip(result.trace_paths, traces, strict=False)},
+            source=str(options.out),
+        )
+    )
+    payload = build_payload(subject, title=title, extra=extra)
+    payload["warnings"].extend(result.problems)
+    return payload
+
+
+def write_run_dir(payload: dict[str, Any], out: Path) -> dict[str, Path]:
+    from torchscope.render.html import write_html
+
+    html = write_html(payload, out / "report.html")
+    js = out / "report.json"
+    slim = {
+        **payload,
+        "runs": [{k: v for k, v in r.items() if k != "timeline"} for r in payload.get("runs") or []],
+    }
+    js.write_text(json.dumps(slim, indent=1, allow_nan=False), encoding="utf-8")
+    return {"html": html, "json": js}

@@ -1,0 +1,258 @@
+"""A low-overhead sampler of the main thread's Python stack: the hot spots the op profiler misses.
+
+The op profiler sees ATen ops; it does not see ``np.argwhere`` or a slow pure-Python loop, so
+a script whose time goes there looks idle (the seed tutorial's masking example). A background
+thread reads the main thread's frame every ``interval_s`` via ``sys._current_frames`` and keeps
+one compact record per sample (wall-clock time, an interned stack id). A sample weighs the
+time since the previous one: a C call that holds the GIL (NumPy's ``nonzero``) delays the
+sampler, and the whole delay is then charged to the frame found when it returns, which is the
+Python function that made the call. ``HotSpots.table``
+aggregates per function: total and self time, and, given the trace's op intervals on the same
+thread, the share of that time no op covered: the part only this table shows. "Self" time is
+charged to the call the user's code made (``hot_frame``), so the table names ``np.argwhere``
+rather than the NumPy helpers inside it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from array import array
+from dataclasses import dataclass, field
+from types import CodeType, FrameType
+from typing import Any
+
+import numpy as np
+
+# Frames of the machinery around the user's code; never reported as hot spots.
+_SKIP_PARTS = (
+    os.sep + "runpy.py",
+    "<frozen runpy>",
+    os.path.join("torchscope", "__main__.py"),
+    os.sep + "threading.py",
+    os.path.join("torchscope", "runner") + os.sep,
+    os.path.join("torchscope", "cli") + os.sep,
+)
+Func = tuple[str, str, int]  # (filename, function name, first line)
+
+
+_LIBRARY_PARTS = ("site-packages" + os.sep, "dist-packages" + os.sep, "<frozen ", "<built-in")
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+
+
+def _skipped(filename: str) -> bool:
+    return any(part in filename for part in _SKIP_PARTS)
+
+
+def _is_library(filename: str) -> bool:
+    return filename.startswith(_STDLIB) or any(p in filename for p in _LIBRARY_PARTS)
+
+
+def hot_frame(stack: tuple[Func, ...]) -> Func:
+    """The frame a sample's time is charged to as "self": the call the user's code made.
+
+    Time inside a library is charged to the outermost public library function the user's
+    code called (``numpy.argwhere``, not its helpers ``_wrapfunc``/``nonzero``/``transpose``;
+    ``Conv2d.forward``, not ``_conv_forward``): that is the line a user can change. Time in
+    the user's own code stays with the innermost user frame.
+    """
+    user = next((i for i, f in enumerate(stack) if not _is_library(f[0])), len(stack))
+    if user == 0:
+        return stack[0]
+    lib = stack[:user]  # leaf first: lib[-1] is what the user's code called
+    public = [f for f in lib if not f[1].startswith("_") or (f[1].startswith("__") and f[1].endswith("__"))]
+    return public[-1] if public else lib[-1]
+
+
+@dataclass
+class Sampler:
+    """Samples one thread's Python stack at a fixed interval while started."""
+
+    interval_s: float = 0.001
+    thread_id: int = field(default_factory=threading.get_ident)
+    native_id: int = field(default_factory=threading.get_native_id)
+    _times: array = field(default_factory=lambda: array("q"))
+    _stack_ids: array = field(default_factory=lambda: array("i"))
+    _stacks: dict[tuple[CodeType, ...], int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="torchscope-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> HotSpots:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return HotSpots.from_samples(self)
+
+    def _loop(self) -> None:
+        interval, tid = self.interval_s, self.thread_id
+        stacks, times, ids = self._stacks, self._times, self._stack_ids
+        while not self._stop.wait(interval):
+            frame: FrameType | None = sys._current_frames().get(tid)
+            codes: list[CodeType] = []
+            while frame is not None:
+                codes.append(frame.f_code)
+                frame = frame.f_back
+            key = tuple(codes)
+            sid = stacks.get(key)
+            if sid is None:
+                sid = stacks[key] = len(stacks)
+            times.append(time.time_ns())
+            ids.append(sid)
+
+
+@dataclass(frozen=True)
+class HotSpots:
+    """The samples of one run: ``times_ns`` (wall clock) and the function stack of each."""
+
+    interval_ns: int
+    native_id: int
+    times_ns: np.ndarray
+    stack_ids: np.ndarray
+    stacks: tuple[tuple[Func, ...], ...]  # leaf first, runner frames removed
+
+    @classmethod
+    def from_samples(cls, sampler: Sampler) -> HotSpots:
+        stacks: list[tuple[Func, ...]] = [()] * len(sampler._stacks)
+        for codes, sid in sampler._stacks.items():
+            stacks[sid] = tuple(
+                (c.co_filename, c.co_name, c.co_firstlineno) for c in codes if not _skipped(c.co_filename)
+            )
+        interval_ns = int(sampler.interval_s * 1e9)
+        times = np.frombuffer(sampler._times, dtype=np.int64).copy()
+        ids = np.frombuffer(sampler._stack_ids, dtype=np.int32).copy()
+        _charge_long_gaps(times, ids, stacks, interval_ns)
+        return cls(
+            interval_ns=interval_ns,
+            native_id=sampler.native_id,
+            times_ns=times,
+            stack_ids=ids,
+            stacks=tuple(stacks),
+        )
+
+    @property
+    def samples(self) -> int:
+        return int(self.times_ns.size)
+
+    @property
+    def weights_ns(self) -> np.ndarray:
+        """Time each sample stands for: the gap since the previous sample."""
+        if self.samples == 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.diff(self.times_ns, prepend=self.times_ns[0] - self.interval_ns)
+
+    @property
+    def midpoints_ns(self) -> np.ndarray:
+        """The middle of the span each sample stands for (used to test op coverage)."""
+        return self.times_ns - self.weights_ns // 2
+
+    def table(self, covered: np.ndarray | None = None, limit: int = 30) -> list[dict[str, Any]]:
+        """Per function: total/self time and samples; ``covered[i]`` says an op covered sample i.
+
+        ``outside_ops_pct`` is the share of the function's time during which no op ran on its
+        thread (None when ``covered`` is not known): high means the op profiler cannot see it.
+        """
+        if self.samples == 0:
+            return []
+        n_stacks = len(self.stacks)
+        w = self.weights_ns.astype(np.float64)
+        per_stack = np.bincount(self.stack_ids, weights=w, minlength=n_stacks)
+        count_stack = np.bincount(self.stack_ids, minlength=n_stacks)
+        outside = (
+            np.bincount(self.stack_ids, weights=w * ~covered, minlength=n_stacks)
+            if covered is not None
+            else None
+        )
+        # func -> [total ns, self ns, outside ns, samples]
+        total: dict[Func, list[float]] = {}
+        for sid, stack in enumerate(self.stacks):
+            ns = float(per_stack[sid])
+            if count_stack[sid] == 0 or not stack:
+                continue
+            out = float(outside[sid]) if outside is not None else 0.0
+            for func in set(stack):
+                row = total.setdefault(func, [0.0, 0.0, 0.0, 0.0])
+                row[0] += ns
+                row[2] += out
+                row[3] += float(count_stack[sid])
+            total[hot_frame(stack)][1] += ns
+        span = float(w.sum()) or 1.0
+        rows: list[dict[str, Any]] = []
+        for (filename, name, line), (tot, self_, out, count) in total.items():
+            rows.append(
+                {
+                    "function": name,
+                    "file": filename,
+                    "line": line,
+                    "location": f"{_short(filename)}:{line}",
+                    "samples": int(count),
+                    "total_ns": int(tot),
+                    "self_ns": int(self_),
+                    "total_pct": round(100.0 * tot / span, 2),
+                    "self_pct": round(100.0 * self_ / span, 2),
+                    "outside_ops_pct": round(100.0 * out / tot, 1) if covered is not None and tot else None,
+                }
+            )
+        rows.sort(key=lambda r: (-int(r["self_ns"]), -int(r["total_ns"])))
+        return rows[:limit]
+
+
+def _charge_long_gaps(
+    times: np.ndarray, ids: np.ndarray, stacks: list[tuple[Func, ...]], interval_ns: int
+) -> None:
+    """Give a long gap (a C call that held the GIL) to the frames both neighbouring samples share.
+
+    The sample before the gap shows the caller about to enter C, the sample after shows where
+    Python went next (often the next call, e.g. ``transpose`` after ``nonzero``); the time was
+    spent inside every frame the two stacks have in common, and only there. Edits ``ids``
+    and extends ``stacks`` in place.
+    """
+    if times.size < 2:
+        return
+    gaps = np.flatnonzero(np.diff(times) > 3 * interval_ns) + 1
+    merged: dict[tuple[int, int], int] = {}
+    for i in gaps.tolist():
+        a, b = int(ids[i - 1]), int(ids[i])
+        if a == b:
+            continue
+        sid = merged.get((a, b))
+        if sid is None:
+            sa, sb = stacks[a][::-1], stacks[b][::-1]  # root first
+            n = 0
+            while n < min(len(sa), len(sb)) and sa[n] == sb[n]:
+                n += 1
+            stacks.append(sa[:n][::-1])
+            sid = merged[(a, b)] = len(stacks) - 1
+        ids[i] = sid
+
+
+def _short(filename: str) -> str:
+    """``.../site-packages/numpy/_core/numeric.py`` -> ``numpy/_core/numeric.py``."""
+    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    cwd = os.getcwd() + os.sep
+    if filename.startswith(cwd):
+        return filename[len(cwd) :]
+    parts = filename.split(os.sep)
+    return os.sep.join(parts[-3:]) if len(parts) > 3 else filename
+
+
+def covered_by(times_ns: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each time, whether it falls inside any [start, end) interval (intervals may nest)."""
+    if starts.size == 0:
+        return np.zeros(times_ns.shape, dtype=bool)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)  # furthest end among intervals starting at or before
+    idx = np.searchsorted(s, times_ns, side="right") - 1
+    ok = idx >= 0
+    out = np.zeros(times_ns.shape, dtype=bool)
+    out[ok] = times_ns[ok] < reach[idx[ok]]
+    return out

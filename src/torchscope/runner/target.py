@@ -1,0 +1,81 @@
+"""Execute a user's script or module in this process the way ``python`` would.
+
+Running in-process (not in a child) is what lets the runner see optimizer steps and sample
+the main thread's Python stack. ``sys.argv``, ``sys.path[0]`` and ``__main__`` are set as the
+interpreter sets them, and restored afterwards; the script's ``SystemExit`` code becomes our
+exit code and an uncaught exception is printed as Python would print it (exit code 1).
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to run: a script path or a module name, and the arguments it sees."""
+
+    name: str
+    args: tuple[str, ...] = ()
+    is_module: bool = False
+
+    @property
+    def display(self) -> str:
+        return f"-m {self.name}" if self.is_module else self.name
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    error: str | None = None  # "ValueError: ..." when the script raised
+
+
+def _exit_code(code: object) -> int:
+    """The process exit status ``python`` would use for ``SystemExit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # SystemExit("message") prints the message, exits 1
+    return 1
+
+
+def execute(target: Target) -> Outcome:
+    """Run ``target`` as ``__main__``; never raises for the script's own errors."""
+    saved_argv, saved_path0 = list(sys.argv), (sys.path[0] if sys.path else None)
+    saved_main = sys.modules.get("__main__")
+    try:
+        if target.is_module:
+            sys.argv = [target.name, *target.args]
+            sys.path.insert(0, str(Path.cwd()))
+            runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+        else:
+            script = Path(target.name)
+            sys.argv = [str(script), *target.args]
+            sys.path.insert(0, str(script.resolve().parent))
+            runpy.run_path(str(script), run_name="__main__")
+        return Outcome(0)
+    except SystemExit as exc:
+        return Outcome(_exit_code(exc.code))
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return Outcome(130, "KeyboardInterrupt")
+    except BaseException as exc:  # noqa: BLE001 - the script's crash is reported, not ours
+        # Print as the interpreter would, without our own frames on top.
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+            tb = tb.tb_next
+        traceback.print_exception(type(exc), exc, tb)
+        return Outcome(1, f"{type(exc).__name__}: {exc}")
+    finally:
+        sys.argv = saved_argv
+        if sys.path and saved_path0 is not None and sys.path[0] != saved_path0:
+            sys.path.pop(0)
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        sys.stdout.flush()
+        sys.stderr.flush()

@@ -1,0 +1,327 @@
+"""Derive the linked columns of a Trace once, vectorized: nesting, self time, steps, launches.
+
+Every reader (JSON, live capture) produces raw columns; this module turns them into the
+relations analyses need, without a Python loop per event:
+
+* ``parent``/``depth``: the innermost enclosing host event on the same thread. With rows of a
+  thread ordered by (start, -dur), the parent of a row is the nearest earlier row whose end is
+  not before its end (a "previous greater element" problem), solved by pointer jumping in
+  O(n log n) numpy work.
+* ``self_ns``: duration minus the *union* of the children's intervals. torch's "Self CPU"
+  subtracts the plain sum, which goes negative when children overlap (Python frames,
+  partially nested ranges); ours never does.
+* ``step``: the ``ProfilerStep#N`` whose window contains the event's start; device work takes
+  the step of the host call that launched it (kernels often run after their step ended).
+* ``launcher``/``op``: device work -> runtime call by correlation id (or by an ac2g flow when
+  the device event carries no correlation, as on MTIA); runtime call -> innermost enclosing
+  ``cpu_op``/``user_annotation`` on its thread, else the op with the same External id.
+* memory ``op``: innermost enclosing op on the allocating thread at the instant.
+* flows: each ``s``/``f`` endpoint binds to the innermost event enclosing it on its track.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND
+
+I64 = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+OP_KINDS = ("cpu_op", "user_annotation", "collective")
+LAUNCH_FLOWS = ("ac2g", "async", "async_cpu_to_gpu", "ac2d")
+
+
+def derive(
+    ev: pl.DataFrame, memory: pl.DataFrame, flows: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Sort events into id order and fill the derived columns of all three tables."""
+    sort_cols = ["start_ns", "dur_ns"] + (["raw_row"] if "raw_row" in ev.columns else [])
+    ev = ev.sort(sort_cols, descending=[False, True] + [False] * (len(sort_cols) - 2))
+    ev = ev.with_columns(
+        pl.int_range(ev.height, dtype=pl.Int32).alias("id"),
+        pl.col("kind").cast(KIND),
+    )
+    n = ev.height
+    kind = ev["kind"].to_physical().to_numpy().astype(np.int8)
+    pid = ev["pid"].to_numpy()
+    tid = ev["tid"].to_numpy()
+    start = ev["start_ns"].to_numpy()
+    end = start + ev["dur_ns"].to_numpy()
+
+    host = np.isin(kind, _codes(HOST_KINDS))
+    parent = _nesting(np.flatnonzero(host), pid, tid, start, end, n)
+    depth = _depth(parent)
+    self_ns = _self_time(parent, start, end)
+
+    is_op = np.isin(kind, _codes(OP_KINDS))
+    flow_df = _bind_flows(flows, ev, parent, is_op, start, end)
+
+    launcher = _launchers(ev, kind, flow_df)
+    op = _ops(ev, kind, parent, launcher, is_op)
+    step = _steps(ev, kind, start, end, launcher, op)
+
+    ev = ev.with_columns(
+        pl.Series("parent", parent.astype(np.int32)),
+        pl.Series("depth", depth.astype(np.int16)),
+        pl.Series("self_ns", self_ns),
+        pl.Series("step", step.astype(np.int32)),
+        pl.Series("launcher", launcher.astype(np.int32)),
+        pl.Series("op", op.astype(np.int32)),
+    )
+    memory = _memory_ops(memory, ev, parent, is_op, start, end)
+    return ev, memory, flow_df
+
+
+def _codes(kinds: tuple[str, ...]) -> list[int]:
+    cats = KIND.categories.to_list()
+    return [cats.index(k) for k in kinds]
+
+
+# -- nesting ------------------------------------------------------------------------------------
+def _nesting(rows: I64, pid: I64, tid: I64, start: I64, end: I64, n: int) -> I64:
+    """Parent id of every row in ``rows`` (ids sorted by start, -dur); -1 elsewhere."""
+    parent = np.full(n, -1, np.int64)
+    if rows.size == 0:
+        return parent
+    order = rows[np.lexsort((tid[rows], pid[rows]))]  # stable: keeps (start, -dur) inside a thread
+    s, e = start[order], end[order]
+    first = np.ones(order.size, bool)
+    first[1:] = (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])
+    cand = np.arange(-1, order.size - 1, dtype=np.int64)
+    cand[first] = -1
+    result = np.full(order.size, -1, np.int64)
+    active = np.flatnonzero(cand >= 0)
+    while active.size:
+        c = cand[active]
+        contains = (e[c] >= e[active]) & ((e[c] > s[active]) | (s[c] == s[active]))
+        result[active[contains]] = c[contains]
+        active = active[~contains]
+        # pointer jump: every row between cand[c] and c ends before c, hence before us
+        nxt = cand[cand[active]]
+        cand[active] = nxt
+        active = active[nxt >= 0]
+    parent[order] = np.where(result >= 0, order[np.maximum(result, 0)], -1)
+    return parent
+
+
+def _depth(parent: I64) -> I64:
+    """Number of ancestors of each row, by list ranking (pointer doubling)."""
+    depth = (parent >= 0).astype(np.int64)
+    jump = parent.copy()
+    active = np.flatnonzero(jump >= 0)
+    while active.size:
+        j = jump[active]
+        depth[active] += depth[j]
+        jump[active] = jump[j]
+        active = active[jump[active] >= 0]
+    return depth
+
+
+def _self_time(parent: I64, start: I64, end: I64) -> I64:
+    """Duration minus the union of the children's intervals (clipped to the parent)."""
+    self_ns = end - start
+    kids = np.flatnonzero(parent >= 0)  # ascending id = ascending start
+    if kids.size == 0:
+        return self_ns
+    kids = kids[np.argsort(parent[kids], kind="stable")]  # grouped by parent, by start inside
+    p = parent[kids]
+    s = start[kids]
+    e = np.minimum(end[kids], end[p])
+    first = np.ones(kids.size, bool)
+    first[1:] = p[1:] != p[:-1]
+    group = np.cumsum(first) - 1
+    # running max of the ends inside each group: lift every group above the previous one
+    t0 = int(min(s.min(), e.min()))
+    width = int(max(s.max(), e.max())) - t0 + 1
+    if width * (int(group[-1]) + 1) < 2**62:
+        lift = group.astype(np.int64) * width
+        run = np.maximum.accumulate(e - t0 + lift) - lift + t0
+    else:  # pragma: no cover - a trace spanning centuries
+        run = pl.DataFrame({"g": group, "e": e}).select(pl.col("e").cum_max().over("g"))["e"].to_numpy()
+    prev = np.empty_like(run)
+    prev[1:] = run[:-1]
+    prev[first] = s[first]
+    covered = np.maximum(e - np.maximum(s, prev), 0)
+    sums = np.zeros(self_ns.size, np.int64)
+    np.add.at(sums, p, covered)
+    return np.maximum(self_ns - sums, 0)
+
+
+# -- binding points to events -------------------------------------------------------------------
+def _enclosing(
+    probes: pl.DataFrame, ev: pl.DataFrame, parent: I64, target: Mask, start: I64, end: I64
+) -> I64:
+    """For each probe (pid, tid, ts_ns): the innermost ``target`` event on its track enclosing ts.
+
+    The latest-starting event at or before ts (the innermost of equal starts) is a descendant
+    of every event enclosing ts, so walking up its parents finds the innermost enclosing
+    target. ``ev`` holds the candidate rows (an ``id`` column into the full arrays).
+    """
+    out = np.full(probes.height, -1, np.int64)
+    if probes.height == 0 or ev.height == 0:
+        return out
+    ids = ev["id"].to_numpy().astype(np.int64)
+    ts = probes["ts_ns"].to_numpy()
+    track_e, track_p = _tracks(
+        ev["pid"].to_numpy(), ev["tid"].to_numpy(), probes["pid"].to_numpy(), probes["tid"].to_numpy()
+    )
+    time_e, time_p = start[ids], ts
+    t0 = int(min(time_e.min(), time_p.min()))
+    width = int(max(time_e.max(), time_p.max())) - t0 + 1
+    if width * (int(max(track_e.max(), track_p.max())) + 1) >= 2**62:  # pragma: no cover
+        _, inv = np.unique(np.concatenate([time_e, time_p]), return_inverse=True)
+        time_e, time_p, t0, width = inv[: ids.size], inv[ids.size :], 0, int(inv.max()) + 1
+    key_e = track_e * width + (time_e - t0)
+    key_p = track_p * width + (time_p - t0)
+    order = np.argsort(key_e, kind="stable")  # ties keep id order: the last is the innermost
+    pos = np.searchsorted(key_e[order], key_p, side="right") - 1
+    hit = pos >= 0
+    cand = np.where(hit, ids[order[np.maximum(pos, 0)]], -1)
+    same = hit & (track_e[order[np.maximum(pos, 0)]] == track_p)
+    cur = np.where(same, cand, -1)
+    for _ in range(4096):
+        live = np.flatnonzero(cur >= 0)
+        c = cur[live]
+        bad = ~(target[c] & (start[c] <= ts[live]) & (ts[live] <= end[c]))
+        if not bad.any():
+            break
+        cur[live[bad]] = parent[c[bad]]
+    return cur
+
+
+def _tracks(pid_e: I64, tid_e: I64, pid_p: I64, tid_p: I64) -> tuple[I64, I64]:
+    """Dense track numbers for (pid, tid) pairs of two tables, comparable across them."""
+    _, pinv = np.unique(np.concatenate([pid_e, pid_p]), return_inverse=True)
+    tvals, tinv = np.unique(np.concatenate([tid_e, tid_p]), return_inverse=True)
+    track = pinv.astype(np.int64) * len(tvals) + tinv
+    return track[: pid_e.size], track[pid_e.size :]
+
+
+def _bind_flows(
+    flows: pl.DataFrame, ev: pl.DataFrame, parent: I64, is_op: Mask, start: I64, end: I64
+) -> pl.DataFrame:
+    if flows.height == 0:
+        return pl.DataFrame(schema={"kind": pl.String, "flow_id": pl.Int64, "src": pl.Int32, "dst": pl.Int32})
+    everything = np.ones(ev.height, bool)
+    bound = _enclosing(flows, ev, parent, everything, start, end)
+    ends = flows.with_columns(pl.Series("row", bound))
+    src = ends.filter(pl.col("ph") == "s").unique(["cat", "flow_id"], keep="first", maintain_order=True)
+    dst = ends.filter(pl.col("ph") == "f")
+    linked = dst.select("cat", "flow_id", pl.col("row").alias("dst")).join(
+        src.select("cat", "flow_id", pl.col("row").alias("src")),
+        on=["cat", "flow_id"],
+        how="full",
+        coalesce=True,
+    )
+    return linked.select(
+        pl.col("cat").alias("kind"),
+        "flow_id",
+        pl.col("src").fill_null(-1).cast(pl.Int32),
+        pl.col("dst").fill_null(-1).cast(pl.Int32),
+    ).sort("kind", "flow_id", "src", "dst")
+
+
+# -- launches and ops ---------------------------------------------------------------------------
+def _launchers(ev: pl.DataFrame, kind: npt.NDArray[np.int8], flows: pl.DataFrame) -> I64:
+    n = ev.height
+    launcher = np.full(n, -1, np.int64)
+    (rt_code,) = _codes(("runtime",))
+    device = np.isin(kind, _codes(DEVICE_KINDS))
+    if not device.any():
+        return launcher
+    runtime = (
+        ev.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .select("correlation", pl.col("id").alias("rt"))
+        .unique("correlation", keep="first")
+    )
+    dev = ev.filter(pl.col("kind").is_in(list(DEVICE_KINDS)) & pl.col("correlation").is_not_null())
+    linked = dev.select("id", "correlation").join(runtime, on="correlation", how="inner")
+    launcher[linked["id"].to_numpy()] = linked["rt"].to_numpy()
+    if flows.height:
+        f = flows.filter(
+            pl.col("kind").is_in(list(LAUNCH_FLOWS)) & (pl.col("src") >= 0) & (pl.col("dst") >= 0)
+        )
+        src = f["src"].to_numpy().astype(np.int64)
+        dst = f["dst"].to_numpy().astype(np.int64)
+        ok = device[dst] & (kind[src] == rt_code) & (launcher[dst] < 0)
+        launcher[dst[ok]] = src[ok]
+    return launcher
+
+
+def _ops(ev: pl.DataFrame, kind: npt.NDArray[np.int8], parent: I64, launcher: I64, is_op: Mask) -> I64:
+    n = ev.height
+    op = np.full(n, -1, np.int64)
+    needs = np.isin(kind, _codes(("runtime", "sync")))
+    rows = np.flatnonzero(needs)
+    cur = parent[rows]
+    for _ in range(4096):
+        live = np.flatnonzero(cur >= 0)
+        bad = ~is_op[cur[live]]
+        if not bad.any():
+            break
+        cur[live[bad]] = parent[cur[live[bad]]]
+    op[rows] = cur
+    device = np.isin(kind, _codes(DEVICE_KINDS))
+    has_l = device & (launcher >= 0)
+    op[has_l] = op[launcher[has_l]]
+    # External id: the op whose External id the runtime call / device event carries
+    missing = (needs | device) & (op < 0)
+    if missing.any():
+        ext = ev["external_id"].to_numpy(allow_copy=True)
+        ext_col = ev["external_id"]
+        by_ext = (
+            ev.filter(pl.Series(is_op) & ext_col.is_not_null())
+            .select("external_id", pl.col("id").alias("owner"))
+            .unique("external_id", keep="last")
+        )
+        want = pl.DataFrame(
+            {"row": np.flatnonzero(missing), "external_id": ext_col.filter(pl.Series(missing))}
+        )
+        got = want.join(by_ext, on="external_id", how="inner")
+        op[got["row"].to_numpy()] = got["owner"].to_numpy()
+        del ext
+    return op
+
+
+def _steps(ev: pl.DataFrame, kind: npt.NDArray[np.int8], start: I64, end: I64, launcher: I64, op: I64) -> I64:
+    n = ev.height
+    step = np.full(n, -1, np.int64)
+    steps = (
+        ev.filter(
+            (pl.col("kind") == "user_annotation")
+            & pl.col("name").cast(pl.String).str.starts_with("ProfilerStep#")
+        )
+        .select(
+            pl.col("name").cast(pl.String).str.extract(r"#(\d+)", 1).cast(pl.Int64, strict=False).alias("n"),
+            "start_ns",
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        )
+        .drop_nulls()
+        .sort("start_ns")
+    )
+    if steps.height == 0:
+        return step
+    s0 = steps["start_ns"].to_numpy()
+    s1 = steps["end_ns"].to_numpy()
+    num = steps["n"].to_numpy()
+    idx = np.searchsorted(s0, start, side="right") - 1
+    inside = (idx >= 0) & (start <= s1[np.maximum(idx, 0)])
+    step[inside] = num[idx[inside]]
+    device = np.isin(kind, _codes(DEVICE_KINDS))
+    via_l = device & (launcher >= 0)
+    step[via_l] = step[launcher[via_l]]
+    via_op = device & (launcher < 0) & (op >= 0)
+    step[via_op] = step[op[via_op]]
+    return step
+
+
+def _memory_ops(
+    memory: pl.DataFrame, ev: pl.DataFrame, parent: I64, is_op: Mask, start: I64, end: I64
+) -> pl.DataFrame:
+    if memory.height == 0:
+        return memory.with_columns(pl.lit(-1, dtype=pl.Int32).alias("op"))
+    owner = _enclosing(memory, ev.filter(pl.Series(is_op)), parent, is_op, start, end)
+    return memory.with_columns(pl.Series("op", owner.astype(np.int32)))

@@ -1,0 +1,55 @@
+"""How each Kineto dialect's categories map to our normalized kinds.
+
+Kineto renamed its categories over the years (2021 traces say ``Operator``/``Runtime``/
+``Kernel``; ROCm writes HIP calls under ``cuda_runtime``; MTIA has ``mtia_runtime`` and
+``mtia_ccp_events``). Keeping the whole mapping in one table means a new dialect is one line
+here, not a branch in the reader.
+"""
+
+from __future__ import annotations
+
+# raw category (lower-cased) -> normalized kind (see trace.schema.KINDS)
+CATEGORY_KIND: dict[str, str] = {
+    # host operators
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",  # 2021
+    "user_annotation": "user_annotation",
+    "python_function": "python_function",
+    "python": "python_function",
+    # runtime / driver calls on the host
+    "cuda_runtime": "runtime",  # also hip* on ROCm
+    "cuda_driver": "runtime",
+    "runtime": "runtime",  # 2021
+    "hip_runtime": "runtime",
+    "xpu_runtime": "runtime",
+    "xpu_driver": "runtime",
+    "mtia_runtime": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
+    "cuda_sync": "sync",
+    "overhead": "other",
+    # device work
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",  # 2021
+    "gpu_memset": "memset",
+    "memset": "memset",  # 2021
+    "gpu_user_annotation": "device_annotation",
+    "mtia_ccp_events": "kernel",
+    "concurrent_kernel": "kernel",
+    # profiler's own spans
+    "trace": "span",
+}
+
+# categories whose events ran on a device track (pid = device index, tid = stream)
+DEVICE_CATEGORIES: frozenset[str] = frozenset(
+    {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "mtia_ccp_events"}
+)
+
+# host-side collective markers: record_param_comms, nccl:*, gloo:* annotations keep their
+# own kind (user_annotation / cpu_op); only record_param_comms is a collective marker.
+COLLECTIVE_NAMES: frozenset[str] = frozenset({"record_param_comms"})
+
+FLOW_CATEGORIES: frozenset[str] = frozenset({"ac2g", "fwdbwd", "async_cpu_to_gpu", "async", "ac2d"})
+
+MEMORY_EVENT_NAME = "[memory]"

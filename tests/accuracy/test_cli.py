@@ -1,0 +1,52 @@
+"""``torchscope accuracy run|dump`` end to end on an example model and on a user script."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torchscope.cli.main import main as cli
+
+
+def test_run_example_model_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli(["accuracy", "run", "--model", "transformer_block", "--dtype", "float16", "--json", "--check"])
+    section = json.loads(capsys.readouterr().out)
+    assert code == 0 and section["first_divergence"] is None
+    s = section["summary"]
+    assert (s["mode"], s["reference"], s["ops"], s["forward_ops"], s["backward_ops"]) == (
+        "live",
+        "cpu float64",
+        56,
+        26,
+        30,
+    )
+    assert {m["module"] for m in section["modules"]} >= {"qkv", "proj", "ff.0", "ff.2", "norm1", "norm2"}
+
+
+def test_run_script_and_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys, torch\n"
+        "steps = int(sys.argv[sys.argv.index('--steps') + 1])\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))\n"
+        "m = m.to(torch.bfloat16)\n"
+        "for _ in range(steps):\n"
+        "    m(torch.randn(8, 16, dtype=torch.bfloat16)).float().sum().backward()\n"
+    )
+    assert (
+        cli(["accuracy", "run", "--tol", "aten::tanh=0.5,0.5", "--json", str(script), "--", "--steps", "2"])
+        == 0
+    )
+    section = json.loads(capsys.readouterr().out)
+    tanh = [o for o in section["ops"] if o["op"] == "aten::tanh"]
+    assert len(tanh) == 2 and all(o["rtol"] == 0.5 and o["module"] == "1" for o in tanh)
+    assert section["summary"]["random"] >= 3  # nn.Linear's init (uniform_) and torch.randn, not compared
+    out = tmp_path / "d"
+    assert cli(["accuracy", "dump", str(out), "--model", "mlp", "--dtype", "bfloat16", "--tensors", "*"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["saved_tensors"] == meta["tensors"] > 0
+    assert cli(["accuracy", "run", str(tmp_path / "missing.py")]) == 2
+    assert "no such script" in capsys.readouterr().err

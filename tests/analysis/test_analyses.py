@@ -1,0 +1,84 @@
+"""Modules, FLOPs, memory, stacks and the host breakdown on a live CPU run of our MLP."""
+
+from __future__ import annotations
+
+import pytest
+
+import torchscope
+from torchscope.analysis.memory import allocations_by_op, leak_candidates, memory_peaks, memory_timeline
+from torchscope.analysis.modules import module_tree
+from torchscope.analysis.operators import call_stacks, flops, operators
+from torchscope.analysis.overview import HOST_CATEGORIES, overview
+from torchscope.models import mlp
+from torchscope.trace.model import Trace
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def mlp_run(tmp_path_factory: pytest.TempPathFactory) -> Trace:
+    from torch.profiler import ProfilerActivity, profile
+
+    model = mlp((512, 1024, 1024, 10))
+    x = torch.randn(64, 512)
+    kept = []
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        with_stack=True,
+        with_modules=True,
+        record_shapes=True,
+        profile_memory=True,
+    ) as prof:
+        model(x)
+        kept.append(torch.empty(1000, 1000))  # 4 MB allocated and still alive at the end
+    path = tmp_path_factory.mktemp("mlp") / "mlp.json"
+    prof.export_chrome_trace(str(path))
+    trace = torchscope.load(path)
+    assert isinstance(trace, Trace)
+    return trace
+
+
+def test_module_tree_follows_the_model(mlp_run: Trace) -> None:
+    tree = module_tree(mlp_run)
+    assert tree["path"].to_list() == [
+        "MLP_0",
+        "MLP_0/Sequential_0",
+        "MLP_0/Sequential_0/Linear_0",
+        "MLP_0/Sequential_0/Linear_1",
+        "MLP_0/Sequential_0/Linear_2",
+        "MLP_0/Sequential_0/ReLU_0",
+        "MLP_0/Sequential_0/ReLU_1",
+    ]
+    assert tree["depth"].to_list() == [0, 1, 2, 2, 2, 2, 2] and set(tree["calls"]) == {1}
+    root, seq = tree["host_ns"][0], tree["host_ns"][1]
+    assert root >= seq >= sum(tree["host_ns"][2:])
+
+
+def test_flops_of_the_linear_layers(mlp_run: Trace) -> None:
+    f = flops(mlp_run).filter(pytest.importorskip("polars").col("name") == "aten::addmm")
+    assert sorted(f["flops"].to_list()) == [2 * 64 * 1024 * 10, 2 * 64 * 512 * 1024, 2 * 64 * 1024 * 1024]
+    assert (f["flops_per_s"] > 0).all()
+
+
+def test_memory_peak_allocations_and_leaks(mlp_run: Trace) -> None:
+    (peak,) = memory_peaks(mlp_run).iter_rows(named=True)
+    assert peak["device"] == "cpu" and peak["peak_allocated_bytes"] >= 4_000_000
+    leaks = leak_candidates(mlp_run)
+    assert leaks.row(0, named=True)["bytes"] == 4_000_000 and leaks["op_name"][0] == "aten::empty"
+    by_op = {r["name"]: r for r in allocations_by_op(mlp_run).iter_rows(named=True)}
+    assert by_op["aten::addmm"]["allocations"] == 3  # one output per Linear
+    assert by_op["aten::addmm"]["self_allocated_bytes"] == 4 * 64 * (1024 + 1024 + 10)
+    tl = memory_timeline(mlp_run)
+    assert tl["allocated_bytes"].max() == peak["peak_allocated_bytes"]
+
+
+def test_host_breakdown_and_stacks_of_a_cpu_run(mlp_run: Trace) -> None:
+    ov = overview(mlp_run)
+    assert not ov.steps_from_trace and ov.devices == ()
+    hb = ov.host_breakdown_ns
+    assert sum(hb[c] for c in HOST_CATEGORIES) == pytest.approx(hb["Total"])
+    assert hb["Operators"] > hb["Python outside ops"] > 0
+    stacks = call_stacks(mlp_run, "aten::addmm")
+    assert stacks["calls"].sum() == 3 and stacks["stack"].str.contains("forward").all()
+    ops = operators(mlp_run)
+    assert ops.filter(ops["name"] == "aten::linear")["calls"][0] == 3

@@ -1,0 +1,67 @@
+"""torch's pattern-matcher anti-patterns on a live CPU training step, and the clean version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import torchscope
+from torchscope.analysis.advisor import advise
+from torchscope.trace.model import Trace
+
+torch = pytest.importorskip("torch")
+
+PATTERN_RULES = {
+    "optimizer_foreach",
+    "zero_grad_set_to_none",
+    "conv_bias_before_batchnorm",
+    "matmul_dims_not_multiple_of_8",
+}
+
+
+def _step(tmp: Path, bad: bool) -> Trace:
+    from torch.profiler import ProfilerActivity, profile
+
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, bias=bad),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 14 * 14, 10),
+    )
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, foreach=not bad)
+    x = torch.randn(4, 3, 16, 16)
+    n = 30 if bad else 32  # a half-precision matmul whose sizes are / are not multiples of 8
+    a, b = torch.randn(n, 64, dtype=torch.bfloat16), torch.randn(64, n, dtype=torch.bfloat16)
+
+    def step() -> None:
+        net(x).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=not bad)
+        torch.mm(a, b)
+
+    step()  # gradients and momentum buffers exist before the profiled step
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, record_shapes=True) as prof:
+        step()
+    path = tmp / f"step{int(bad)}.json"
+    prof.export_chrome_trace(str(path))
+    t = torchscope.load(path)
+    assert isinstance(t, Trace)
+    return t
+
+
+def test_training_step_anti_patterns_are_named(tmp_path: Path) -> None:
+    found = {f.rule: f for f in advise(_step(tmp_path, bad=True))}
+    assert set(found) >= PATTERN_RULES
+    assert found["optimizer_foreach"].evidence["functions"] == ["_single_tensor_sgd"]
+    assert (
+        found["zero_grad_set_to_none"].evidence["zero_fills"] == 6
+    )  # weight and bias of conv, batch norm and linear
+    assert found["conv_bias_before_batchnorm"].evidence["convolutions"] == 1
+    assert found["matmul_dims_not_multiple_of_8"].evidence["calls"] == 1
+    assert "set_to_none=True" in found["zero_grad_set_to_none"].fix
+
+
+def test_the_clean_training_step_has_none_of_them(tmp_path: Path) -> None:
+    found = {f.rule for f in advise(_step(tmp_path, bad=False))}
+    assert not (PATTERN_RULES & found)

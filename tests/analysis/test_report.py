@@ -1,0 +1,74 @@
+"""The report and diff JSON: the keys from analysis.keys, JSON-clean, values a script checks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from torchscope.analysis import keys as K
+from torchscope.analysis.diff import diff_traces
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
+from torchscope.analysis.report import build_report
+from torchscope.trace.model import Trace, TraceSet
+
+
+def test_report_of_one_trace_has_every_key_and_round_trips_json(load_trace: Callable[[str], Trace]) -> None:
+    r = build_report(load_trace("cuda/nccl_rank1_of_2_profile_memory.json.gz"))
+    assert tuple(r) == K.REPORT_KEYS
+    back = json.loads(json.dumps(r, allow_nan=False))
+    assert back[K.KIND] == "trace" and back[K.META]["rank"] == 1
+    b = back[K.BREAKDOWN_US]
+    assert list(b) == [*BREAKDOWN_CATEGORIES, "Total"]
+    assert sum(b[c] for c in BREAKDOWN_CATEGORIES) == pytest.approx(b["Total"])
+    assert len(back[K.STEPS]) == 5 and set(back[K.STEPS][0][K.BREAKDOWN_US]) == set(BREAKDOWN_CATEGORIES)
+    # memory: the peak on the GPU and the op that was running then
+    (gpu,) = [p for p in back[K.MEMORY]["peaks"] if p["device"] == "cuda:1"]
+    assert gpu["peak_allocated_bytes"] == 6629508096 and gpu["peak_op"] == "aten::empty"
+    # HTA's numbers sit under their own keys
+    assert back[K.TEMPORAL_BREAKDOWN]["idle_us"] == pytest.approx(643612.0)
+    rules = [x["rule"] for x in back[K.RECOMMENDATIONS]]
+    assert "communication_heavy" in rules
+    assert all(set(x) == {"rule", "message", "evidence", "fix"} for x in back[K.RECOMMENDATIONS])
+
+
+def test_report_of_a_cpu_only_trace_uses_the_host_breakdown(load_trace: Callable[[str], Trace]) -> None:
+    r = build_report(load_trace("cpu/cpu_only_gloo_rank34.pt.trace.json.gz"))
+    assert r[K.DEVICES] == [] and r[K.BREAKDOWN_US]["Kernel"] == 0
+    hb = r[K.HOST_BREAKDOWN_US]
+    assert sum(v for k, v in hb.items() if k != "Total") == pytest.approx(hb["Total"])
+    json.dumps(r, allow_nan=False)
+
+
+def test_report_of_a_folder_of_ranks_names_the_slowest(load: Callable[[str], Trace | TraceSet]) -> None:
+    ts = load("multirank")
+    assert isinstance(ts, TraceSet)
+    r = build_report(ts)
+    assert tuple(r) == K.TRACESET_KEYS
+    dist = r[K.DISTRIBUTED]
+    assert [x["rank"] for x in dist["ranks"]] == [0, 1]
+    assert dist["slowest_rank"] in (0, 1)
+    waits = {w["rank"]: w["wait_us"] for w in dist["wait_for_slowest"]}
+    assert waits[dist["slowest_rank"]] == 0
+    # both ranks ran 10 point-to-point NCCL kernels; these traces record no message sizes
+    coll = [
+        (c["rank"], c["collective"], c["algorithm"], c["count"], c["algbw_gbps"]) for c in dist["collectives"]
+    ]
+    assert coll == [(0, "SendRecv", "RING_SIMPLE", 10, None), (1, "SendRecv", "RING_SIMPLE", 10, None)]
+    assert set(r[K.RANKS]) == set(ts)
+    json.dumps(r, allow_nan=False)
+
+
+def test_diff_json_keys_and_per_step_deltas(load_trace: Callable[[str], Trace]) -> None:
+    a = load_trace("cuda/diff_control_rank3_of_8.json.gz")
+    b = load_trace("cuda/diff_test_rank1_of_2.json.gz")
+    d = diff_traces(a, b).to_dict()
+    assert tuple(d) == K.DIFF_KEYS
+    s = d[K.DIFF_STEP]
+    assert s["delta"] == pytest.approx(s["b"] - s["a"]) and s["ratio"] > 1
+    deltas = [abs(c["delta_us"]) for c in d[K.DIFF_CHANGES]]
+    assert deltas == sorted(deltas, reverse=True)
+    statuses = {c["status"] for c in d[K.DIFF_CHANGES]}
+    assert {"appeared", "vanished"} <= statuses
+    json.dumps(d, allow_nan=False)

@@ -1,0 +1,62 @@
+"""Advisor rules on the real CUDA traces: who fires, with the evidence a user would check."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+
+from torchscope.analysis.advisor import RULES, advise
+from torchscope.analysis.advisor.rules import RULE_IDS
+from torchscope.trace.model import Trace
+
+
+def _found(trace: Trace) -> dict[str, dict[str, object]]:
+    return {f.rule: f.evidence for f in advise(trace)}
+
+
+def test_rule_ids_are_stable_and_unique() -> None:
+    assert len(set(RULE_IDS)) == len(RULES) == 18
+    assert RULE_IDS[:6] == (
+        "dataloader_bottleneck",
+        "enable_amp",
+        "memory_near_capacity",
+        "use_ddp",
+        "communication_heavy",
+        "low_device_utilization",
+    )
+
+
+def test_a100_fp32_gemms_without_tf32(load_trace: Callable[[str], Trace]) -> None:
+    ev = _found(load_trace("cuda/alexnet_benchmark.json.gz"))
+    assert ev["tf32_matmul"]["kernels"] == 6
+    assert ev["tf32_matmul"]["example"] == "ampere_sgemm_32x32_sliced1x4_tn"
+
+
+def test_v100_nccl_rank_is_launch_bound_and_communication_heavy(load_trace: Callable[[str], Trace]) -> None:
+    ev = _found(load_trace("cuda/nccl_rank1_of_2_profile_memory.json.gz"))
+    assert ev["launch_bound"]["launched"] == 17832 and ev["launch_bound"]["short_kernels"] == 9688
+    assert ev["communication_heavy"]["share"] == pytest.approx(0.2437, abs=1e-3)
+    assert ev["enable_amp"]["compute_capability"] == "7.0"
+    assert "tf32_matmul" not in ev  # a V100 has no TF32
+    assert "memory_near_capacity" not in ev  # 6.6 GB peak of 32 GB
+
+
+def test_memory_near_capacity_on_a_smaller_device(load_trace: Callable[[str], Trace]) -> None:
+    trace = load_trace("cuda/nccl_rank1_of_2_profile_memory.json.gz")
+    props = [dict(p) for p in trace.meta.device_properties]
+    props[1]["totalGlobalMem"] = 7_000_000_000  # the same run on a 7 GB card: the 6.6 GB peak is 95%
+    small = dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, device_properties=tuple(props)))
+    ev = _found(small)["memory_near_capacity"]
+    assert ev["device"] == "cuda:1" and ev["peak_bytes"] == 6629508096
+
+
+def test_factory_tensors_moved_to_the_device(load_trace: Callable[[str], Trace]) -> None:
+    ev = _found(load_trace("cuda/diff_control_rank3_of_8.json.gz"))
+    assert ev["cpu_tensor_copied_to_device"]["factories"] == {"aten::zeros": 3}
+    assert ev["host_device_sync"]["by_name"] == {
+        "cudaStreamSynchronize": 60,
+        "aten::_local_scalar_dense": 30,
+        "cudaDeviceSynchronize": 1,
+    }

@@ -1,0 +1,176 @@
+"""The seed cases, reproduced on live CPU runs of our own models, and their fixes.
+
+Each case is profiled with plain ``torch.profiler``, exported to a Chrome trace and read back
+with ``torchscope.load``, so it checks the whole path a user takes. Runs are kept small.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import torchscope
+from torchscope.analysis.advisor import advise
+from torchscope.analysis.diff import diff_traces
+from torchscope.analysis.overview import overview
+from torchscope.models import mlp, resnet18
+from torchscope.trace.model import Trace
+
+torch = pytest.importorskip("torch")
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+
+
+def _profiled(tmp: Path, name: str, fn: Callable[[], Any], **kw: Any) -> Trace:
+    with profile(activities=[ProfilerActivity.CPU], **kw) as prof:
+        fn()
+    path = tmp / f"{name}.json"
+    prof.export_chrome_trace(str(path))
+    t = torchscope.load(path)
+    assert isinstance(t, Trace)
+    return t
+
+
+@pytest.fixture(autouse=True)
+def _threads() -> Iterator[None]:
+    prev = torch.get_num_threads()
+    torch.set_num_threads(2)  # oneDNN's single-thread small-batch heuristic off, deterministic
+    yield
+    torch.set_num_threads(prev)
+
+
+def _resnet_run(tmp: Path, name: str, dtype: Any = None, mkldnn: bool = True) -> Trace:
+    dtype = dtype or torch.float32
+    model = resnet18(num_classes=10).to(dtype).eval()
+    x = torch.randn(4, 3, 32, 32, dtype=dtype)
+    prev = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = mkldnn
+    try:
+        with torch.no_grad():
+            return _profiled(tmp, name, lambda: model(x), record_shapes=True)
+    finally:
+        torch.backends.mkldnn.enabled = prev
+
+
+def _rules(t: Trace) -> dict[str, Any]:
+    return {f.rule: f for f in advise(t)}
+
+
+def test_float64_convolutions_take_the_slow_path_and_say_why(tmp_path: Path) -> None:
+    found = _rules(_resnet_run(tmp_path, "f64", dtype=torch.float64))
+    slow = found["slow_conv_path"]
+    assert slow.evidence["calls"] == 20  # every convolution of the ResNet-18
+    assert "aten::_slow_conv2d_forward" in slow.evidence["ops"]
+    assert "double precision" in slow.message and "float32" in slow.fix
+    assert "double_precision" in found
+
+
+def test_onednn_disabled_gives_slow_conv_path_naming_the_switch(tmp_path: Path) -> None:
+    slow = _rules(_resnet_run(tmp_path, "nomkl", mkldnn=False))["slow_conv_path"]
+    assert slow.evidence["calls"] == 20
+    assert "torch.backends.mkldnn.enabled" in slow.fix
+
+
+def test_float32_with_onednn_is_clean(tmp_path: Path) -> None:
+    found = _rules(_resnet_run(tmp_path, "ok"))
+    assert "slow_conv_path" not in found and "double_precision" not in found
+
+
+def test_diff_of_slow_and_fixed_run_names_the_convolution_first(tmp_path: Path) -> None:
+    slow = _resnet_run(tmp_path, "slow", mkldnn=False)
+    fixed = _resnet_run(tmp_path, "fixed")
+    d = diff_traces(slow, fixed)
+    first = d.changes.row(0, named=True)
+    assert first["name"] in ("aten::_slow_conv2d_forward", "aten::thnn_conv2d", "aten::mkldnn_convolution")
+    top3 = {r["name"]: r["status"] for r in d.changes.head(3).iter_rows(named=True)}
+    assert (
+        top3.get("aten::_slow_conv2d_forward") == "vanished"
+        or top3.get("aten::mkldnn_convolution") == "appeared"
+    )
+    js = d.to_dict()
+    assert js["changes"][0]["name"] == first["name"] and js["step_us"]["a"] > 0
+
+
+class _Masking(torch.nn.Module):  # type: ignore[misc]
+    """The seed's model: a linear pass, then a threshold mask indexed on the host or in torch."""
+
+    def __init__(self, fixed: bool) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(512, 512)
+        self.fixed = fixed
+
+    def forward(self, x: Any, mask: Any) -> Any:
+        with record_function("LABEL1: linear pass"):
+            out = self.linear(x)
+        with record_function("LABEL2: masking"):
+            if self.fixed:
+                threshold = out.sum(axis=1).mean()
+                hi_idx = (mask > threshold).nonzero(as_tuple=True)
+            else:
+                threshold = out.sum(axis=1).mean().item()
+                hi_idx = np.argwhere(mask.cpu().numpy() > threshold)
+        return out, hi_idx
+
+
+def _masking_run(tmp: Path, fixed: bool) -> Trace:
+    model = _Masking(fixed)
+    x, mask = torch.rand(128, 512), torch.rand(128, 128, 128)
+    model(x, mask)  # warm up
+    return _profiled(tmp, f"mask{int(fixed)}", lambda: model(x, mask), with_stack=True)
+
+
+def test_item_and_argwhere_give_host_device_sync_and_python_outside_ops(tmp_path: Path) -> None:
+    found = _rules(_masking_run(tmp_path, fixed=False))
+    sync = found["host_device_sync"]
+    assert sync.evidence["by_name"] == {"aten::_local_scalar_dense": 1}
+    outside = found["python_outside_ops"]
+    assert outside.evidence["region"] == "LABEL2: masking"
+    assert "argwhere" in outside.evidence["python_functions"][0]
+    assert "argwhere" in outside.message
+
+
+def test_masking_in_torch_is_clean(tmp_path: Path) -> None:
+    found = _rules(_masking_run(tmp_path, fixed=True))
+    assert "host_device_sync" not in found and "python_outside_ops" not in found
+
+
+class _SlowDataset(torch.utils.data.Dataset):  # type: ignore[misc]
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> tuple[Any, Any]:
+        time.sleep(0.004)  # decoding / augmentation in Python
+        return torch.randn(64), torch.tensor(i % 10)
+
+
+def test_single_process_dataloader_is_the_bottleneck(tmp_path: Path) -> None:
+    model = mlp((64, 128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(_SlowDataset(), batch_size=8, num_workers=0)
+
+    path = tmp_path / "loader.json"
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=5)
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=sched,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    trace = torchscope.load(path)
+    assert isinstance(trace, Trace)
+    found = _rules(trace)
+    dl = found["dataloader_bottleneck"]
+    b = overview(trace).breakdown_ns  # the finding quotes the overview's DataLoader share
+    assert dl.evidence["share"] == pytest.approx(b["DataLoader"] / b["Total"])
+    assert overview(trace).steps["step"].to_list() == [2, 3, 4, 5, 6]  # the schedule's active steps
+    assert "num_workers" in dl.fix
+    assert "dataloader_num_workers" in found

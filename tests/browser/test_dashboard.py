@@ -1,0 +1,209 @@
+"""The dashboard in a real browser: every view renders, tables sort, the timeline zooms, serve works."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import torchscope
+from torchscope.cli.main import main
+from torchscope.cli.serve import make_server
+from torchscope.render.html import write_html
+from torchscope.render.payload import build_payload
+
+pytestmark = pytest.mark.browser
+DATA = Path(__file__).resolve().parents[1] / "data"
+SCRIPTS = Path(__file__).resolve().parents[1] / "cli" / "scripts"
+REAL = ["multirank"] + sorted(
+    str(p.relative_to(Path(__file__).resolve().parents[2].parent / "shared" / "traces"))
+    for folder in ("tensorboard_samples", "cuda", "multirank")
+    for p in (Path(__file__).resolve().parents[2].parent / "shared" / "traces" / folder).glob("*.json*")
+)
+
+
+def views(page: Any) -> list[str]:
+    return page.eval_on_selector_all("#tabs button", "bs => bs.map(b => b.dataset.view)")
+
+
+def visit_every_view(page: Any) -> dict[str, str]:
+    """Click each tab; return the text each view rendered."""
+    seen = {}
+    for v in views(page):
+        page.click(f"#tabs button[data-view={v}]")
+        page.wait_for_selector(f"#view[data-rendered={v}]")
+        seen[v] = page.inner_text("#view")
+    return seen
+
+
+def check_dashboard(page: Any, url: str) -> dict[str, str]:
+    page.goto(url)
+    page.wait_for_selector("#view[data-rendered=overview]")
+    seen = visit_every_view(page)
+    assert {"overview", "operators", "kernels", "memory", "modules", "distributed", "timeline"} <= set(seen)
+    for v, text in seen.items():
+        assert len(text.strip()) > len(v) + 5, f"{v} rendered nothing"
+    # Overview shows a number with a unit, not a placeholder
+    assert any(u in seen["overview"] for u in (" ms", " µs", " s\n", " s "))
+    # a table sorts: ops by calls, descending then ascending
+    page.click("#tabs button[data-view=operators]")
+    if page.query_selector("[data-testid=ops-table]"):
+        page.click("[data-testid=ops-table] th[data-key=calls]")
+        calls = [
+            int(x.replace(",", ""))
+            for x in page.eval_on_selector_all(
+                "[data-testid=ops-table] tbody tr td:nth-child(3)", "tds => tds.map(t => t.textContent)"
+            )
+        ]
+        assert calls == sorted(calls, reverse=True)
+        page.click("[data-testid=ops-table] th[data-key=calls]")
+        calls = [
+            int(x.replace(",", ""))
+            for x in page.eval_on_selector_all(
+                "[data-testid=ops-table] tbody tr td:nth-child(3)", "tds => tds.map(t => t.textContent)"
+            )
+        ]
+        assert calls == sorted(calls)
+    # the timeline zooms
+    page.click("#tabs button[data-view=timeline]")
+    canvas = page.wait_for_selector("[data-testid=timeline-canvas]")
+    page.wait_for_function("document.querySelector('[data-testid=timeline-canvas]').dataset.x1 !== undefined")
+    span0 = float(canvas.get_attribute("data-x1")) - float(canvas.get_attribute("data-x0"))
+    page.click("[data-testid=zoom-in]")
+    span1 = float(canvas.get_attribute("data-x1")) - float(canvas.get_attribute("data-x0"))
+    assert span1 == pytest.approx(span0 / 2, rel=1e-6)
+    assert page.errors == []
+    return seen
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_report_of_each_real_trace(name: str, traces_dir: Path, tmp_path: Path, page: Any) -> None:
+    html = write_html(build_payload(torchscope.load(traces_dir / name)), tmp_path / "r.html")
+    check_dashboard(page, html.resolve().as_uri())
+
+
+def test_distributed_view_of_two_ranks(traces_dir: Path, tmp_path: Path, page: Any) -> None:
+    html = write_html(build_payload(torchscope.load(traces_dir / "multirank")), tmp_path / "m.html")
+    page.goto(html.resolve().as_uri())
+    page.click("#tabs button[data-view=distributed]")
+    page.wait_for_selector("[data-testid=dist-table]")
+    rows = page.eval_on_selector_all(
+        "[data-testid=dist-table] tbody tr td:first-child", "tds => tds.map(t => t.textContent)"
+    )
+    assert sorted(rows) == ["rank0", "rank1"]
+    assert page.eval_on_selector_all("#run-select option", "os => os.map(o => o.textContent)") == [
+        "rank0",
+        "rank1",
+    ]
+    page.select_option("#run-select", "1")
+    page.click("#tabs button[data-view=operators]")
+    page.wait_for_selector("[data-testid=ops-table]")
+    assert page.errors == []
+
+
+def test_diff_view(traces_dir: Path, tmp_path: Path, page: Any) -> None:
+    a = torchscope.load(traces_dir / "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz")
+    b = torchscope.load(traces_dir / "tensorboard_samples/resnet50_num_workers_4.pt.trace.json.gz")
+    html = write_html(build_payload(a, compare=b), tmp_path / "d.html")
+    page.goto(html.resolve().as_uri())
+    page.click("#tabs button[data-view=diff]")
+    page.wait_for_selector("[data-testid=diff-table]")
+    first = page.inner_text("[data-testid=diff-table] tbody tr:first-child td:first-child")
+    assert first.startswith("enumerate(DataLoader)")
+    assert page.errors == []
+
+
+def test_report_of_a_live_run(tmp_path: Path, page: Any) -> None:
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "run",
+                "--out",
+                str(out),
+                "--memory",
+                "--stack",
+                "--no-summary",
+                str(SCRIPTS / "train_resnet.py"),
+                "--steps",
+                "2",
+            ]
+        )
+        == 0
+    )
+    seen = check_dashboard(page, (out / "report.html").resolve().as_uri())
+    assert "aten::convolution_backward" in seen["operators"]
+    assert "CPU peak allocated" in seen["memory"]
+    assert "ResNet18_0" in seen["modules"]
+    assert "Python hot spots" in seen["overview"] and "exit code" in seen["overview"]
+
+
+def test_hostile_names_show_as_text_and_run_nothing(tmp_path: Path, page: Any) -> None:
+    src = tmp_path / 'x<img src=y onerror="window.__pwned=9">.json'
+    shutil.copy(DATA / "hostile_names.pt.trace.json", src)
+    html = write_html(build_payload(torchscope.load(src)), tmp_path / "h.html")
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(html.resolve().as_uri())
+    page.wait_for_selector("#view[data-rendered=overview]")
+    seen = visit_every_view(page)
+    page.click("#tabs button[data-view=timeline]")
+    page.click("[data-testid=zoom-in]")
+    assert page.evaluate("window.__pwned") is None and dialogs == []
+    assert page.query_selector("#view img, #view script, #view svg[onload]") is None
+    assert "<script>window.__pwned=1</script>" in seen["operators"]
+    assert '<img src=x onerror="window.__pwned=2">' in seen["operators"]
+    assert '"><svg onload=window.__pwned=3>' in seen["kernels"]
+    assert page.title().startswith('x<img src=y onerror="window.__pwned=9">')
+
+
+def test_serve_end_to_end_refreshes_as_traces_arrive(tmp_path: Path, traces_dir: Path, page: Any) -> None:
+    logdir = tmp_path / "log"
+    logdir.mkdir()
+    shutil.copy(traces_dir / "multirank/rank-0.json.gz", logdir / "rank-0.json.gz")
+    server = make_server(logdir, "127.0.0.1", 0, poll_ms=300)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        check_dashboard(page, url)
+        assert page.eval_on_selector_all("#run-select option", "os => os.length") == 1
+        shutil.copy(traces_dir / "multirank/rank-1.json.gz", logdir / "rank-1.json.gz")
+        page.wait_for_function("document.querySelectorAll('#run-select option').length === 2", timeout=20_000)
+        page.select_option("#run-select", "rank-1.json.gz")
+        page.wait_for_function(
+            "document.querySelector('#title').textContent === 'rank-1.json.gz'", timeout=60_000
+        )
+        page.wait_for_selector("#view[data-rendered]")
+        with page.expect_download() as dl:
+            page.click("#tabs button[data-view=timeline]")
+            page.click("[data-testid=export-chrome]")
+        assert Path(dl.value.path()).read_bytes() == (logdir / "rank-1.json.gz").read_bytes()
+        assert page.errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_accuracy_view_from_a_live_comparison(traces_dir: Path, tmp_path: Path, page: Any) -> None:
+    import torch
+
+    from torchscope.accuracy import accuracy_section, compare
+    from torchscope.models import mlp
+
+    model = mlp((32, 64, 10)).to(torch.bfloat16)
+    with compare(model) as result:
+        model(torch.randn(4, 32, dtype=torch.bfloat16))
+    section = accuracy_section(result)
+    trace = torchscope.load(traces_dir / "cuda/triton_kernel.json.gz")
+    html = write_html(build_payload(trace, extra={"accuracy": section}), tmp_path / "a.html")
+    page.goto(html.resolve().as_uri())
+    page.click("#tabs button[data-view=accuracy]")
+    page.wait_for_selector("#view[data-rendered=accuracy]")
+    text = page.inner_text("#view")
+    headline = "First divergence" if section["first_divergence"] else "No divergence beyond tolerance"
+    assert headline in text
+    assert "aten::addmm" in text and "net.0" in text
+    assert page.errors == []

@@ -1,0 +1,342 @@
+"""The drop-in ``profile``: results, exports, misuse, crashes, and flat memory on long runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import torchscope
+from torchscope import ProfilerActivity, profile, record_function, schedule
+from torchscope.analysis.key_averages import key_averages
+from torchscope.capture.profiler import TraceReadyError
+from torchscope.errors import ProfilerStateError
+from torchscope.models import mlp
+from torchscope.trace.reader import read_chrome
+
+
+@pytest.fixture(scope="module")
+def net() -> Any:
+    torch.manual_seed(0)
+    model = mlp((16, 32, 8))
+    x = torch.randn(4, 16)
+    model(x)
+    return lambda: model(x)
+
+
+def test_public_names_resolve_lazily() -> None:
+    assert torchscope.profile is profile
+    assert torchscope.record_function is torch.autograd.profiler.record_function
+    assert ProfilerActivity.CPU in torchscope.supported_activities()
+    assert torchscope.ProfilerAction.RECORD_AND_SAVE.value == 3
+
+
+def test_rows_have_torchs_attributes_and_dataframes(net: Any) -> None:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, record_function("forward"):
+        net()
+    rows = {r.key: r for r in prof.key_averages()}
+    assert rows["forward"].count == 1
+    assert rows["aten::linear"].count == 2 and rows["aten::relu"].count == 1
+    linear = rows["aten::linear"]
+    assert 0 < linear.self_cpu_time_total <= linear.cpu_time_total
+    assert linear.cpu_time == pytest.approx(linear.cpu_time_total / 2)
+    assert rows["forward"].cpu_time_total >= linear.cpu_time_total
+    df = prof.key_averages().to_polars()
+    assert df.filter(df["key"] == "aten::linear")["count"].item() == 2
+    pdf = prof.key_averages().to_pandas()
+    assert set(pdf["key"]) == set(df["key"].to_list())
+    # per-event view: children and shapes
+    events = prof.events()
+    fwd = next(e for e in events if e.name == "forward")
+    assert {c.name for c in fwd.cpu_children} >= {"aten::linear", "aten::relu"}
+    lin = next(e for e in events if e.name == "aten::linear")
+    assert lin.input_shapes[0] == [4, 16]
+    assert lin.cpu_parent is fwd
+
+
+@pytest.mark.parametrize(
+    "sort_by",
+    [
+        "cpu_time_total",
+        "self_cpu_time_total",
+        "cuda_time_total",
+        "self_cuda_time_total",
+        "device_time_total",
+        "xpu_time_total",
+        "cpu_memory_usage",
+        "self_cpu_memory_usage",
+        "cuda_memory_usage",
+        "count",
+        "cpu_time",
+        "cuda_time",
+    ],
+)
+def test_every_documented_sort_key(net: Any, sort_by: str) -> None:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        net()
+    table = prof.key_averages().table(sort_by=sort_by, row_limit=5)
+    assert table.splitlines()[-1].startswith("Self CPU time total: ")
+    assert len(table.splitlines()) == 5 + 5
+
+
+def test_unknown_sort_key_is_named(net: Any) -> None:
+    with profile() as prof:
+        net()
+    with pytest.raises(AttributeError, match="cannot sort a profiler table by 'speed'"):
+        prof.key_averages().table(sort_by="speed")
+
+
+def test_table_options(net: Any) -> None:
+    with profile() as prof, record_function("outer"):
+        net()
+    ka = prof.key_averages()
+    top = ka.table(top_level_events_only=True, header="my header")
+    lines = top.splitlines()
+    assert lines[1] == "my header" and "This report only display top-level ops statistics" in lines
+    assert "outer" in top and "aten::addmm" not in top
+    assert re.search(r"Self CPU time total: \d+\.\d{3}ms\n$", ka.table(time_unit="ms"))
+    assert not re.search(r"\d\.\d{3}(us|ms)\b", ka.table(time_unit="s"))
+
+
+def test_chrome_trace_export_plain_and_gzip(net: Any, tmp_path: Path) -> None:
+    with profile() as prof:
+        with record_function("step"):
+            net()
+        prof.add_metadata("run", "nightly")
+        prof.add_metadata_json("config", '{"lr": 0.1}')
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    prof.export_chrome_trace(str(tmp_path / "t.json.gz"))
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["run"] == "nightly" and doc["config"] == {"lr": 0.1}
+    with gzip.open(tmp_path / "t.json.gz") as f:
+        assert json.loads(f.read()) == doc
+    names = {e["name"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op"}
+    assert {"aten::linear", "aten::addmm", "aten::relu"} <= names
+    # a file we wrote reads back into the same table
+    loaded = key_averages(read_chrome(tmp_path / "t.json.gz"))
+    assert {r.key: r.count for r in loaded} == {r.key: r.count for r in prof.key_averages()}
+
+
+def test_export_stacks_is_collapsed_format(net: Any, tmp_path: Path) -> None:
+    with profile(with_stack=True) as prof:
+        net()
+    prof.export_stacks(str(tmp_path / "stacks.txt"))
+    lines = (tmp_path / "stacks.txt").read_text().splitlines()
+    assert lines and all(re.fullmatch(r"\S+ \d+", line) for line in lines)
+    assert any(line.split(" ")[0].endswith(";aten::addmm") for line in lines)
+    with pytest.raises(ValueError, match="metric should be one of"):
+        prof.export_stacks(str(tmp_path / "x.txt"), metric="wall")
+
+
+def test_exception_in_block_stops_cleanly_and_keeps_events(net: Any) -> None:
+    prof = profile()
+    with pytest.raises(ZeroDivisionError), prof:
+        with record_function("before_crash"):
+            net()
+        1 / 0  # noqa: B018
+    assert "before_crash" in {r.key for r in prof.key_averages()}
+    with profile() as again:  # nothing left running
+        net()
+    assert again.key_averages()
+
+
+def test_misuse_gets_clear_messages(net: Any) -> None:
+    prof = profile()
+    with pytest.raises(ProfilerStateError, match=r"step\(\) called before start\(\)"):
+        prof.step()
+    with pytest.raises(ProfilerStateError, match="without a running profiler"):
+        prof.stop()
+    with pytest.raises(ProfilerStateError, match="no profiling cycle has finished"):
+        prof.key_averages()
+    prof.start()
+    with pytest.raises(ProfilerStateError, match="called twice"):
+        prof.start()
+    net()
+    prof.stop()
+    with pytest.raises(ProfilerStateError, match="stopped twice"):
+        prof.stop()
+    assert prof.key_averages()
+
+
+def test_nested_profilers_are_refused(net: Any) -> None:
+    with profile() as outer:
+        with pytest.raises(ProfilerStateError, match="nested profilers are not supported"), profile():
+            pass
+        net()
+    assert "aten::linear" in {r.key for r in outer.key_averages()}
+
+
+def test_raising_on_trace_ready_leaves_a_consistent_session(net: Any) -> None:
+    calls: list[int] = []
+    rows: list[int] = []
+
+    def handler(p: Any) -> None:
+        calls.append(p.step_num)
+        rows.append(sum(r.count for r in p.key_averages() if r.key == "aten::addmm"))
+        if len(calls) == 1:
+            raise OSError("disk full")
+
+    prof = profile(schedule=schedule(wait=0, warmup=1, active=1), on_trace_ready=handler)
+    prof.start()
+    net()
+    prof.step()
+    net()
+    with pytest.raises(TraceReadyError, match="disk full"):
+        prof.step()
+    for _ in range(2):  # the next cycle works
+        net()
+        prof.step()
+    prof.stop()
+    assert calls == [2, 4]
+    assert rows == [2, 2]  # each cycle recorded its one active step
+
+
+def test_use_cuda_is_a_deprecated_alias() -> None:
+    with pytest.warns(FutureWarning, match="use_cuda"):
+        profile(use_cuda=False)
+
+
+def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert profile().backend == "kineto"
+    monkeypatch.setenv("TORCHSCOPE_BACKEND", "portable")
+    assert profile().backend == "portable"
+    assert profile(backend="kineto").backend == "kineto"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        profile(backend="cupti")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_an_absent_device_is_left_to_kineto_like_torch(net: Any) -> None:
+    # CUDA is requested but this machine has none: Kineto warns and profiles the host
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with pytest.warns(UserWarning, match="CUDA is not available"), profile(activities=activities) as prof:
+        net()
+    assert prof.backend == "kineto"
+    assert "aten::addmm" in {r.key for r in prof.key_averages()}
+
+
+def test_portable_backend_records_the_same_ops(net: Any) -> None:
+    with profile(backend="portable", record_shapes=True) as prof, record_function("fwd"):
+        net()
+    counts = {r.key: r.count for r in prof.key_averages()}
+    assert counts.get("aten::addmm") == 2
+
+
+def test_long_scheduled_run_keeps_only_the_current_cycle(net: Any) -> None:
+    """Memory stays flat: each cycle replaces the previous one (unless acc_events)."""
+
+    def rss_mb() -> float:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+    sizes: list[float] = []
+    held: list[int] = []
+
+    def handler(p: Any) -> None:
+        p.key_averages().table(row_limit=3)
+        held.append(len(p._cycles))
+        sizes.append(rss_mb())
+
+    prof = profile(schedule=schedule(wait=0, warmup=1, active=2), on_trace_ready=handler)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with prof:
+            for _ in range(240):
+                for _ in range(3):
+                    net()
+                prof.step()
+    assert len(sizes) == 80
+    assert set(held) == {1}
+    assert len(os.listdir(prof._scratch.dir)) == 1  # one saved cycle on disk
+    # after the first few cycles warm the allocator, RSS does not climb with the cycles
+    assert sizes[-1] - sizes[9] < 25
+
+
+def test_acc_events_keeps_every_cycle(net: Any) -> None:
+    prof = profile(schedule=schedule(wait=0, warmup=1, active=1), acc_events=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with prof:
+            for _ in range(6):
+                net()
+                prof.step()
+    # three recorded cycles, plus the warm-up that stop() closes (empty, as with torch)
+    assert [t.ops.height > 0 for t in prof.traces()] == [True, True, True, False]
+    assert {r.key: r.count for r in prof.key_averages()}["aten::addmm"] == 6
+
+
+def test_loaded_cuda_trace_gets_cuda_columns(traces_dir: Path) -> None:
+    trace = read_chrome(traces_dir / "cuda" / "alexnet_benchmark.json.gz")
+    ka = key_averages(trace)
+    table = ka.table(sort_by="self_cuda_time_total", row_limit=5)
+    header = re.split(r"\s{2,}", table.splitlines()[1].strip())
+    assert header[6:10] == ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
+    assert table.splitlines()[-1].startswith("Self CUDA time total: ")
+    # every kernel, memcpy and memset is counted once, on its own row
+    device = trace.events.filter(trace.events["kind"].cast(str).is_in(["kernel", "memcpy", "memset"]))
+    rows = [r for r in ka if r.is_device and not r.is_user_annotation]
+    assert sum(r.self_device_time_total for r in rows) == pytest.approx(device["dur_ns"].sum() / 1000)
+    # and the op that launched it owns it: the HtoD copies belong to aten::copy_
+    copy = next(r for r in ka if r.key == "aten::copy_")
+    memcpy = device.filter(device["name"].cast(str).str.starts_with("Memcpy"))["dur_ns"].sum() / 1000
+    assert copy.device_time_total == pytest.approx(memcpy)
+
+
+def test_flops_match_torchs_for_matrix_products() -> None:
+    import torch.profiler as tp
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 32)
+    x = torch.randn(8, 64)
+    layer(x)
+    results = []
+    for prof_cls in (tp.profile, profile):
+        with prof_cls(with_flops=True) as prof:
+            layer(x)
+            torch.mm(x, x.t())
+        results.append({r.key: r.flops for r in prof.key_averages() if r.flops})
+        table = prof.key_averages().table(row_limit=3)
+        assert "Total KFLOPs" in table.splitlines()[1]
+    assert results[0] == results[1] == {"aten::addmm": 2 * 8 * 64 * 32, "aten::mm": 2 * 8 * 64 * 8}
+
+
+def test_input_shapes_and_totals_look_like_torchs(net: Any) -> None:
+    with profile(record_shapes=True) as prof:
+        net()
+    addmm = [r.input_shapes for r in prof.key_averages(group_by_input_shape=True) if r.key == "aten::addmm"]
+    assert addmm == [[[32], [4, 16], [16, 32], [], []], [[8], [4, 32], [32, 8], [], []]]
+    assert all(r.input_shapes == "" for r in prof.key_averages())
+    total = prof.key_averages().total_average()
+    assert total.key == "Total"
+    assert total.self_cpu_time_total == pytest.approx(prof.self_cpu_time_total)
+    assert total.count == sum(r.count for r in prof.key_averages())
+
+
+def test_portable_document_carries_metadata(net: Any, tmp_path: Path) -> None:
+    with profile(backend="portable") as prof:
+        net()
+        prof.add_metadata("run", "nightly")
+    prof.export_chrome_trace(str(tmp_path / "p.json"))
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert doc["run"] == "nightly"
+    assert any(e.get("name") == "aten::addmm" for e in doc["traceEvents"])
+
+
+def test_record_function_as_decorator(net: Any) -> None:
+    @record_function("decorated_step")
+    def step() -> None:
+        net()
+
+    with profile() as prof:
+        step()
+        step()
+    rows = {r.key: r for r in prof.key_averages()}
+    assert rows["decorated_step"].count == 2
+    assert rows["decorated_step"].cpu_time_total >= rows["aten::linear"].cpu_time_total

@@ -1,0 +1,209 @@
+"""report, table, diff, export and serve on the real traces, as a user runs them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from torchscope.cli.main import main
+from torchscope.cli.serve import make_server
+
+TB0 = "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz"
+
+
+def _raw_events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def test_report_json_and_html(traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    html = tmp_path / "r.html"
+    assert main(["report", str(traces_dir / TB0), "--json", "--html", str(html)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    run = out["runs"][0]
+    assert "timeline" not in run  # --json leaves out the binary arrays
+    # the DataLoader is this sample's bottleneck: it is the top host op by self time
+    assert run["ops"][0]["name"].startswith("enumerate(DataLoader)#_SingleProcessDataLoaderIter")
+    # differential against plain json: per-kernel totals equal the file's own durations
+    raw = _raw_events(traces_dir / TB0)
+    top = run["kernels"][0]
+    expected = sum(
+        round(e["dur"] * 1000) for e in raw if e.get("cat") == "Kernel" and e.get("name") == top["name"]
+    )
+    calls = sum(1 for e in raw if e.get("cat") == "Kernel" and e.get("name") == top["name"])
+    assert top["calls"] == calls and abs(top["total_ns"] - expected) <= calls
+    assert any(r["rule"] == "launch_bound" for r in out["report"]["recommendations"])
+    text = html.read_text()
+    assert text.count("<script") == 2 and "resnet50_num_workers_0" in text
+
+
+def test_report_terminal_summary(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(traces_dir / "multirank")]) == 0
+    text = capsys.readouterr().out
+    assert "rank0" in text and "rank1" in text and "top ops by self time" in text
+    assert (tmp_path / "multirank.torchscope.html").is_file()
+
+
+def test_table_matches_torch_layout(traces_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "table",
+                str(traces_dir / "cuda/alexnet_benchmark.json.gz"),
+                "--sort-by",
+                "cuda_time_total",
+                "--row-limit",
+                "5",
+            ]
+        )
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if "Name" in line)
+    for col in ("Self CPU %", "CPU total", "Self CUDA", "# of Calls"):
+        assert col in header
+    assert any(line.startswith("Self CPU time total:") for line in lines)
+    assert (
+        main(
+            [
+                "table",
+                str(traces_dir / "cuda/alexnet_benchmark.json.gz"),
+                "--json",
+                "--row-limit",
+                "3",
+                "--sort-by",
+                "self_cpu_time_total",
+            ]
+        )
+        == 0
+    )
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 3 and rows[0]["self_cpu_time_total"] >= rows[1]["self_cpu_time_total"]
+
+
+def test_diff_names_the_changed_ops(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = traces_dir / TB0, traces_dir / "tensorboard_samples/resnet50_num_workers_4.pt.trace.json.gz"
+    assert main(["diff", str(a), str(b), "--json", "--html", str(tmp_path / "d.html")]) == 0
+    diff = json.loads(capsys.readouterr().out)
+    # 4 DataLoader workers take the loading off the main thread: its biggest change
+    first = diff["ops"][0]
+    assert first["name"].startswith("enumerate(DataLoader)") and first["delta_ns"] < 0
+    assert diff["a"] == "resnet50_num_workers_0.pt.trace" or diff["a"].startswith("resnet50_num_workers_0")
+    assert (tmp_path / "d.html").is_file()
+
+
+def test_export_stacks_sum_to_host_self_time(traces_dir: Path, tmp_path: Path) -> None:
+    import torchscope
+
+    src = traces_dir / "cuda/alexnet_benchmark.json.gz"
+    out = tmp_path / "a.folded"
+    assert main(["export", str(src), "--to", "stacks", "-o", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines and all(line.rsplit(" ", 1)[1].isdigit() for line in lines)
+    trace = torchscope.load(src)
+    import polars as pl
+
+    host = trace.events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation", "python_function"]))
+    total_us = int(host["self_ns"].sum()) // 1000
+    folded_us = sum(int(line.rsplit(" ", 1)[1]) for line in lines)
+    assert (
+        total_us - len(lines) - 2000 <= folded_us <= total_us
+    )  # rounding down per path, sub-us paths dropped
+    assert any(";aten::conv2d;" in line for line in lines)
+
+
+def test_bad_input_exits_2(tmp_path: Path, traces_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path / "nope.json")]) == 2
+    assert "nope.json" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["table", str(bad)]) == 2
+    assert main(["table", str(traces_dir / TB0), "--sort-by", "bogus"]) == 2
+
+
+@pytest.fixture()
+def served(tmp_path: Path, traces_dir: Path) -> Iterator[tuple[str, Path]]:
+    logdir = tmp_path / "log"
+    (logdir / "run1").mkdir(parents=True)
+    shutil.copy(traces_dir / "multirank/rank-0.json.gz", logdir / "run1" / "worker0.pt.trace.json.gz")
+    (tmp_path / "secret.json").write_text('{"traceEvents": []}')
+    server = make_server(logdir, "127.0.0.1", 0, poll_ms=200)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", logdir
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_serve_lists_serves_and_confines_to_logdir(served: tuple[str, Path], traces_dir: Path) -> None:
+    url, logdir = served
+    status, page = _get(url)
+    assert status == 200 and b'"transport":"serve"' in page
+    runs = json.loads(_get(url + "api/runs")[1])["runs"]
+    assert [r["id"] for r in runs] == ["run1/worker0.pt.trace.json.gz"]
+    status, body = _get(url + "api/payload?id=run1/worker0.pt.trace.json.gz")
+    payload = json.loads(body)
+    assert status == 200 and payload["runs"][0]["summary"]["events"] > 1000
+    status, body = _get(url + "api/file?id=run1/worker0.pt.trace.json.gz")
+    assert status == 200 and body == (traces_dir / "multirank/rank-0.json.gz").read_bytes()
+    # nothing outside the log directory, nothing that is not a trace, no other paths
+    for bad in (
+        "api/file?id=../secret.json",
+        "api/file?id=%2Fetc%2Fpasswd",
+        "api/payload?id=../secret.json",
+        "etc/passwd",
+        "../secret.json",
+    ):
+        assert _get(url + bad)[0] == 404, bad
+    (logdir / "link.json").symlink_to(logdir.parent / "secret.json")
+    assert _get(url + "api/file?id=link.json")[0] == 404
+    # a trace that arrives later is listed on the next poll
+    shutil.copy(traces_dir / "multirank/rank-1.json.gz", logdir / "run1" / "worker1.pt.trace.json.gz")
+    assert len(json.loads(_get(url + "api/runs")[1])["runs"]) == 2
+
+
+def test_export_chrome_and_parquet_round_trip(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import polars as pl
+
+    import torchscope
+
+    src = traces_dir / "cuda/alexnet_benchmark.json.gz"
+    original = torchscope.load(src)
+    for fmt, out in (("chrome", tmp_path / "a.chrome.json.gz"), ("parquet", tmp_path / "a.store")):
+        assert main(["export", str(src), "--to", fmt, "-o", str(out), "--json"]) == 0
+        written = json.loads(capsys.readouterr().out)
+        assert written["format"] == fmt and Path(written["path"]).exists()
+        again = torchscope.load(written["path"])
+        assert isinstance(again, torchscope.Trace)
+        for kind in ("cpu_op", "kernel", "memcpy"):
+            a = original.of_kind(kind)
+            b = again.of_kind(kind)
+            assert b.height == a.height, (fmt, kind)
+            assert int(b["dur_ns"].sum()) == pytest.approx(int(a["dur_ns"].sum()), abs=a.height * 1000)
+        assert again.ops.filter(pl.col("name") == "aten::conv2d").height == 10

@@ -1,0 +1,141 @@
+"""`torchscope run` end to end on scripts we wrote: the user's zero-code path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchscope.cli.main import main
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def test_run_trains_resnet_with_a_schedule_from_optimizer_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    code = main(
+        [
+            "run",
+            "--out",
+            str(out),
+            "--wait",
+            "0",
+            "--warmup",
+            "1",
+            "--active",
+            "2",
+            "--repeat",
+            "1",
+            str(SCRIPTS / "train_resnet.py"),
+            "--steps",
+            "4",
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "trained 4 steps" in captured.out  # the script's stdout passes through untouched
+    facts = json.loads((out / "run.json").read_text())
+    assert facts["optimizer_steps"] == 4
+    assert len(facts["traces"]) == 1 and Path(facts["traces"][0]).is_file()
+    report = _report(out)
+    run = report["runs"][0]
+    # steps came from optimizer.step() with no change to the script: warm up 1, then 2 active steps
+    assert run["summary"]["steps"] == 2
+    names = {r["name"] for r in run["ops"]}
+    assert {"aten::convolution_backward", "aten::native_batch_norm"} <= names
+    assert "Optimizer.step#SGD.step" in names
+    conv = next(r for r in run["ops"] if r["name"] == "aten::conv2d")
+    assert conv["calls"] == 2 * 20  # ResNet-18 has 20 convolutions, two recorded steps
+    assert report["run"]["exit_code"] == 0 and report["env"]["torch"].startswith("2.")
+    assert (out / "report.html").stat().st_size > 10_000
+    assert "where the time goes" in captured.err and "aten::convolution_backward" in captured.err
+
+
+def test_hot_spot_table_names_argwhere_that_the_op_profiler_misses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "mask"
+    assert main(["run", "--out", str(out), str(SCRIPTS / "masking.py")]) == 0
+    hot = _report(out)["hotspots"]
+    argwhere = next(r for r in hot if r["function"] == "argwhere")
+    assert argwhere["location"].startswith("numpy/")
+    assert argwhere["total_pct"] > 30.0  # the run's time goes here
+    assert argwhere["outside_ops_pct"] > 90.0  # and no ATen op covers it
+    forward = next(r for r in hot if r["function"] == "forward" and r["file"].endswith("masking.py"))
+    assert forward["total_ns"] >= argwhere["total_ns"]
+    assert "argwhere" in capsys.readouterr().err
+
+
+def test_crashing_script_keeps_trace_report_and_exit_code(tmp_path: Path) -> None:
+    out = tmp_path / "crash"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), str(SCRIPTS / "crash.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert "about to fail" in proc.stdout
+    assert "ValueError: boom at step 1" in proc.stderr
+    assert "torchscope/runner" not in proc.stderr.split("ValueError")[0]  # the traceback is the script's
+    facts = json.loads((out / "run.json").read_text())
+    assert facts["exit_code"] == 1 and facts["optimizer_steps"] == 2
+    assert Path(facts["traces"][0]).is_file() and (out / "report.html").is_file()
+    report = _report(out)
+    assert report["run"]["error"] == "ValueError: boom at step 1"
+    # no schedule: the whole run is recorded, cut at each optimizer step (#0, #1, then the crash)
+    assert report["runs"][0]["summary"]["steps"] == 3
+    assert {r["name"] for r in report["runs"][0]["ops"]} >= {"aten::linear", "Optimizer.step#Adam.step"}
+
+
+def test_exit_code_argv_and_streams_pass_through(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["run", "--out", str(tmp_path / "e"), "--no-summary", str(SCRIPTS / "exits.py"), "3", "--lr", "0.1"]
+    )
+    captured = capsys.readouterr()
+    assert code == 3
+    assert "argv: ['3', '--lr', '0.1']" in captured.out
+    assert captured.err.startswith("to stderr")
+    assert json.loads((tmp_path / "e" / "run.json").read_text())["exit_code"] == 3
+
+
+def test_run_module_with_dash_m(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(SCRIPTS)
+    code = main(["run", "--out", str(tmp_path / "m"), "--no-summary", "-m", "pkgdemo", "--epochs", "1"])
+    assert code == 0
+    assert "module ran with ['--epochs', '1'] name __main__" in capsys.readouterr().out
+    ops = {r["name"]: r for r in _report(tmp_path / "m")["runs"][0]["ops"]}
+    assert ops["aten::tanh"]["calls"] == 5
+
+
+def test_bad_usage_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(tmp_path / "missing.py")]) == 2
+    assert "no such script" in capsys.readouterr().err
+    assert main(["run", "--activities", "tpu", str(SCRIPTS / "exits.py"), "0"]) == 2
+
+
+def test_a_failing_in_memory_trace_falls_back_to_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchscope.capture.profiler import profile
+
+    def broken(self: object) -> None:
+        raise RuntimeError("in-memory trace unavailable")
+
+    monkeypatch.setattr(profile, "trace", broken)
+    out = tmp_path / "fallback"
+    assert main(["run", "--out", str(out), "--no-summary", str(SCRIPTS / "exits.py"), "0"]) == 0
+    report = _report(out)
+    assert any("in-memory trace unavailable" in w for w in report["warnings"])
+    assert report["runs"][0]["summary"]["events"] > 0  # read back from traces/run.pt.trace.json

@@ -1,0 +1,46 @@
+"""The Python hot-spot sampler: attribution and op coverage."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from torchscope.runner.sampler import Sampler, covered_by, hot_frame
+
+
+def _busy_python(seconds: float) -> int:
+    end, n = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+
+def test_covered_by_handles_nesting_and_gaps() -> None:
+    starts = np.array([0, 10, 12, 40])
+    ends = np.array([30, 11, 20, 50])
+    t = np.array([-1, 0, 25, 30, 35, 45, 50])
+    assert covered_by(t, starts, ends).tolist() == [False, True, True, False, False, True, False]
+
+
+def test_sampler_finds_a_busy_function() -> None:
+    s = Sampler(interval_s=0.001)
+    s.start()
+    _busy_python(0.25)
+    hs = s.stop()
+    rows = hs.table()
+    top = rows[0]
+    assert top["function"] == "_busy_python" and top["self_pct"] > 60.0
+    assert 0.15e9 < sum(r["self_ns"] for r in rows) < 1.5e9
+
+
+def test_library_time_goes_to_the_call_the_user_made() -> None:
+    user = ("/home/me/train.py", "forward", 10)
+    public = ("/x/site-packages/numpy/_core/numeric.py", "argwhere", 600)
+    helper = ("/x/site-packages/numpy/_core/fromnumeric.py", "_wrapfunc", 40)
+    inner = ("/x/site-packages/numpy/_core/fromnumeric.py", "transpose", 60)
+    assert hot_frame((helper, inner, public, user)) == public
+    assert hot_frame((user, public)) == user
+    ctor = ("/x/site-packages/torch/optim/sgd.py", "__init__", 29)
+    lazy = ("/x/site-packages/torch/_compile.py", "inner", 42)
+    assert hot_frame((lazy, ctor, user)) == ctor  # SGD(...) is the call the user made

@@ -1,0 +1,323 @@
+"""The reader on every real trace: nothing lost, times exact, launches linked."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import torchscope
+from torchscope.errors import TraceError
+from torchscope.trace import TraceSet, read_chrome, read_chrome_document
+from torchscope.trace.schema import EVENTS_SCHEMA, FLOWS_SCHEMA, MEMORY_SCHEMA, THREADS_SCHEMA
+
+from .conftest import raw_counts, read_once
+
+
+def test_every_trace_keeps_every_event(trace_path: Path) -> None:
+    trace = read_once(trace_path)
+    raw = raw_counts(trace_path)
+    ev = trace.events
+    assert dict(ev.schema) == EVENTS_SCHEMA
+    assert dict(trace.memory.schema) == MEMORY_SCHEMA
+    assert dict(trace.flows.schema) == FLOWS_SCHEMA
+    assert dict(trace.threads.schema) == THREADS_SCHEMA
+    ours = dict(ev.group_by(pl.col("cat").cast(pl.String)).len().iter_rows())
+    assert ours == dict(raw.by_cat)
+    assert trace.memory.height == raw.memory
+    assert trace.meta.warnings == ()
+
+
+def test_every_trace_keeps_exact_durations(trace_path: Path) -> None:
+    trace = read_once(trace_path)
+    raw = raw_counts(trace_path)
+    sums = trace.events.group_by(pl.col("cat").cast(pl.String)).agg(pl.col("dur_ns").sum())
+    ours = {k: v for k, v in sums.iter_rows() if k in raw.dur_ns_by_cat}
+    assert ours == raw.dur_ns_by_cat
+
+
+def test_every_trace_derives_consistent_links(trace_path: Path) -> None:
+    trace = read_once(trace_path)
+    ev = trace.events
+    n = ev.height
+    assert ev["id"].to_list() == list(range(n))
+    start = ev["start_ns"].to_numpy()
+    dur = ev["dur_ns"].to_numpy()
+    assert (np.diff(start) >= 0).all()
+    assert (ev["self_ns"] >= 0).all() and (ev["self_ns"] <= ev["dur_ns"]).all()
+    # a parent encloses its child, on the same thread, one level up
+    kids = ev.filter(pl.col("parent") >= 0)
+    par = ev[kids["parent"].to_numpy()]
+    assert (par["start_ns"] <= kids["start_ns"]).all()
+    assert ((par["start_ns"] + par["dur_ns"]) >= (kids["start_ns"] + kids["dur_ns"])).all()
+    assert (par["tid"] == kids["tid"]).all() and (par["pid"] == kids["pid"]).all()
+    assert (par["depth"] + 1 == kids["depth"]).all()
+    # every device event whose runtime call is in the trace is linked to it
+    runtime_corr = set(ev.filter(pl.col("kind") == "runtime")["correlation"].drop_nulls().to_list())
+    device = ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+    launched_here = device.filter(pl.col("correlation").is_in(list(runtime_corr)))
+    assert (launched_here["launcher"] >= 0).all()
+    lau = ev[launched_here["launcher"].to_numpy()]
+    assert (lau["kind"] == "runtime").all()
+    assert (lau["correlation"] == launched_here["correlation"]).all()
+    assert (launched_here["op"].to_numpy() == lau["op"].to_numpy()).all()
+    assert dur.min(initial=0) >= 0
+
+
+def test_kinds_of_a_current_cuda_trace(traces_dir: Path) -> None:
+    trace = torchscope.load(traces_dir / "cuda" / "nccl_rank0_of_2.json.gz")
+    assert not isinstance(trace, TraceSet)
+    counts = dict(trace.events.group_by(pl.col("kind").cast(pl.String)).len().iter_rows())
+    assert counts == {
+        "cpu_op": 14319,
+        "collective": 27,
+        "user_annotation": 42,
+        "runtime": 8740,
+        "kernel": 2700,
+        "memcpy": 960,
+        "memset": 114,
+        "device_annotation": 30,
+        "instant": 2,
+        "span": 1,
+    }
+    assert (trace.meta.rank, trace.meta.world_size, trace.meta.backend) == (0, 2, "nccl")
+    assert trace.meta.device_properties[0]["name"] == "NVIDIA A100-PG509-200"
+    assert trace.meta.base_time_ns == 1711964646000000000
+    k = trace.kernels
+    assert (k["launcher"] >= 0).all() and (k["op"] >= 0).all() and (k["step"] >= 0).all()
+    assert sorted(k["stream"].unique().to_list()) == [7, 40]
+    # a cudnn kernel's op is the ATen op that launched it
+    bn = k.filter(pl.col("name").cast(pl.String).str.contains("bn_bw_1C11_kernel_new")).row(0, named=True)
+    assert trace.events["name"][bn["op"]] == "aten::cudnn_batch_norm_backward"
+    assert bn["grid"] == "[512, 1, 1]" and bn["registers_per_thread"] == 40
+
+
+def test_2021_dialect_maps_to_current_kinds(traces_dir: Path) -> None:
+    trace = read_chrome(traces_dir / "tensorboard_samples" / "resnet50_num_workers_0.pt.trace.json.gz")
+    counts = dict(trace.events.group_by(pl.col("kind").cast(pl.String)).len().iter_rows())
+    assert counts["kernel"] == 8772 and counts["runtime"] == 11923 and counts["memcpy"] == 12
+    assert trace.steps["step"].to_list() == [5, 6, 7, 8, 9, 10]
+    k = trace.kernels
+    assert (k["launcher"] >= 0).all() and (k["external_id"].is_not_null()).all()
+    assert (k["device"] == 0).all() and (k["stream"] == 7).all()
+    assert trace.memory.height == 12838 and (trace.memory["op"] >= 0).sum() > 9000
+    threads = trace.threads.filter(pl.col("label") == "stream 7")
+    assert threads["tid"].to_list() == [7]
+
+
+def test_mtia_links_device_work_by_flow(traces_dir: Path) -> None:
+    trace = read_chrome(traces_dir / "other_devices" / "mtia_inference.json.gz")
+    k = trace.kernels
+    assert k.height == 1313
+    linked = k.filter(pl.col("launcher") >= 0)
+    assert (trace.events[linked["launcher"].to_numpy()]["cat"] == "mtia_runtime").all()
+    # every ac2g flow that ends on a device event names that event's launcher
+    flows = trace.flows.filter((pl.col("kind") == "ac2g") & (pl.col("dst") >= 0) & (pl.col("src") >= 0))
+    to_device = flows.filter(pl.Series(trace.events["kind"].gather(flows["dst"]) == "kernel"))
+    assert to_device.height == linked.height == 991
+    got = dict(zip(linked["id"].to_list(), linked["launcher"].to_list(), strict=False))
+    assert all(
+        got[d] == s for s, d in zip(to_device["src"].to_list(), to_device["dst"].to_list(), strict=False)
+    )
+
+
+def test_self_time_subtracts_the_union_of_overlapping_children() -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "python_function", "name": "a", "pid": 1, "tid": 1, "ts": 10, "dur": 40},
+        {"ph": "X", "cat": "python_function", "name": "b", "pid": 1, "tid": 1, "ts": 30, "dur": 40},
+        {"ph": "X", "cat": "cpu_op", "name": "inner", "pid": 1, "tid": 1, "ts": 12, "dur": 5},
+    ]
+    trace = read_chrome_document(events, "mem")
+    rows = {r["name"]: r for r in trace.events.iter_rows(named=True)}
+    # a and b overlap on [30, 50): the union covers [10, 70) = 60 us of outer's 100
+    assert rows["outer"]["self_ns"] == 40_000
+    assert rows["a"]["self_ns"] == 35_000 and rows["inner"]["parent"] == rows["a"]["id"]
+    assert rows["b"]["parent"] == rows["outer"]["id"] and rows["b"]["depth"] == 1
+
+
+def test_string_ids_and_float_timestamps() -> None:
+    events = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": "stream 7",
+            "ts": 1.5,
+            "dur": 2.25,
+            "args": {"correlation": 5, "stream": 7, "device": 0},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 9,
+            "tid": "9",
+            "ts": 1.001,
+            "dur": 0.4,
+            "args": {"correlation": 5},
+        },
+        {
+            "ph": "X",
+            "cat": "Trace",
+            "name": "PyTorch Profiler (0)",
+            "pid": "Spans",
+            "tid": "PyTorch Profiler",
+            "ts": 0,
+            "dur": 10,
+        },
+    ]
+    trace = read_chrome_document({"traceEvents": events}, "doc")
+    k = trace.kernels.row(0, named=True)
+    assert (k["start_ns"], k["dur_ns"], k["stream"], k["tid"]) == (1500, 2250, 7, 7)
+    rt = trace.runtime.row(0, named=True)
+    assert (rt["tid"], rt["start_ns"], rt["dur_ns"]) == (9, 1001, 400)
+    assert k["launcher"] == rt["id"]
+    span = trace.of_kind("span").row(0, named=True)
+    assert span["pid"] < 0 and span["tid"] < 0
+    labels = set(trace.threads["label"].drop_nulls().to_list())
+    assert {"stream 7", "PyTorch Profiler"} <= labels
+
+
+def test_directory_loads_ranks_in_parallel(traces_dir: Path) -> None:
+    ranks = torchscope.load(traces_dir / "multirank")
+    assert isinstance(ranks, TraceSet)
+    assert list(ranks) == ["rank0", "rank1"]
+    assert ranks["rank0"].kernels.height == 1154 and ranks["rank1"].kernels.height == 1104
+
+
+def test_tensorboard_log_dir_is_keyed_by_worker(traces_dir: Path) -> None:
+    logs = torchscope.load(traces_dir / "tensorboard_samples")
+    assert isinstance(logs, TraceSet)
+    assert list(logs) == ["resnet50_num_workers_0", "resnet50_num_workers_4"]
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "empty"),
+        (b"hello", "not JSON"),
+        (b'{"traceEvents": [{"ph": "X"', "not valid JSON"),
+        (b'{"foo": 1}', "no 'traceEvents'"),
+        (gzip.compress(b'{"traceEvents": []}', mtime=0)[:-9], "gzip"),
+    ],
+    ids=["empty", "text", "truncated-json", "not-a-trace", "truncated-gzip"],
+)
+def test_bad_files_name_the_file_and_the_problem(tmp_path: Path, content: bytes, problem: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceError) as info:
+        torchscope.load(path)
+    assert str(path) in str(info.value) and problem in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_path_and_empty_directory(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="no such file"):
+        torchscope.load(tmp_path / "nope.json")
+    with pytest.raises(TraceError, match="no trace files"):
+        torchscope.load(tmp_path)
+
+
+def test_repairs_are_warned_not_raised(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "ok", "pid": 1, "tid": 1, "ts": 0, "dur": "5"},
+        {"ph": "X", "cat": "cpu_op", "name": "no_ts", "pid": 1, "tid": 1, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "neg", "pid": 1, "tid": 1, "ts": 1, "dur": -3},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(events))
+    trace = read_chrome(path)
+    assert trace.events["name"].to_list() == ["ok", "neg"]
+    assert trace.events["dur_ns"].to_list() == [5000, 0]
+    assert any("without a usable 'ts'" in w for w in trace.meta.warnings)
+    assert any("negative" in w for w in trace.meta.warnings)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["other_devices/mtia_inference.json.gz", "tensorboard_samples/resnet50_num_workers_4.pt.trace.json.gz"],
+)
+def test_large_files_read_in_pieces_give_the_same_trace(
+    traces_dir: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    from torchscope.trace import reader
+
+    whole = read_once(traces_dir / name)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 200_000)  # dozens of pieces
+    pieces = read_chrome(traces_dir / name)
+    assert pieces.equals(whole)
+    assert pieces.meta.extra == whole.meta.extra
+
+
+def test_device_clock_offset_is_warned() -> None:
+    events = [
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000 + i * 10,
+            "dur": 5,
+            "args": {"correlation": i},
+        }
+        for i in range(20)
+    ] + [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": 7,
+            "ts": 500 + i * 10,
+            "dur": 5,
+            "args": {"correlation": i, "device": 0, "stream": 7},
+        }
+        for i in range(20)
+    ]
+    trace = read_chrome_document(events, "skewed")
+    assert any("clocks disagree" in w and "20 of 20" in w for w in trace.meta.warnings)
+
+
+def test_large_directories_are_read_in_worker_processes(
+    traces_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchscope.trace import loader
+
+    monkeypatch.setattr(loader, "_PROCESS_THRESHOLD", 0)  # force the process pool
+    ranks = loader.load(traces_dir / "multirank")
+    assert isinstance(ranks, TraceSet) and list(ranks) == ["rank0", "rank1"]
+    assert ranks["rank0"].equals(read_once(traces_dir / "multirank" / "rank-0.json.gz"))
+
+
+def test_unknown_categories_are_kept_with_their_args() -> None:
+    events = [
+        {
+            "ph": "X",
+            "cat": "my_vendor_thing",
+            "name": "dma",
+            "pid": 3,
+            "tid": 1,
+            "ts": 5,
+            "dur": 2,
+            "args": {"queue": 4, "note": "x"},
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 9},
+        {"ph": "X", "cat": "cpu_op", "name": "no_pid", "tid": 1, "ts": 2, "dur": 1},
+    ]
+    trace = read_chrome_document(events, "vendor")
+    other = trace.of_kind("other").row(0, named=True)
+    assert other["cat"] == "my_vendor_thing" and json.loads(other["args"]) == {"queue": 4, "note": "x"}
+    assert trace.ops["args"].is_null().all()
+    assert any("pid/tid values were missing" in w for w in trace.meta.warnings)
+
+
+def test_absurdly_nested_json_is_a_trace_error() -> None:
+    with pytest.raises(TraceError, match="nested too deeply"):
+        read_chrome_document(b"[" * 100_000 + b"]" * 100_000, "deep")
