@@ -8,7 +8,7 @@ For each model (forward + backward, the target in bfloat16) it times, in one pro
 and prints live / plain, live / reference (the target: at most 2.0, "no slower than running the
 reference twice"), dump / plain, and the statistics-mode dump size per op (target: under 1 KB).
 Each timing is the best of ``--repeat`` runs after one warm-up. Run:
-  .venv/bin/python benchmarks/accuracy.py [--repeat N]
+  .venv/bin/python benchmarks/accuracy.py [--repeat N] [--threads N]
 """
 
 from __future__ import annotations
@@ -26,13 +26,19 @@ import torch
 from torchscope import models
 from torchscope.accuracy import compare, dump
 
-SHAPES = {"resnet18": (1, 3, 32, 32), "transformer_block": (2, 16, 256)}
+# the tests' small inputs, and larger ones where compute, not per-output metrics, dominates
+CASES: list[tuple[str, tuple[int, ...]]] = [
+    ("resnet18", (1, 3, 32, 32)),
+    ("transformer_block", (2, 16, 256)),
+    ("resnet18", (8, 3, 64, 64)),
+    ("transformer_block", (8, 128, 256)),
+]
 
 
-def build(name: str, dtype: torch.dtype) -> tuple[Any, torch.Tensor]:
+def build(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[Any, torch.Tensor]:
     torch.manual_seed(0)
     model = getattr(models, name)().double().eval()
-    return model.to(dtype), torch.randn(*SHAPES[name], dtype=torch.float64).to(dtype)
+    return model.to(dtype), torch.randn(*shape, dtype=torch.float64).to(dtype)
 
 
 def best(fn: Callable[[], None], repeat: int) -> float:
@@ -45,9 +51,9 @@ def best(fn: Callable[[], None], repeat: int) -> float:
     return min(times)
 
 
-def bench(name: str, repeat: int) -> dict[str, float]:
-    model, x = build(name, torch.bfloat16)
-    ref_model, ref_x = build(name, torch.float64)
+def bench(name: str, shape: tuple[int, ...], repeat: int) -> dict[str, float]:
+    model, x = build(name, shape, torch.bfloat16)
+    ref_model, ref_x = build(name, shape, torch.float64)
 
     def plain() -> None:  # one training step: gradients start from None, as after zero_grad()
         model.zero_grad(set_to_none=True)
@@ -86,16 +92,24 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads (0: torch's default); 1 is steadier on a shared machine",
+    )
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; target bfloat16, reference CPU float64"
     )
-    header = f"{'model':<18} {'ops':>5} {'plain':>8} {'ref':>8} {'live':>8} {'dump':>8}  {'live/plain':>10} {'live/ref':>9} {'dump/plain':>10} {'B/op':>6}"
+    header = f"{'model':<18} {'input':<12} {'ops':>5} {'plain':>8} {'ref':>8} {'live':>8} {'dump':>8}  {'live/plain':>10} {'live/ref':>9} {'dump/plain':>10} {'B/op':>6}"
     print(header)
-    for name in SHAPES:
-        r = bench(name, args.repeat)
+    for name, shape in CASES:
+        r = bench(name, shape, args.repeat)
         print(
-            f"{name:<18} {int(r['ops']):>5} {r['plain']:>7.3f}s {r['reference']:>7.3f}s {r['live']:>7.3f}s "
+            f"{name:<18} {'x'.join(map(str, shape)):<12} {int(r['ops']):>5} {r['plain']:>7.3f}s {r['reference']:>7.3f}s {r['live']:>7.3f}s "
             f"{r['dump']:>7.3f}s  {r['live'] / r['plain']:>9.2f}x {r['live'] / r['reference']:>8.2f}x "
             f"{r['dump'] / r['plain']:>9.2f}x {r['bytes_per_op']:>6.0f}"
         )

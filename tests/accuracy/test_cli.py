@@ -45,8 +45,10 @@ def test_run_script_and_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert len(tanh) == 2 and all(o["rtol"] == 0.5 and o["module"] == "1" for o in tanh)
     assert section["summary"]["random"] >= 3  # nn.Linear's init (uniform_) and torch.randn, not compared
     out = tmp_path / "d"
-    assert cli(["accuracy", "dump", str(out), "--model", "mlp", "--dtype", "bfloat16", "--tensors", "*"]) == 0
-    meta = json.loads((out / "meta.json").read_text())
+    args = ["accuracy", "dump", str(out), "--model", "mlp", "--dtype", "bfloat16", "--tensors", "*", "--json"]
+    assert cli(args) == 0
+    meta = json.loads(capsys.readouterr().out)
+    assert meta == json.loads((out / "meta.json").read_text())
     assert meta["saved_tensors"] == meta["tensors"] > 0
     assert cli(["accuracy", "run", str(tmp_path / "missing.py")]) == 2
     assert "no such script" in capsys.readouterr().err

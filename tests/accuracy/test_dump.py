@@ -64,6 +64,12 @@ def test_low_precision_dumps_have_no_false_divergence(dumps: dict[str, Path]) ->
         assert r.warnings == []
 
 
+def test_a_dump_matches_itself_exactly(dumps: dict[str, Path]) -> None:
+    r = compare_dumps(dumps["tb64"], dumps["tb64"])
+    assert r.diverged == [] and len(r.compared) == 56
+    assert all(m.rel_l2_error == 0 for o in r.compared for m in o.outputs)
+
+
 def test_broken_backward_kernel_named_across_processes_as_live(dumps: dict[str, Path]) -> None:
     r = compare_dumps(dumps["tb_bf16_bwd"], dumps["tb64"])
     first = r.first_divergence
@@ -108,6 +114,11 @@ def test_partial_comparisons_and_bad_dumps(dumps: dict[str, Path], tmp_path: Pat
     assert any("tensors.safetensors: missing" in w for w in r.warnings)
     assert r.first_divergence is not None and r.first_divergence.op == "aten::gelu_backward"
     assert r.first_divergence.worst is not None and r.first_divergence.worst.max_abs_error is None
+    # a corrupted tensor file: the same, with a warning that names it
+    (lost / "tensors.safetensors").write_bytes(b"\x00" * 64)
+    r = compare_dumps(lost, dumps["tb64"])
+    assert any(w.startswith(f"{lost / 'tensors.safetensors'}: unreadable") for w in r.warnings)
+    assert r.first_divergence is not None and r.first_divergence.op == "aten::gelu_backward"
     # a shorter run (it stopped half way): the common part is compared
     short = tmp_path / "short"
     shutil.copytree(dumps["tb_fp16"], short)
@@ -115,6 +126,14 @@ def test_partial_comparisons_and_bad_dumps(dumps: dict[str, Path], tmp_path: Pat
     r = compare_dumps(short, dumps["tb64"])
     assert len(r) == 30 and len(r.only_in_reference) == 26
     assert any("the target has 30 ops, the reference 56" in w for w in r.warnings)
+    # the reference fused one op away (its softmax ran inside another kernel): the rest aligns
+    fused = tmp_path / "fused"
+    shutil.copytree(dumps["tb64"], fused)
+    ops = pl.read_parquet(fused / "ops.parquet")
+    ops.filter(pl.col("op") != "aten::_softmax").write_parquet(fused / "ops.parquet")
+    r = compare_dumps(dumps["tb_fp16"], fused)
+    assert r.only_in_target == [{"index": 9, "op": "aten::_softmax", "module": "", "direction": "forward"}]
+    assert len(r) == 55 and r.first_divergence is None
     # different programs
     r = compare_dumps(dumps["tb_fp16"], dumps["rn64"])
     assert any("look like different programs" in w for w in r.warnings)

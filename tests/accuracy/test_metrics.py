@@ -119,3 +119,10 @@ def test_torch_path_gives_the_numpy_numbers() -> None:
         # bfloat16 targets are measured in float32: agreement to float32's resolution
         assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-5, abs=1e-6), field
     assert (a.mismatched, a.allclose, a.shape, a.dtype) == (b.mismatched, b.allclose, b.shape, b.dtype)
+    for rtol, atol in ((0.0, 1e-2), (1e-2, 0.0)):  # the degenerate bounds
+        a = compare_tensors(got, torch.from_numpy(ref), rtol=rtol, atol=atol)
+        b = compare_arrays(
+            got.double().numpy(), ref, dtype="bfloat16", ref_dtype="float64", rtol=rtol, atol=atol
+        )
+        assert a is not None and (a.mismatched, a.allclose) == (b.mismatched, b.allclose)
+        assert a.error_ratio == pytest.approx(b.error_ratio, rel=1e-5)

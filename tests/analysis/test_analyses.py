@@ -82,3 +82,13 @@ def test_host_breakdown_and_stacks_of_a_cpu_run(mlp_run: Trace) -> None:
     assert stacks["calls"].sum() == 3 and stacks["stack"].str.contains("forward").all()
     ops = operators(mlp_run)
     assert ops.filter(ops["name"] == "aten::linear")["calls"][0] == 3
+
+
+def test_conv_flops_from_shapes_and_concrete_inputs() -> None:
+    from torchscope.analysis.operators import conv_flops
+
+    # ResNet's stem: 8x3x32x32 input, 64 7x7 filters, stride 2, padding 3 -> 8x64x16x16 output
+    dims = "[[8, 3, 32, 32], [64, 3, 7, 7], [], [], [], [], []]"
+    concrete = '["", "", "", "[2, 2]", "[3, 3]", "[1, 1]", "1"]'
+    assert conv_flops(dims, concrete) == 2 * 8 * 64 * 16 * 16 * 3 * 7 * 7
+    assert conv_flops(dims, None) is None  # without stride/padding the output size is unknown

@@ -72,3 +72,11 @@ def test_diff_json_keys_and_per_step_deltas(load_trace: Callable[[str], Trace]) 
     statuses = {c["status"] for c in d[K.DIFF_CHANGES]}
     assert {"appeared", "vanished"} <= statuses
     json.dumps(d, allow_nan=False)
+
+
+def test_an_empty_trace_gives_a_complete_empty_report() -> None:
+    r = build_report(Trace())
+    assert tuple(r) == K.REPORT_KEYS
+    assert r[K.STEPS] == [] and r[K.RECOMMENDATIONS] == [] and r[K.BREAKDOWN_US]["Total"] == 0
+    assert tuple(diff_traces(Trace(), Trace()).to_dict()) == K.DIFF_KEYS
+    json.dumps(r, allow_nan=False)

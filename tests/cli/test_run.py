@@ -14,6 +14,14 @@ from torchscope.cli.main import main
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _warm_optimizer_imports() -> None:
+    """Build one optimizer first: its lazy torch._dynamo import is not what these tests measure."""
+    import torch
+
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+
+
 def _report(out: Path) -> dict:
     return json.loads((out / "report.json").read_text())
 

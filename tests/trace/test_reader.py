@@ -321,3 +321,16 @@ def test_unknown_categories_are_kept_with_their_args() -> None:
 def test_absurdly_nested_json_is_a_trace_error() -> None:
     with pytest.raises(TraceError, match="nested too deeply"):
         read_chrome_document(b"[" * 100_000 + b"]" * 100_000, "deep")
+
+
+def test_a_bad_rank_in_a_directory_names_its_file(
+    traces_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchscope.trace import loader
+
+    (tmp_path / "rank-0.json.gz").symlink_to(traces_dir / "multirank" / "rank-0.json.gz")
+    (tmp_path / "rank-1.json").write_text('{"traceEvents": [')
+    for threshold in (10**12, 0):  # threads, then worker processes
+        monkeypatch.setattr(loader, "_PROCESS_THRESHOLD", threshold)
+        with pytest.raises(TraceError, match=r"rank-1\.json: not valid JSON"):
+            loader.load(tmp_path)

@@ -114,3 +114,22 @@ def test_same_temporal_breakdown(pair: tuple[Trace, Any, str]) -> None:
     assert 100 * idle / span == pytest.approx(row["idle_time_pctg"], abs=0.5)
     assert 100 * compute / span == pytest.approx(row["compute_time_pctg"], abs=0.5)
     assert 100 * non_compute / span == pytest.approx(row["non_compute_time_pctg"], abs=0.5)
+
+
+def test_hta_opens_our_chrome_output(traces_dir: Path, tmp_path: Path) -> None:
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    name = "cuda/nccl_rank0_of_2.json.gz"
+    d = tmp_path / "ours"
+    read_once(traces_dir / name).to_chrome(d / "rank0.pt.trace.json.gz")
+    theirs_on_ours = hta.TraceAnalysis(trace_dir=str(d), include_last_profiler_step=True)
+    src = tmp_path / "orig"
+    src.mkdir()
+    (src / "rank0.json.gz").symlink_to(traces_dir / name)
+    theirs_on_orig = hta.TraceAnalysis(trace_dir=str(src), include_last_profiler_step=True)
+
+    def per_stream(analysis: Any) -> dict[int, int]:
+        gpu = hta_gpu(analysis, with_sync=True)
+        return {int(k): int(v) for k, v in gpu.groupby("stream").size().items()}
+
+    assert per_stream(theirs_on_ours) == per_stream(theirs_on_orig) == {7: 3753, 40: 21}

@@ -62,7 +62,7 @@ TENSORS_SCHEMA: dict[str, Any] = {
     "nan": pl.Int64,
     "inf": pl.Int64,
     "checksum": pl.Int64,
-    "sketch": pl.List(pl.Float32),
+    "sketch": pl.List(pl.Float64),
     "saved": pl.Boolean,
 }
 

@@ -85,6 +85,22 @@ def accuracy_section(result: AccuracyResult, limit: int = 500) -> dict[str, Any]
     }
 
 
+def dashboard_payload(result: AccuracyResult, title: str | None = None) -> dict[str, Any]:
+    """A dashboard payload holding only the Accuracy view (no trace), for ``--html``."""
+    from torchscope.render.payload import PAYLOAD_VERSION
+
+    return {
+        "version": PAYLOAD_VERSION,
+        "title": title or f"accuracy: {result.target} vs {result.reference}",
+        "source": result.target,
+        "runs": [],
+        "report": None,
+        "distributed": None,
+        "diff": None,
+        "accuracy": accuracy_section(result),
+    }
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "–"

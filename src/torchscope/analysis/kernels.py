@@ -50,6 +50,13 @@ def _device_in_scope(trace: Trace) -> pl.DataFrame:
     return dev.filter(pl.Series(ok))
 
 
+def _typed(trace: Trace) -> pl.DataFrame:
+    """The in-scope device events with HTA's kernel type in ``ktype`` (computed once)."""
+    return memo(
+        trace, "typed_device", lambda: device_in_scope(trace).with_columns(names.kernel_type().alias("ktype"))
+    )
+
+
 def kernel_stats(trace: Trace, by_op: bool = False) -> pl.DataFrame:
     """Per kernel name (and launching op): count, total/mean/min/max ns, blocks/SM, occupancy, TC.
 
@@ -92,7 +99,7 @@ def kernel_stats(trace: Trace, by_op: bool = False) -> pl.DataFrame:
 
 def kernel_type_breakdown(trace: Trace, include_memory: bool = False) -> pl.DataFrame:
     """Time by kernel type and by overlap of types (HTA's kernel type breakdown): kernel_type, ns, pct."""
-    dev = device_in_scope(trace).with_columns(names.kernel_type().alias("ktype"))
+    dev = _typed(trace)
     types = ["COMPUTATION", "COMMUNICATION"] + (["MEMORY"] if include_memory else [])
     spans = {
         t: iv.merge(
@@ -145,7 +152,7 @@ class TemporalBreakdown:
 
 
 def temporal_breakdown(trace: Trace) -> TemporalBreakdown:
-    dev = device_in_scope(trace).with_columns(names.kernel_type().alias("ktype"))
+    dev = _typed(trace)
     if dev.height == 0:
         return TemporalBreakdown(0, 0, 0, 0)
     s = dev["start_ns"].to_numpy()
@@ -162,7 +169,7 @@ def temporal_breakdown(trace: Trace) -> TemporalBreakdown:
 
 def comm_comp_overlap(trace: Trace) -> float | None:
     """Share of communication kernel time overlapped by computation kernels (HTA's definition)."""
-    dev = device_in_scope(trace).with_columns(names.kernel_type().alias("ktype"))
+    dev = _typed(trace)
 
     def spans(t: str) -> iv.Spans:
         d = dev.filter(pl.col("ktype") == t)

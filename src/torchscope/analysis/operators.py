@@ -180,6 +180,29 @@ def _flops(name: str, dims_json: str | None) -> float | None:
     return None
 
 
+CONV_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution")
+
+
+def conv_flops(dims_json: str | None, concrete_json: str | None) -> float | None:
+    """FLOPs of one convolution: 2 * N * out_channels * prod(out spatial) * in_channels/groups * prod(kernel).
+
+    Needs the stride, padding and dilation Kineto writes as "Concrete Inputs"; without them the
+    output size is unknown and so is the cost.
+    """
+    if not dims_json or not concrete_json:
+        return None
+    try:
+        dims, conc = json.loads(dims_json), json.loads(concrete_json)
+        x, w = dims[0], dims[1]
+        k = len(x) - 2
+        stride, pad, dil = (json.loads(conc[i]) if conc[i] else [1] * k for i in (3, 4, 5))
+        stride, pad, dil = ([v] * k if isinstance(v, int) else v for v in (stride, pad, dil))
+        out = [(x[2 + i] + 2 * pad[i] - dil[i] * (w[2 + i] - 1) - 1) // stride[i] + 1 for i in range(k)]
+        return 2.0 * x[0] * w[0] * float(np.prod(out)) * w[1] * float(np.prod(w[2:]))
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
 FLOP_OPS = (
     "aten::mm",
     "aten::matmul",
@@ -200,7 +223,12 @@ def flops(trace: Trace) -> pl.DataFrame:
     Achieved rate uses device self+children time when the op launched device work, else host time.
     Nested matmul ops (``linear`` calling ``addmm``) are each listed; do not add rows across levels.
     """
-    rows = _op_rows(trace).filter(pl.col("name").cast(pl.String).is_in(FLOP_OPS))
+    # convolutions too when the trace kept Kineto's "Concrete Inputs" (stride, padding, dilation)
+    has_conc = "concrete_inputs" in trace.events.columns
+    wanted = FLOP_OPS + (("aten::conv1d", "aten::conv2d", "aten::conv3d") if has_conc else ())
+    rows = _op_rows(trace).filter(pl.col("name").cast(pl.String).is_in(wanted))
+    if not has_conc:
+        rows = rows.with_columns(pl.lit(None, pl.String).alias("concrete_inputs"))
     empty = pl.DataFrame(
         schema={
             "name": pl.String,
@@ -214,7 +242,7 @@ def flops(trace: Trace) -> pl.DataFrame:
     if rows.height == 0:
         return empty
     g = (
-        rows.group_by("name", "input_dims")
+        rows.group_by("name", "input_dims", "concrete_inputs")
         .agg(
             pl.len().alias("calls"),
             pl.col("dur_ns").sum().alias("host_ns"),
@@ -222,7 +250,12 @@ def flops(trace: Trace) -> pl.DataFrame:
         )
         .with_columns(pl.col("name").cast(pl.String))
     )
-    per_call = [_flops(n, d) for n, d in zip(g["name"].to_list(), g["input_dims"].to_list(), strict=True)]
+    per_call = [
+        conv_flops(d, c) if n in CONV_OPS else _flops(n, d)
+        for n, d, c in zip(
+            g["name"].to_list(), g["input_dims"].to_list(), g["concrete_inputs"].to_list(), strict=True
+        )
+    ]
     g = g.with_columns(pl.Series("flop_per_call", per_call, dtype=pl.Float64)).drop_nulls("flop_per_call")
     return (
         g.with_columns(

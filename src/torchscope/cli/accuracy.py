@@ -43,6 +43,7 @@ def _add_output(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the findings as JSON (the dashboard's section)")
     p.add_argument("--top", type=int, default=10, help="ops in the terminal table (default 10)")
     p.add_argument("--check", action="store_true", help="exit with code 1 when a first divergence is found")
+    p.add_argument("--html", metavar="FILE", help="also write the dashboard (its Accuracy view) to FILE")
 
 
 def _tolerances(items: list[str], live: bool) -> dict[str, Any]:
@@ -96,6 +97,9 @@ def _workload(args: argparse.Namespace) -> tuple[Callable[[], None], Any]:
         sys.argv = [str(path), *script_args]
         try:
             runpy.run_path(str(path), run_name="__main__")
+        except SystemExit as exc:  # a script that ends with sys.exit(0) still gets its findings
+            if exc.code not in (None, 0):
+                raise
         finally:
             sys.argv = saved
 
@@ -103,8 +107,12 @@ def _workload(args: argparse.Namespace) -> tuple[Callable[[], None], Any]:
 
 
 def _finish(result: Any, args: argparse.Namespace) -> int:
-    from torchscope.accuracy.report import accuracy_section, print_result
+    from torchscope.accuracy.report import accuracy_section, dashboard_payload, print_result
 
+    if args.html:
+        from torchscope.render.html import write_html
+
+        write_html(dashboard_payload(result), args.html)
     if args.json:
         json.dump(accuracy_section(result), sys.stdout, indent=1, default=str, allow_nan=False)
         sys.stdout.write("\n")
@@ -145,6 +153,7 @@ class AccuracyCommand:
             metavar="PATTERN",
             help="also save full tensors of matching ops ('*': all)",
         )
+        dump.add_argument("--json", action="store_true", help="print the dump's meta.json")
         compare = sub.add_parser("compare", help="compare two dumps (target, reference) offline")
         compare.add_argument("target", help="the dump under test")
         compare.add_argument("reference", help="the reference dump")
@@ -188,9 +197,13 @@ class AccuracyCommand:
             with ctx:
                 fn()
             meta = json.loads((Path(args.out) / "meta.json").read_text())
-            print(
-                f"dump: {args.out}: {meta['ops']} ops, {meta['tensors']} tensors, {meta['saved_tensors']} saved"
-            )
+            if args.json:
+                json.dump(meta, sys.stdout, indent=1)
+                sys.stdout.write("\n")
+            else:
+                print(
+                    f"dump: {args.out}: {meta['ops']} ops, {meta['tensors']} tensors, {meta['saved_tensors']} saved"
+                )
             return EXIT_OK
         from torchscope.accuracy.live import compare
 

@@ -31,7 +31,9 @@ class ReportCommand:
             "--html", metavar="FILE", help="where to write the dashboard (default: NAME.torchscope.html here)"
         )
         parser.add_argument(
-            "--json", action="store_true", help="print the report as JSON on stdout (no timeline arrays)"
+            "--json",
+            action="store_true",
+            help="print the analyses as one JSON object on stdout (keys: docs/analyses.md)",
         )
         parser.add_argument("--open", action="store_true", help="open the dashboard in a browser")
         parser.add_argument("--no-html", action="store_true", help="terminal summary only")
@@ -50,7 +52,7 @@ class ReportCommand:
             with progress("writing the dashboard"):
                 write_html(payload, html_path)
         if args.json:
-            print_json(strip_timeline(payload) | ({"html": str(html_path)} if html_path else {}))
+            print_json(machine_report(payload, html_path))
         else:
             from rich.console import Console
 
@@ -65,10 +67,14 @@ class ReportCommand:
         return EXIT_OK
 
 
-def strip_timeline(payload: dict) -> dict:  # type: ignore[type-arg]
-    """The payload without the timeline's binary arrays (for ``--json``)."""
-    runs = [{k: v for k, v in r.items() if k != "timeline"} for r in payload.get("runs") or []]
-    return {**payload, "runs": runs}
+def machine_report(payload: dict, html_path: Path | None) -> dict:  # type: ignore[type-arg]
+    """What ``--json`` prints: ``build_report``'s object at the top level (keys named after the
+    analyses, defined in ``analysis.keys``), plus the warnings and where the dashboard went."""
+    report = dict(payload.get("report") or {})
+    report["warnings"] = payload.get("warnings", [])
+    if html_path is not None:
+        report["html"] = str(html_path)
+    return report
 
 
 COMMAND = ReportCommand()

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from multiprocessing import get_context
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from torchscope.errors import TraceError
@@ -21,8 +23,8 @@ from torchscope.trace.progress import LoadProgress
 from torchscope.trace.reader import read_chrome
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-# above this many bytes in all, ranks are read in worker processes rather than threads
-_PROCESS_THRESHOLD = 48 * 1024 * 1024
+# above this much JSON in all, ranks are read in worker processes rather than threads
+_PROCESS_THRESHOLD = 128 * 1024 * 1024
 
 
 def load(path: str | Path, *, progress: bool | None = None) -> Trace | TraceSet:
@@ -92,15 +94,21 @@ def load_dir(
         )
     traces: list[tuple[Path, Trace]] = []
     if files:
-        total = sum(f.stat().st_size for f in files)
+        # gzip'd traces inflate about 6x: estimate the JSON to decide how to parallelize
+        total = sum(f.stat().st_size * (6 if f.name.endswith(".gz") else 1) for f in files)
         workers = min(len(files), os.cpu_count() or 1)
-        pool: Executor
-        if workers > 1 and total > _PROCESS_THRESHOLD:
-            pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
-        else:
-            pool = ThreadPoolExecutor(max(workers, 1))
-        with pool, LoadProgress(directory.name or str(directory), total=len(files), enabled=progress) as bar:
-            futures = [pool.submit(read, f) for f in files]
+        in_processes = workers > 1 and total > _PROCESS_THRESHOLD
+        with (
+            ThreadPoolExecutor(max(workers, 1)) as pool,
+            tempfile.TemporaryDirectory(prefix="torchscope-") as scratch,
+            LoadProgress(directory.name or str(directory), total=len(files), enabled=progress) as bar,
+        ):
+            if in_processes:
+                futures = [
+                    pool.submit(_read_in_child, f, Path(scratch) / str(i)) for i, f in enumerate(files)
+                ]
+            else:
+                futures = [pool.submit(read, f) for f in files]
             for f, fut in zip(files, futures, strict=True):
                 traces.append((f, fut.result()))
                 bar.advance(f.name)
@@ -115,6 +123,23 @@ def load_dir(
             key = path.relative_to(directory).as_posix()
         keyed[key] = trace
     return TraceSet(traces=dict(sorted(keyed.items(), key=lambda kv: _natural(kv[0]))), source=str(directory))
+
+
+def _read_in_child(path: Path, scratch: Path) -> Trace:
+    """``read_chrome`` in a fresh interpreter (``python -m``), handed back through our store."""
+    from torchscope.trace.store import load_trace
+
+    done = subprocess.run(
+        [sys.executable, "-m", "torchscope.trace._worker", str(path), str(scratch)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode == 2:
+        raise TraceError(str(path), done.stderr.strip().split(": ", 1)[-1] or "unreadable trace")
+    if done.returncode != 0:  # the child could not even start (broken environment): read here
+        return read_chrome(path)
+    return load_trace(scratch)
 
 
 def _natural(key: str) -> tuple[object, ...]:
