@@ -125,7 +125,7 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    for path in args.files:
+    for path in (p.resolve() for p in args.files):
         with tempfile.TemporaryDirectory() as d:
             subprocess.run(
                 [

@@ -114,3 +114,23 @@ def test_same_dtype_reference() -> None:
     assert r.first_divergence is None
     # same kernels, same inputs: bitwise equal
     assert all(o.worst is None or o.worst.max_abs_error == 0 for o in r.compared)
+
+
+def test_input_modified_in_place_is_caught_at_the_same_dtype() -> None:
+    # the reference copy doubles as the snapshot when it has the target's dtype
+    r = live("transformer_block", torch.bfloat16, broken="gelu_mutating", reference_dtype=None)
+    first = r.first_divergence
+    assert first is not None and first.op == "aten::gelu" and first.mutated_inputs == ["self"]
+    assert [o.op for o in r.diverged] == ["aten::gelu"]
+
+
+def test_channels_last_and_large_inputs_compare_cleanly() -> None:
+    # large floating inputs go through the reusable arena, keeping the target's memory format
+    conv = torch.nn.Conv2d(32, 32, 3, padding=1).to(torch.bfloat16)
+    x = torch.randn(2, 32, 24, 24, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    with compare(conv) as r:
+        conv(x).float().sum().backward()
+    assert r.first_divergence is None
+    fwd = next(o for o in r if o.op == "aten::convolution")
+    assert fwd.input_shapes[0] == [2, 32, 24, 24] and fwd.worst is not None
+    assert 0 < fwd.worst.rel_l2_error < 1.6e-2 and fwd.worst.mismatched == 0

@@ -126,3 +126,38 @@ def test_torch_path_gives_the_numpy_numbers() -> None:
         )
         assert a is not None and (a.mismatched, a.allclose) == (b.mismatched, b.allclose)
         assert a.error_ratio == pytest.approx(b.error_ratio, rel=1e-5)
+
+
+def test_chunked_torch_path_over_many_chunks() -> None:
+    """Outputs larger than one cache-sized chunk: partial results combine to the numpy numbers."""
+    torch = pytest.importorskip("torch")
+    from torchscope.accuracy.torch_metrics import compare_tensors
+
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal(200_003)  # three float32 chunks of 65536 and a remainder
+    ref[70_000:70_010] = 0.0  # exact zeros: relative error against the 1e-12 floor
+    for dtype, work_rel, (rtol, atol) in (
+        (torch.bfloat16, 1e-5, (1.6e-2, 1e-5)),
+        (torch.float32, 1e-9, (1.3e-6, 1e-5)),
+    ):
+        got = torch.from_numpy(ref * (1 + rng.normal(0, 1e-3, ref.shape))).to(dtype)
+        got[150_000] = 10.0  # one element far off, in the third chunk
+        a = compare_tensors(got, torch.from_numpy(ref), rtol=rtol, atol=atol)
+        b = compare_arrays(
+            got.double().numpy(), ref, dtype=str(dtype)[6:], ref_dtype="float64", rtol=rtol, atol=atol
+        )
+        assert a is not None
+        for field in ("max_abs_error", "mean_abs_error", "rmse", "cosine", "rel_l2_error", "error_ratio"):
+            assert getattr(a, field) == pytest.approx(getattr(b, field), rel=work_rel), field
+        assert a.max_rel_error == pytest.approx(b.max_rel_error, rel=work_rel)
+        # float32 work rounds the reference by up to 6e-8 relative: the few elements whose relative
+        # error lies that close to 1e-3 or 5e-3 may count on either side (exact in float64 work)
+        share = 5e-5 if dtype == torch.bfloat16 else 0.0
+        assert a.within_1e_3 == pytest.approx(b.within_1e_3, abs=share)
+        assert a.within_5e_3 == pytest.approx(b.within_5e_3, abs=share)
+        assert a.mismatched == b.mismatched
+        assert a.mismatched >= 1 and not a.allclose
+    nan_ref = torch.zeros(100_000, dtype=torch.float64)
+    nan_ref[99_999] = float("nan")  # NaN/Inf on either side: left to the numpy path
+    assert compare_tensors(nan_ref.float(), nan_ref, rtol=1e-3, atol=0) is None
+    assert compare_tensors(torch.full((100_000,), float("inf")), nan_ref.nan_to_num(), rtol=1e-3, atol=0) is None

@@ -11,7 +11,6 @@ Random ops run only on the target (their outputs cannot be compared; see docs/ac
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -21,10 +20,11 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
-from torchscope.accuracy.metrics import TINY, TensorMetrics, compare_arrays
+from torchscope.accuracy.metrics import TensorMetrics, compare_arrays
 from torchscope.accuracy.observer import OpObserver, dtype_name
 from torchscope.accuracy.result import DIVERGED, OK, SKIPPED, AccuracyResult, OpResult
 from torchscope.accuracy.tolerance import Tolerances
+from torchscope.accuracy.torch_metrics import compare_tensors, fast_applies
 from torchscope.accuracy.tracking import ModuleTracker
 
 
@@ -60,79 +60,28 @@ _UNDECLARED_WRITES: dict[str, tuple[str, ...]] = {
 }
 
 
-_LOW_PRECISION = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
+# outputs up to this many elements are measured by numpy on CPU: a numpy op costs a microsecond
+# where a torch op costs ten, and small outputs are all overhead
+_NUMPY_MAX = 4096
 
 
-def _fast(t: torch.Tensor, r: torch.Tensor) -> bool:
-    """Whether ``compare_tensors`` applies: floating tensors of the same, non-empty shape."""
-    return t.is_floating_point() and r.is_floating_point() and t.shape == r.shape and t.numel() > 0
+# same-size integer dtypes: a snapshot is compared bit for bit through these (numpy, no copy)
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# floating inputs at least this large are copied into the reusable arena, not a fresh tensor
+_ARENA_MIN = 1 << 14
 
 
-def compare_tensors(t: torch.Tensor, r: torch.Tensor, *, rtol: float, atol: float) -> TensorMetrics | None:
-    """``metrics.compare_arrays`` computed by torch on the reference's device in float64 (no
-    numpy copy, the machine's threads): the same numbers, the same verdict. Returns None when a
-    side holds NaN/Inf: the numpy path counts and matches those.
+def _unchanged(now: torch.Tensor, before: torch.Tensor) -> bool:
+    """Whether ``now`` holds the values of its snapshot ``before`` (same dtype and device).
+
+    Bitwise first (numpy's comparison is several times faster than ``torch.equal`` on CPU); if
+    the bits differ, equal values still count (``-0.0`` and ``0.0``, NaN payloads).
     """
-    # low-precision targets are measured in float32: their errors (>= 1e-4 relative) are far
-    # above float32's resolution, and every pass moves half the bytes of float64
-    work = torch.float32 if t.dtype in _LOW_PRECISION else torch.float64
-    x = t.detach().to(device=r.device, dtype=work).reshape(-1)
-    y = r.detach().to(work).reshape(-1)
-    n = x.numel()
-    nt, nr = float(torch.linalg.vector_norm(x)), float(torch.linalg.vector_norm(y))
-    if not (math.isfinite(nt) and math.isfinite(nr)):
-        return None
-    dot_xy = float(torch.dot(x, y))
-    own_copy = t.dtype != work or t.device != r.device  # else x shares t's storage
-    diff = x.sub_(y) if own_copy else x - y
-    sq_err = float(torch.dot(diff, diff))
-    abs_err = diff.abs_()
-    abs_ref = y.abs()
-    # bound = atol + rtol * max(|r|, rms); with rtol > 0 scale it by 1/rtol, which saves passes:
-    # |t - r| > bound  <=>  |t - r| / (max(|r|, rms) + atol/rtol) > rtol
-    scale = rtol if rtol > 0 else 1.0
-    bound = abs_ref.clamp_min(nr / math.sqrt(n))
-    if rtol > 0:
-        bound.add_(atol / rtol)
-    else:
-        bound.zero_().add_(atol)
-    quotient = abs_err / bound
-    if atol <= 0:  # a zero bound: 0/0 and x/0 possible
-        quotient.nan_to_num_(nan=0.0, posinf=1e30 * scale)
-    mismatched = int(torch.count_nonzero(quotient > scale))
-    ratio = float(quotient.max()) / scale
-    rel = abs_err / abs_ref.clamp_min_(TINY)
-    if nt == 0.0 and nr == 0.0:
-        cosine = 1.0
-    elif nt == 0.0 or nr == 0.0:
-        cosine = 0.0
-    else:
-        cosine = min(dot_xy / (nt * nr), 1.0)
-    rel_l2 = math.sqrt(sq_err) / nr if nr > 0 else (0.0 if nt == 0 else None)
-    whole_ok = rel_l2 is not None and rel_l2 <= rtol
-    max_rel = float(rel.max())
-    shape = tuple(int(s) for s in t.shape)
-    return TensorMetrics(
-        shape=shape,
-        dtype=dtype_name(t.dtype),
-        ref_shape=shape,
-        ref_dtype=dtype_name(r.dtype),
-        numel=n,
-        max_abs_error=float(abs_err.max()),
-        max_rel_error=max_rel if math.isfinite(max_rel) else None,
-        mean_abs_error=float(abs_err.sum()) / n,
-        rmse=math.sqrt(sq_err / n),
-        cosine=cosine,
-        rel_l2_error=rel_l2,
-        within_1e_3=int(torch.count_nonzero(rel <= 1e-3)) / n,
-        within_5e_3=int(torch.count_nonzero(rel <= 5e-3)) / n,
-        mismatched=mismatched,
-        error_ratio=ratio,
-        allclose=mismatched == 0 or whole_ok,
-        rtol=rtol,
-        atol=atol,
-        problem=f"{mismatched} of {n} elements outside rtol={rtol:g} atol={atol:g}" if mismatched else None,
-    )
+    if now.device.type == "cpu" and not now.is_quantized and now.dtype != torch.bool:
+        bits = _BITS.get(now.element_size())
+        if bits is not None and np.array_equal(now.view(bits).numpy(), before.view(bits).numpy()):
+            return True
+    return torch.equal(now, before) or torch.equal(torch.nan_to_num(now), torch.nan_to_num(before))
 
 
 class _LiveMode(OpObserver):
@@ -151,10 +100,42 @@ class _LiveMode(OpObserver):
         self.device = reference_device
         self.dtype = reference_dtype
         self.check_inputs = check_inputs
+        # one reusable buffer per reference dtype for the large input copies of the op running
+        # now: a fresh multi-megabyte tensor per input costs a page fault per 4 KiB on first touch
+        self._arena: dict[torch.dtype, torch.Tensor] = {}
+        self._arena_used: dict[torch.dtype, int] = {}
+
+    def _copy_into_arena(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+        if x.is_contiguous():
+            fmt = torch.contiguous_format
+        elif x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+            fmt = torch.channels_last
+        else:
+            return None
+        n = x.numel()
+        used = self._arena_used.get(dtype, 0)
+        arena = self._arena.get(dtype)
+        if arena is None or used + n > arena.numel():
+            # earlier copies of this op keep the old buffer alive; later ops use the new one
+            arena = torch.empty(
+                max(n, 2 * (arena.numel() if arena is not None else 0)), dtype=dtype, device=self.device
+            )
+            self._arena[dtype], used = arena, 0
+        self._arena_used[dtype] = used + n
+        ref = (
+            torch.as_strided(arena, x.shape, x.stride(), used)
+            if fmt is torch.channels_last
+            else arena[used : used + n].view(x.shape)
+        )
+        return ref.copy_(x.detach())
 
     def _to_ref(self, x: Any) -> Any:
         if isinstance(x, torch.Tensor):
             dtype = self.dtype if (self.dtype is not None and x.is_floating_point()) else x.dtype
+            if x.is_floating_point() and x.numel() >= _ARENA_MIN and x.layout == torch.strided:
+                ref = self._copy_into_arena(x, dtype)
+                if ref is not None:
+                    return ref
             return x.detach().to(device=self.device, dtype=dtype, copy=True)
         if isinstance(x, torch.dtype) and x.is_floating_point and self.dtype is not None:
             return self.dtype
@@ -172,10 +153,13 @@ class _LiveMode(OpObserver):
         self.result.ops.append(rec)
         if rec.status != OK:
             return func(*args, **kwargs)
+        self._arena_used.clear()
         ref_args, ref_kwargs = tree_map(self._to_ref, (args, kwargs))
+        snaps = self._snapshots(func, args, kwargs, ref_args, ref_kwargs) if self.check_inputs else []
         out = func(*args, **kwargs)
-        if self.check_inputs:
-            rec.mutated_inputs = self._mutated(func, args, kwargs, ref_args, ref_kwargs)
+        rec.mutated_inputs = [
+            name for name, pairs in snaps if not all(_unchanged(t.detach(), snap) for t, snap in pairs)
+        ]
         try:
             ref_out = func(*ref_args, **ref_kwargs)
         except Exception as exc:  # the reference may lack a kernel for this dtype
@@ -190,7 +174,12 @@ class _LiveMode(OpObserver):
         got, want = tree_leaves(out), tree_leaves(ref_out)
         metrics: list[TensorMetrics] = []
         for t, r in zip(got, want, strict=False):
-            if isinstance(t, torch.Tensor) and isinstance(r, torch.Tensor) and _fast(t, r):
+            if (
+                isinstance(t, torch.Tensor)
+                and isinstance(r, torch.Tensor)
+                and fast_applies(t, r)
+                and (t.numel() > _NUMPY_MAX or r.device.type != "cpu")
+            ):
                 rtol, atol = self.tolerances.live(rec.op, dtype_name(t.dtype), rec.overload, rec.module)
                 m = compare_tensors(t, r, rtol=rtol, atol=atol)
                 if m is not None:
@@ -203,40 +192,40 @@ class _LiveMode(OpObserver):
             metrics.append(compare_arrays(a[0], b[0], dtype=a[1], ref_dtype=b[1], rtol=rtol, atol=atol))
         return metrics
 
-    def _mutated(
+    def _snapshots(
         self,
         func: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         ref_args: tuple[Any, ...],
         ref_kwargs: dict[str, Any],
-    ) -> list[str]:
-        """Arguments the op changed although its schema does not declare them written."""
-        bad: list[str] = []
+    ) -> list[tuple[str, list[tuple[torch.Tensor, torch.Tensor]]]]:
+        """Before the op runs: each argument it must not write, with a snapshot of its tensors.
+
+        The reference copy is the snapshot when it has the target's dtype and device; otherwise
+        (an upcast reference) a bitwise clone in the target's dtype, which is cheaper to take and
+        to compare than casting the upcast copy back after the op.
+        """
+        snaps: list[tuple[str, list[tuple[torch.Tensor, torch.Tensor]]]] = []
         allowed = _UNDECLARED_WRITES.get(func._schema.name, ())
         for i, arg in enumerate(func._schema.arguments):
             if (arg.alias_info is not None and arg.alias_info.is_write) or arg.name in allowed:
                 continue
             if i < len(args):
-                now, before = args[i], ref_args[i]
+                now, copy = args[i], ref_args[i]
             elif arg.name in kwargs:
-                now, before = kwargs[arg.name], ref_kwargs[arg.name]
+                now, copy = kwargs[arg.name], ref_kwargs[arg.name]
             else:
                 continue
-            pairs = zip(tree_leaves(now), tree_leaves(before), strict=False)
-            for t, snap in pairs:
+            pairs = []
+            for t, ref in zip(tree_leaves(now), tree_leaves(copy), strict=False):
                 if not isinstance(t, torch.Tensor) or t.is_complex():
                     continue
-                # the snapshot is an exact upcast: cast it back and compare in the target's
-                # dtype (fewer bytes than upcasting the target again) on the reference device
-                cur = t.detach().to(device=snap.device)
-                before_t = snap.to(dtype=t.dtype)
-                if not torch.equal(cur, before_t) and not torch.equal(
-                    torch.nan_to_num(cur), torch.nan_to_num(before_t)
-                ):
-                    bad.append(arg.name)
-                    break
-        return bad
+                same = ref.dtype == t.dtype and ref.device == t.device
+                pairs.append((t, ref if same else t.detach().clone()))
+            if pairs:
+                snaps.append((arg.name, pairs))
+        return snaps
 
 
 @contextmanager

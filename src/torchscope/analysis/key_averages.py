@@ -357,8 +357,37 @@ def event_frame(trace: Trace, *, with_stack_n: int = 0, with_shapes: bool = True
     return base
 
 
+class CudaAliases:
+    """torch's older ``cuda_*`` names for the device columns, shared by rows and events.
+
+    Users' scripts written for torch < 2.4 read ``cuda_time_total`` and friends; the rows of
+    ``key_averages()`` and the events of ``events()`` both answer to them.
+    """
+
+    device_time_total: float
+    self_device_time_total: float
+    device_memory_usage: int
+    self_device_memory_usage: int
+
+    @property
+    def cuda_time_total(self) -> float:
+        return self.device_time_total
+
+    @property
+    def self_cuda_time_total(self) -> float:
+        return self.self_device_time_total
+
+    @property
+    def cuda_memory_usage(self) -> int:
+        return self.device_memory_usage
+
+    @property
+    def self_cuda_memory_usage(self) -> int:
+        return self.self_device_memory_usage
+
+
 @dataclass(frozen=True)
-class KeyAverage:
+class KeyAverage(CudaAliases):
     """One row of ``key_averages()``: torch's ``FunctionEventAvg`` attribute names, times in us."""
 
     key: str
@@ -391,24 +420,8 @@ class KeyAverage:
     def device_time(self) -> float:
         return self.device_time_total / self.count if self.count else 0.0
 
-    # torch's older names for the device columns
+    # torch's older name for the device column
     cuda_time = device_time
-
-    @property
-    def cuda_time_total(self) -> float:
-        return self.device_time_total
-
-    @property
-    def self_cuda_time_total(self) -> float:
-        return self.self_device_time_total
-
-    @property
-    def cuda_memory_usage(self) -> int:
-        return self.device_memory_usage
-
-    @property
-    def self_cuda_memory_usage(self) -> int:
-        return self.self_device_memory_usage
 
 
 def _row(values: dict[str, Any]) -> KeyAverage:

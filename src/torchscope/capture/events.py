@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from torchscope.analysis.key_averages import event_frame, parse_shapes
+from torchscope.analysis.key_averages import CudaAliases, event_frame, parse_shapes
 from torchscope.trace.model import Trace
 
 STACK_METRICS = (
@@ -40,7 +40,7 @@ class Interval:
 
 
 @dataclass(eq=False)
-class FunctionEvent:
+class FunctionEvent(CudaAliases):
     """One profiled event with torch's ``FunctionEvent`` attribute names (times in us)."""
 
     id: int
@@ -80,14 +80,6 @@ class FunctionEvent:
     @property
     def device_time(self) -> float:
         return self.device_time_total
-
-    @property
-    def cuda_time_total(self) -> float:
-        return self.device_time_total
-
-    @property
-    def self_cuda_time_total(self) -> float:
-        return self.self_device_time_total
 
     @property
     def device_type(self) -> Any:

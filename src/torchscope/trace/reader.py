@@ -130,9 +130,10 @@ def _read(box: list[bytes], source: str, timings: Timings) -> Trace:
     return trace
 
 
-# Files larger than this are decoded in pieces of about this size, so that only one piece of
-# per-event Python objects is alive at a time: peak memory follows the columnar result, not
-# the object graph of the whole JSON.
+# Files with more than 8 x CHUNK_BYTES of JSON are decoded in pieces of about CHUNK_BYTES, so
+# that only one piece of per-event Python objects is alive at a time: peak memory follows the
+# columnar result, not the object graph of the whole JSON. Smaller files are decoded whole,
+# which is faster (measured: pieces cost ~15% on 35-55 MB files and nothing on 87 MB ones).
 CHUNK_BYTES = 8 * 1024 * 1024
 
 
@@ -140,7 +141,7 @@ def _decode_chunks(
     data: bytes, source: str, warnings: list[str], top: dict[str, Any]
 ) -> Iterator[list[Event]]:
     """The typed events, one piece at a time; fills ``top`` with the top-level keys."""
-    layout = _layout(data) if len(data) > 2 * CHUNK_BYTES else None
+    layout = _layout(data) if len(data) > 8 * CHUNK_BYTES else None
     head_doc: Document | None = None
     if layout is not None and not layout[2]:
         try:

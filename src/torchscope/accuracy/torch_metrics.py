@@ -1,0 +1,118 @@
+"""``metrics.compare_arrays`` computed by torch in a few cache-sized passes, for live compare.
+
+Live compare measures every output of every op, and the largest outputs (weight gradients) are
+where its time goes. Computing the metrics one whole-tensor torch op at a time made about twenty
+passes over each output through main memory, and each pass allocated a fresh tensor (page faults
+on every first touch). Here the output is walked in chunks that fit in the L2 cache: each chunk is
+converted once into three small reusable buffers, every metric is reduced from those buffers while
+they are hot, and the per-chunk partial results are gathered in one tensor that is read back with
+a single ``tolist()`` (one device sync per output, not one per metric). Memory traffic is one read
+of the target and two of the reference, whatever the number of metrics.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from torchscope.accuracy.metrics import TINY, TensorMetrics
+
+_LOW_PRECISION = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
+# bytes of one work buffer: three of them (plus the chunk of the reference) stay in L2
+_CHUNK_BYTES = 1 << 18
+# rows of the per-chunk partial results
+_RR, _RD, _DD, _MAX_ABS, _SUM_ABS, _MAX_REL, _WITHIN_1, _WITHIN_5, _MAX_Q, _OVER = range(10)
+
+
+def fast_applies(t: torch.Tensor, r: torch.Tensor) -> bool:
+    """Whether ``compare_tensors`` applies: floating tensors of the same, non-empty shape."""
+    return t.is_floating_point() and r.is_floating_point() and t.shape == r.shape and t.numel() > 0
+
+
+def compare_tensors(t: torch.Tensor, r: torch.Tensor, *, rtol: float, atol: float) -> TensorMetrics | None:
+    """``metrics.compare_arrays`` for floating ``t`` against ``r``, on the reference's device.
+
+    The same numbers and the same verdict as the numpy definition. Returns None when a side holds
+    NaN/Inf: the numpy path counts and matches those. Low-precision targets are measured in
+    float32 (their errors, >= 1e-4 relative, are far above float32's resolution; each pass moves
+    half the bytes of float64), others in float64.
+    """
+    work = torch.float32 if t.dtype in _LOW_PRECISION else torch.float64
+    dev = r.device
+    x_all = t.detach().to(dev).reshape(-1)
+    y_all = r.detach().reshape(-1)
+    n = x_all.numel()
+    # the reference's norm first: the element bound needs its RMS
+    nr = float(torch.linalg.vector_norm(y_all))
+    if not math.isfinite(nr):
+        return None
+    rms = nr / math.sqrt(n)
+    # bound = atol + rtol * max(|r|, rms); with rtol > 0 scale it by 1/rtol, which saves a pass:
+    # |t - r| > bound  <=>  |t - r| / (max(|r|, rms) + atol/rtol) > rtol
+    scale = rtol if rtol > 0 else 1.0
+    chunk = max(1, _CHUNK_BYTES // torch.empty((), dtype=work).element_size())
+    size = min(n, chunk)
+    xb, yb, zb, wb = torch.empty(4, size, dtype=work, device=dev)
+    parts: list[torch.Tensor] = []  # per chunk, the partial results in _RR.._OVER order
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        x, y, z, w = (xb, yb, zb, wb) if m == size else (xb[:m], yb[:m], zb[:m], wb[:m])
+        x.copy_(x_all[start : start + m])
+        y.copy_(y_all[start : start + m])
+        d = x.sub_(y)
+        # with d = t - r: t.t = r.r + 2 r.d + d.d and t.r = r.r + r.d, three dots for all norms
+        rr, rd, dd = torch.dot(y, y), torch.dot(y, d), torch.dot(d, d)
+        ad = d.abs_()
+        ar = y.abs_()
+        rel = torch.div(ad, torch.clamp(ar, min=TINY, out=z), out=z)
+        # comparisons written as 0/1 into a float buffer and summed: far faster than bool + count
+        within_1 = torch.le(rel, 1e-3, out=w).sum()
+        within_5 = torch.le(rel, 5e-3, out=w).sum()
+        max_rel = rel.amax()
+        bound = ar.clamp_min_(rms).add_(atol / rtol) if rtol > 0 else ar.fill_(atol)
+        q = torch.div(ad, bound, out=bound)
+        if atol <= 0:  # a zero bound: 0/0 and x/0 possible
+            q.nan_to_num_(nan=0.0, posinf=1e30 * scale)
+        over = torch.gt(q, scale, out=w).sum()
+        parts += (rr, rd, dd, ad.amax(), ad.sum(), max_rel, within_1, within_5, q.amax(), over)
+    p = torch.stack(parts).to(torch.float64).view(-1, 10)
+    sums = p.sum(0).tolist()
+    maxes = p.amax(0).tolist()
+    nt2 = sums[_RR] + 2 * sums[_RD] + sums[_DD]
+    if not math.isfinite(nt2):
+        return None
+    nt, sq_err, dot_xy = math.sqrt(max(nt2, 0.0)), sums[_DD], sums[_RR] + sums[_RD]
+    nr_work = math.sqrt(sums[_RR])  # the norm of r as the dots saw it: cosine 1.0 when t == r
+    if nt == 0.0 and nr == 0.0:
+        cosine = 1.0
+    elif nt == 0.0 or nr == 0.0:
+        cosine = 0.0
+    else:
+        cosine = min(dot_xy / (nt * nr_work), 1.0)
+    rel_l2 = math.sqrt(sq_err) / nr if nr > 0 else (0.0 if nt == 0 else None)
+    mismatched = int(sums[_OVER])
+    whole_ok = rel_l2 is not None and rel_l2 <= rtol
+    max_rel = maxes[_MAX_REL]
+    shape = tuple(int(s) for s in t.shape)
+    return TensorMetrics(
+        shape=shape,
+        dtype=str(t.dtype).removeprefix("torch."),
+        ref_shape=shape,
+        ref_dtype=str(r.dtype).removeprefix("torch."),
+        numel=n,
+        max_abs_error=maxes[_MAX_ABS],
+        max_rel_error=max_rel if math.isfinite(max_rel) else None,
+        mean_abs_error=sums[_SUM_ABS] / n,
+        rmse=math.sqrt(sq_err / n),
+        cosine=cosine,
+        rel_l2_error=rel_l2,
+        within_1e_3=int(sums[_WITHIN_1]) / n,
+        within_5e_3=int(sums[_WITHIN_5]) / n,
+        mismatched=mismatched,
+        error_ratio=maxes[_MAX_Q] / scale,
+        allclose=mismatched == 0 or whole_ok,
+        rtol=rtol,
+        atol=atol,
+        problem=f"{mismatched} of {n} elements outside rtol={rtol:g} atol={atol:g}" if mismatched else None,
+    )
