@@ -160,4 +160,6 @@ def test_chunked_torch_path_over_many_chunks() -> None:
     nan_ref = torch.zeros(100_000, dtype=torch.float64)
     nan_ref[99_999] = float("nan")  # NaN/Inf on either side: left to the numpy path
     assert compare_tensors(nan_ref.float(), nan_ref, rtol=1e-3, atol=0) is None
-    assert compare_tensors(torch.full((100_000,), float("inf")), nan_ref.nan_to_num(), rtol=1e-3, atol=0) is None
+    assert (
+        compare_tensors(torch.full((100_000,), float("inf")), nan_ref.nan_to_num(), rtol=1e-3, atol=0) is None
+    )

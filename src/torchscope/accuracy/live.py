@@ -4,13 +4,15 @@
 as usual on the target; before it runs, its inputs are copied to the reference (CPU float64 by
 default: floating tensors are upcast, others copied as they are), and after it the op runs again
 on those copies. Because the reference sees the *same* inputs the target saw, an op's error is
-its own, never inherited: the first op over tolerance is the root. The copies double as a
-snapshot, so inputs an op modified in place without its schema saying so are caught as well.
+its own, never inherited: the first op over tolerance is the root. Inputs the op must not write
+are snapshotted (the reference copy itself at equal dtype, else a bitwise clone) and compared
+after it, so inputs modified in place without the schema saying so are caught as well.
 Random ops run only on the target (their outputs cannot be compared; see docs/accuracy.md).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -18,10 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves, tree_map
 
 from torchscope.accuracy.metrics import TensorMetrics, compare_arrays
-from torchscope.accuracy.observer import OpObserver, dtype_name
+from torchscope.accuracy.observer import OpObserver, dtype_name, leaves, map_leaves
 from torchscope.accuracy.result import DIVERGED, OK, SKIPPED, AccuracyResult, OpResult
 from torchscope.accuracy.tolerance import Tolerances
 from torchscope.accuracy.torch_metrics import compare_tensors, fast_applies
@@ -62,7 +63,7 @@ _UNDECLARED_WRITES: dict[str, tuple[str, ...]] = {
 
 # outputs up to this many elements are measured by numpy on CPU: a numpy op costs a microsecond
 # where a torch op costs ten, and small outputs are all overhead
-_NUMPY_MAX = 4096
+_NUMPY_MAX = 8192
 
 
 # same-size integer dtypes: a snapshot is compared bit for bit through these (numpy, no copy)
@@ -102,8 +103,14 @@ class _LiveMode(OpObserver):
         self.check_inputs = check_inputs
         # one reusable buffer per reference dtype for the large input copies of the op running
         # now: a fresh multi-megabyte tensor per input costs a page fault per 4 KiB on first touch
-        self._arena: dict[torch.dtype, torch.Tensor] = {}
-        self._arena_used: dict[torch.dtype, int] = {}
+        # (per thread: the autograd engine may run backward ops on a device's own thread)
+        self._local = threading.local()
+
+    def _arena_state(self) -> tuple[dict[torch.dtype, torch.Tensor], dict[torch.dtype, int]]:
+        """This thread's buffers (one per reference dtype) and how much of each the op has used."""
+        if not hasattr(self._local, "arena"):
+            self._local.arena, self._local.used = {}, {}
+        return self._local.arena, self._local.used
 
     def _copy_into_arena(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
         if x.is_contiguous():
@@ -113,15 +120,16 @@ class _LiveMode(OpObserver):
         else:
             return None
         n = x.numel()
-        used = self._arena_used.get(dtype, 0)
-        arena = self._arena.get(dtype)
+        arenas, used_by = self._arena_state()
+        used = used_by.get(dtype, 0)
+        arena = arenas.get(dtype)
         if arena is None or used + n > arena.numel():
             # earlier copies of this op keep the old buffer alive; later ops use the new one
             arena = torch.empty(
                 max(n, 2 * (arena.numel() if arena is not None else 0)), dtype=dtype, device=self.device
             )
-            self._arena[dtype], used = arena, 0
-        self._arena_used[dtype] = used + n
+            arenas[dtype], used = arena, 0
+        used_by[dtype] = used + n
         ref = (
             torch.as_strided(arena, x.shape, x.stride(), used)
             if fmt is torch.channels_last
@@ -153,8 +161,8 @@ class _LiveMode(OpObserver):
         self.result.ops.append(rec)
         if rec.status != OK:
             return func(*args, **kwargs)
-        self._arena_used.clear()
-        ref_args, ref_kwargs = tree_map(self._to_ref, (args, kwargs))
+        self._arena_state()[1].clear()  # the previous op's copies are garbage now
+        ref_args, ref_kwargs = map_leaves(self._to_ref, (args, kwargs))
         snaps = self._snapshots(func, args, kwargs, ref_args, ref_kwargs) if self.check_inputs else []
         out = func(*args, **kwargs)
         rec.mutated_inputs = [
@@ -171,7 +179,7 @@ class _LiveMode(OpObserver):
         return out
 
     def _compare(self, rec: OpResult, out: Any, ref_out: Any) -> list[TensorMetrics]:
-        got, want = tree_leaves(out), tree_leaves(ref_out)
+        got, want = leaves(out), leaves(ref_out)
         metrics: list[TensorMetrics] = []
         for t, r in zip(got, want, strict=False):
             if (
@@ -218,7 +226,7 @@ class _LiveMode(OpObserver):
             else:
                 continue
             pairs = []
-            for t, ref in zip(tree_leaves(now), tree_leaves(copy), strict=False):
+            for t, ref in zip(leaves(now), leaves(copy), strict=False):
                 if not isinstance(t, torch.Tensor) or t.is_complex():
                     continue
                 same = ref.dtype == t.dtype and ref.device == t.device

@@ -10,11 +10,11 @@ Live compare and dump number recorded ops the same way, so op ``#n`` means the s
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from torchscope.accuracy.result import RANDOM, SKIPPED, OpResult
 from torchscope.accuracy.tolerance import Tolerances, is_random
@@ -27,8 +27,32 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def leaves(obj: Any) -> list[Any]:
+    """The leaves of an op's arguments or outputs (tuples, lists, dicts of values).
+
+    ATen arguments nest only these containers; a plain recursion is several times faster than
+    torch's general pytree, and it runs for every op.
+    """
+    if isinstance(obj, (list, tuple)):
+        return [leaf for o in obj for leaf in leaves(o)]
+    if isinstance(obj, dict):
+        return [leaf for o in obj.values() for leaf in leaves(o)]
+    return [obj]
+
+
+def map_leaves(fn: Callable[[Any], Any], obj: Any) -> Any:
+    """``obj`` with ``fn`` applied to every leaf, containers rebuilt as they were."""
+    if isinstance(obj, tuple):
+        return tuple(map_leaves(fn, o) for o in obj)
+    if isinstance(obj, list):
+        return [map_leaves(fn, o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: map_leaves(fn, v) for k, v in obj.items()}
+    return fn(obj)
+
+
 def tensor_leaves(obj: Any) -> list[torch.Tensor]:
-    return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
+    return [t for t in leaves(obj) if isinstance(t, torch.Tensor)]
 
 
 class OpObserver(TorchDispatchMode):

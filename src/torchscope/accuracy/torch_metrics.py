@@ -3,11 +3,12 @@
 Live compare measures every output of every op, and the largest outputs (weight gradients) are
 where its time goes. Computing the metrics one whole-tensor torch op at a time made about twenty
 passes over each output through main memory, and each pass allocated a fresh tensor (page faults
-on every first touch). Here the output is walked in chunks that fit in the L2 cache: each chunk is
-converted once into three small reusable buffers, every metric is reduced from those buffers while
-they are hot, and the per-chunk partial results are gathered in one tensor that is read back with
-a single ``tolist()`` (one device sync per output, not one per metric). Memory traffic is one read
-of the target and two of the reference, whatever the number of metrics.
+on every first touch). Here the output is walked in chunks that fit in the L2
+cache: each chunk is converted once into four small reusable buffers, every metric is reduced
+from those buffers while they are hot, and the per-chunk partial results are stacked and read
+back at once (two device syncs per output, the reference's norm and the results, not one per
+metric). Memory traffic is one read of the target and two of the reference, whatever the number
+of metrics.
 """
 
 from __future__ import annotations
