@@ -30,7 +30,22 @@ _LAZY: dict[str, str] = {
     "TraceError": "torchscope.errors",
 }
 
-__all__ = sorted(_LAZY) + ["__version__"]
+__all__ = [
+    "ExecutionTraceObserver",
+    "ProfilerAction",
+    "ProfilerActivity",
+    "Trace",
+    "TraceError",
+    "TraceMeta",
+    "TraceSet",
+    "__version__",
+    "load",
+    "profile",
+    "record_function",
+    "schedule",
+    "supported_activities",
+    "tensorboard_trace_handler",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchscope.errors import TraceError

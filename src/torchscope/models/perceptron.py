@@ -10,7 +10,7 @@ class MLP(nn.Module):
     def __init__(self, sizes: tuple[int, ...] = (512, 1024, 1024, 10)) -> None:
         super().__init__()
         layers: list[nn.Module] = []
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
             layers.append(nn.Linear(a, b))
             if i < len(sizes) - 2:
                 layers.append(nn.ReLU())
