@@ -26,7 +26,7 @@ import torch
 
 from torchscope.capture.portable import PortableCollector
 from torchscope.models import resnet18, transformer_block
-from torchscope.models.mlp import MLP
+from torchscope.models.perceptron import MLP
 from torchscope.trace.model import Trace
 from torchscope.trace.reader import read_chrome_document
 

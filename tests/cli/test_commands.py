@@ -207,3 +207,30 @@ def test_export_chrome_and_parquet_round_trip(
             assert b.height == a.height, (fmt, kind)
             assert int(b["dur_ns"].sum()) == pytest.approx(int(a["dur_ns"].sum()), abs=a.height * 1000)
         assert again.ops.filter(pl.col("name") == "aten::conv2d").height == 10
+
+
+def test_report_leaves_out_an_unknown_world_size(
+    traces_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # alexnet_benchmark.json.gz names rank 0 but no world size
+    assert main(["report", str(traces_dir / "cuda" / "alexnet_benchmark.json.gz")]) == 0
+    out = capsys.readouterr().out
+    assert "870 events over 43.459 s · rank 0\n" in out and "None" not in out
+
+
+def test_report_shows_rank_of_world_size(traces_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(traces_dir / "cuda" / "diff_control_rank3_of_8.json.gz")]) == 0
+    assert "rank 3/8" in capsys.readouterr().out
+
+
+def test_accuracy_table_uses_full_width_when_piped(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["accuracy", "run", "--model", "mlp", "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out  # captured: not a terminal, as with `> f`
+    lines = out.splitlines()
+    # the summary is one line and op names are whole, not folded into 7-character cells
+    assert lines[0].startswith("accuracy (live): ") and lines[0].endswith("0 skipped")
+    assert "│ aten::addmm " in out and "│ aten::mm " in out
+    assert "COLUMNS" not in __import__("os").environ

@@ -94,14 +94,28 @@ def test_crashing_script_keeps_trace_report_and_exit_code(tmp_path: Path) -> Non
     assert proc.returncode == 1
     assert "about to fail" in proc.stdout
     assert "ValueError: boom at step 1" in proc.stderr
-    assert "torchscope/runner" not in proc.stderr.split("ValueError")[0]  # the traceback is the script's
+    tb = proc.stderr.split("ValueError")[0]
+    assert "torchscope/runner" not in tb and "runpy" not in tb  # the traceback is the script's
+    lines = tb.splitlines()
+    first = lines[lines.index("Traceback (most recent call last):") + 1]
+    assert first.startswith(f'  File "{SCRIPTS / "crash.py"}"')
     facts = json.loads((out / "run.json").read_text())
     assert facts["exit_code"] == 1 and facts["optimizer_steps"] == 2
     assert Path(facts["traces"][0]).is_file() and (out / "report.html").is_file()
     report = _report(out)
     assert report["run"]["error"] == "ValueError: boom at step 1"
-    # no schedule: the whole run is recorded, cut at each optimizer step (#0, #1, then the crash)
-    assert report["runs"][0]["summary"]["steps"] == 3
+    # no schedule: the whole run is recorded, cut at each optimizer step; the crash after the
+    # second step is no step
+    assert report["runs"][0]["summary"]["steps"] == 2
+    # only the script's own frames are hot spots: not our console script, CLI, runner, the
+    # traceback we printed, nor torch._dynamo's lazy import that the runner pre-pays
+    files = [r["file"] for r in report["hotspots"]]
+    assert files and any(f.endswith("crash.py") for f in files)
+    for f in files:
+        assert (
+            "torchscope" not in f.replace(str(SCRIPTS), "") and "traceback" not in f and "linecache" not in f
+        )
+        assert "importlib" not in f and "_dynamo" not in f and "runpy" not in f
     assert {r["name"] for r in report["runs"][0]["ops"]} >= {"aten::linear", "Optimizer.step#Adam.step"}
 
 
@@ -147,3 +161,33 @@ def test_a_failing_in_memory_trace_falls_back_to_the_file(
     report = _report(out)
     assert any("in-memory trace unavailable" in w for w in report["warnings"])
     assert report["runs"][0]["summary"]["events"] > 0  # read back from traces/run.pt.trace.json
+
+
+def test_steps_run_from_one_optimizer_step_to_the_next_and_setup_is_no_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "steps"
+    assert main(["run", "--out", str(out), "--sample-ms", "0", str(SCRIPTS / "train_resnet.py")]) == 0
+    err = capsys.readouterr().err
+    report = _report(out)
+    run = report["runs"][0]
+    # 4 optimizer steps are 4 steps: building the model and the optimizer is setup, and the
+    # print after the last optimizer.step() is no step
+    assert run["summary"]["steps"] == 4 and len(run["overview"]["host_steps"]) == 4
+    assert "(4 steps" in err.replace("\n", " ")
+    assert report["run"]["optimizer_steps"] == 4 and report["run"]["setup_s"] > 0
+    assert "after" in err and "s of setup" in err
+    names = {r["name"] for r in run["ops"]}
+    assert not any(n.startswith(("torchscope#", "ProfilerStep#")) for n in names)
+    text = Path(report["run"]["traces"][0]).read_text()
+    assert '"torchscope#setup"' in text and '"ProfilerStep#0"' in text and '"ProfilerStep#3"' in text
+    assert '"ProfilerStep#4"' not in text and '"torchscope#after_last_step"' in text
+    # step 0 starts at the first forward pass: it holds the same 20 convolutions as the others
+    from torchscope.trace.loader import load
+
+    trace = load(report["run"]["traces"][0])
+    ev = trace.events  # type: ignore[union-attr]
+    import polars as pl
+
+    convs = ev.filter(pl.col("name").cast(pl.String) == "aten::conv2d").group_by("step").len().sort("step")
+    assert convs["step"].to_list() == [0, 1, 2, 3] and convs["len"].to_list() == [20, 20, 20, 20]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -44,3 +45,27 @@ def test_library_time_goes_to_the_call_the_user_made() -> None:
     ctor = ("/x/site-packages/torch/optim/sgd.py", "__init__", 29)
     lazy = ("/x/site-packages/torch/_compile.py", "inner", 42)
     assert hot_frame((lazy, ctor, user)) == ctor  # SGD(...) is the call the user made
+
+
+def test_script_only_keeps_the_script_frames_and_drops_everything_outside_it(tmp_path: Path) -> None:
+    from torchscope.runner.target import Target, execute
+
+    script = tmp_path / "spin.py"
+    script.write_text(
+        "import time\n"
+        "def spin(s):\n"
+        "    end = time.perf_counter() + s\n"
+        "    while time.perf_counter() < end:\n"
+        "        pass\n"
+        "spin(0.15)\n"
+    )
+    s = Sampler(interval_s=0.001, script_only=True)
+    s.start()
+    _busy_python(0.1)  # our own work, outside the script: no hot spot
+    assert execute(Target(str(script))).exit_code == 0  # as the runner runs it
+    hs = s.stop()
+    rows = hs.table()
+    assert {(r["function"], r["file"]) for r in rows} <= {("spin", str(script)), ("<module>", str(script))}
+    assert rows[0]["function"] == "spin"
+    module = next(r for r in rows if r["function"] == "<module>")
+    assert module["total_pct"] == 100.0  # every kept sample is inside the script

@@ -205,8 +205,26 @@ def test_tensorboard_log_dir_is_keyed_by_worker(traces_dir: Path) -> None:
         (b'{"traceEvents": [{"ph": "X"', "not valid JSON"),
         (b'{"foo": 1}', "no 'traceEvents'"),
         (gzip.compress(b'{"traceEvents": []}', mtime=0)[:-9], "gzip"),
+        (b"[1, 2, 3]", "not a trace: no events"),
+        (b'["a", "b"]', "not a trace: no events"),
+        (b'{"traceEvents": [1, 2, {"x": 1}]}', "not a trace: no events"),
+        (b'[{"name": "x"}]', "not a trace: no events"),
+        (b"[]", "not a trace: no events"),
+        (b'{"traceEvents": []}', "not a trace: no events"),
     ],
-    ids=["empty", "text", "truncated-json", "not-a-trace", "truncated-gzip"],
+    ids=[
+        "empty",
+        "text",
+        "truncated-json",
+        "not-a-trace",
+        "truncated-gzip",
+        "numbers",
+        "strings",
+        "no-event-objects",
+        "event-without-phase-or-time",
+        "empty-list",
+        "empty-trace-events",
+    ],
 )
 def test_bad_files_name_the_file_and_the_problem(tmp_path: Path, content: bytes, problem: str) -> None:
     path = tmp_path / "bad.json"

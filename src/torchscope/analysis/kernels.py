@@ -200,7 +200,12 @@ def __with_launch(trace: Trace) -> pl.DataFrame:
             dtype=pl.String,
         ),
     ).with_columns(
-        (pl.col("start_ns") - pl.col("runtime_start_ns") - pl.col("runtime_ns")).alias("launch_delay_ns")
+        # HTA's definition (device start minus the launch call's end), clamped at 0 as HTA does:
+        # a kernel that starts before its launch call returns has waited for nothing
+        (pl.col("start_ns") - pl.col("runtime_start_ns") - pl.col("runtime_ns"))
+        .clip(0, None)
+        .alias("launch_delay_ns"),
+        (pl.col("start_ns") - pl.col("runtime_start_ns") - pl.col("runtime_ns") < 0).alias("early_start"),
     )
 
 
@@ -213,9 +218,19 @@ class LaunchStats:
     short_kernel_ns: int
     runtime_outliers: int  # launch calls longer than runtime_cutoff
     launch_delay_outliers: int  # kernels starting more than delay_cutoff after their launch returned
-    median_launch_delay_ns: float | None
+    median_launch_delay_ns: float | None  # of the delays clamped at 0 (see negative_launch_delays)
     p95_launch_delay_ns: float | None
-    per_kernel: pl.DataFrame  # name, stream, start_ns, dur_ns, runtime_ns, launch_delay_ns
+    per_kernel: pl.DataFrame  # name, stream, start_ns, dur_ns, runtime_ns, launch_delay_ns (>= 0, as HTA)
+    # kernels that start before their launch call returns (a negative raw delay, counted as 0):
+    # usual on an idle stream, and what a synchronous submit does
+    negative_launch_delays: int = 0
+    # kernels that start before their launch call even began: only host/device clock skew does that
+    clock_skewed: int = 0
+    # kernels that end before their launch call returns: a synchronous submit (MTIA's
+    # runFunction waits for the job), whose call time is not launch overhead
+    synchronous_launches: int = 0
+    # kernels shorter than their launch call, leaving out the synchronous ones
+    short_async_kernels: int = 0
 
 
 def launch_stats(
@@ -224,6 +239,7 @@ def launch_stats(
     d = _with_launch(trace)
     short = d.filter(pl.col("dur_ns") < pl.col("runtime_ns"))
     delay = d["launch_delay_ns"]
+    sync = (d["start_ns"] + d["dur_ns"]) <= (d["runtime_start_ns"] + d["runtime_ns"])
     return LaunchStats(
         launched=d.height,
         short_kernels=short.height,
@@ -242,6 +258,10 @@ def launch_stats(
             "runtime_ns",
             "launch_delay_ns",
         ),
+        negative_launch_delays=int(d["early_start"].sum()),
+        clock_skewed=int((d["start_ns"] < d["runtime_start_ns"]).sum()),
+        synchronous_launches=int(sync.sum()),
+        short_async_kernels=int(((d["dur_ns"] < d["runtime_ns"]) & ~sync).sum()),
     )
 
 
@@ -250,6 +270,8 @@ def idle_time(trace: Trace, consecutive_kernel_delay_ns: int = 30_000) -> pl.Dat
 
     A gap before a kernel is host wait when the kernel's launch began after the previous
     kernel on the stream ended; otherwise kernel wait when shorter than the delay; else other.
+    A kernel that starts before the previous one on its stream ends (overlapping records, as on
+    MTIA, or clock skew) leaves no gap: it counts 0, never a negative wait.
     """
     d = device_in_scope(trace).sort("device", "stream", "start_ns")
     ev = trace.events
@@ -260,7 +282,7 @@ def idle_time(trace: Trace, consecutive_kernel_delay_ns: int = 30_000) -> pl.Dat
         (pl.col("start_ns") + pl.col("dur_ns")).shift(1).over("device", "stream").alias("prev_end")
     )
     d = d.filter(pl.col("prev_end").is_not_null()).with_columns(
-        (pl.col("start_ns") - pl.col("prev_end")).alias("gap")
+        (pl.col("start_ns") - pl.col("prev_end")).clip(0, None).alias("gap")
     )
     d = d.with_columns(
         pl.when(pl.col("runtime_start_ns") > pl.col("prev_end"))

@@ -7,7 +7,8 @@ steps the whole trace is one step. Each instant of a step is given to exactly on
 the plugin's priority rule, Kernel > Memcpy > Memset > Communication > Runtime > DataLoader >
 CPU Exec > Other, so the categories add up to the step time. CPU-only runs also get a host
 breakdown that names what a CPU user can change: operators, the DataLoader, the optimizer,
-Python outside ops, and the rest.
+Python outside ops (time no op, collective, runtime call or device work accounts for, as the
+``python_outside_ops`` rule counts it), and the rest (collective and runtime waits).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import polars as pl
 from torchscope.analysis import intervals as iv
 from torchscope.analysis import names
 from torchscope.analysis.frames import kinds, memo
+from torchscope.analysis.outside import accounted_spans
 from torchscope.trace.model import Trace
 
 BREAKDOWN_CATEGORIES: tuple[str, ...] = (
@@ -224,7 +226,9 @@ def _host_roles(trace: Trace) -> dict[str, iv.Spans]:
         "DataLoader": _spans(host.filter(names.DATALOADER)),
         "Optimizer": _spans(host.filter(names.OPTIMIZER & (pl.col("kind") != "python_function"))),
         "Operators": _spans(host.filter(pl.col("kind") == "cpu_op")),
-        "Python outside ops": _spans(host.filter(pl.col("kind") == "python_function")),
+        # the time no op, collective, runtime call or device work accounts for: the same
+        # definition as the python_outside_ops rule (analysis.outside), with or without stacks
+        "Python outside ops": iv.complement(accounted_spans(trace)),
     }
 
 

@@ -140,6 +140,9 @@ def report_trace(trace: Trace, top: int = 50) -> dict[str, Any]:
                 "p95_launch_delay_us": None
                 if ls.p95_launch_delay_ns is None
                 else ls.p95_launch_delay_ns / 1e3,
+                "negative_launch_delays": ls.negative_launch_delays,
+                "clock_skewed_launches": ls.clock_skewed,
+                "synchronous_launches": ls.synchronous_launches,
             },
             K.IDLE_TIME: records(idle_time(trace)),
             K.QUEUE_LENGTH: records(queue_length(trace)),

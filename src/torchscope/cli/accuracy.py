@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import sys
 from collections.abc import Callable
@@ -106,6 +107,25 @@ def _workload(args: argparse.Namespace) -> tuple[Callable[[], None], Any]:
     return run_script, None
 
 
+PIPED_WIDTH = 140  # the width ``report`` uses when stdout is not a terminal
+
+
+def _print_full_width(show: Callable[[], None]) -> None:
+    """Run ``show`` with rich at full width when stdout is a file or pipe.
+
+    rich falls back to 80 columns off a terminal, which squeezed the op table into 7-character
+    cells in ``torchscope accuracy run ... > f``; rich reads ``COLUMNS``, so it is set for the call.
+    """
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        show()
+        return
+    os.environ["COLUMNS"] = str(PIPED_WIDTH)
+    try:
+        show()
+    finally:
+        os.environ.pop("COLUMNS", None)
+
+
 def _finish(result: Any, args: argparse.Namespace) -> int:
     from torchscope.accuracy.report import accuracy_section, dashboard_payload, print_result
 
@@ -117,7 +137,7 @@ def _finish(result: Any, args: argparse.Namespace) -> int:
         json.dump(accuracy_section(result), sys.stdout, indent=1, default=str, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        print_result(result, top=args.top)
+        _print_full_width(lambda: print_result(result, top=args.top))
     return EXIT_DIVERGED if args.check and result.first_divergence is not None else EXIT_OK
 
 

@@ -121,6 +121,7 @@ notes:
             "error": result.error,
             "wall_s": round(result.wall_s, 3),
             "optimizer_steps": result.steps,
+            "setup_s": None if result.setup_s is None else round(result.setup_s, 3),
             "out": str(options.out),
             "traces": [str(p) for p in result.trace_paths],
             **files,
@@ -138,7 +139,9 @@ notes:
                 print_summary(payload, console)
             console.print(
                 f"[bold]torchscope run[/bold]: {result.target.display} exited {result.exit_code} after "
-                f"{result.wall_s:.2f} s, {result.steps} optimizer steps · run directory {options.out}"
+                f"{result.wall_s:.2f} s, {result.steps} optimizer steps"
+                + (f" after {result.setup_s:.2f} s of setup" if result.setup_s is not None else "")
+                + f" · run directory {options.out}"
                 + (f" · report {files['html']}" if "html" in files else "")
             )
 

@@ -118,7 +118,8 @@ def _print_run(run: dict[str, Any], console: Console, *, top: int) -> None:
     sm = run.get("summary") or {}
     console.print(
         f"[bold]{_esc(run.get('name'))}[/bold]  {sm.get('events', 0):,} events over {fmt_ns(sm.get('span_ns'))}"
-        + (f" · rank {sm['rank']}/{sm.get('world_size')}" if sm.get("rank") is not None else "")
+        + (f" · rank {sm['rank']}" if sm.get("rank") is not None else "")
+        + (f"/{sm['world_size']}" if sm.get("rank") is not None and sm.get("world_size") is not None else "")
     )
     ov = run.get("overview") or {}
     steps = ov.get("steps") or []

@@ -105,7 +105,9 @@ def op_table(trace: Trace, limit: int = TABLE_ROWS) -> list[dict[str, Any]]:
     """Host ops and labels by name: calls, total/self/avg/max host ns, device ns they launched."""
     ev = trace.events
     host = ev.filter(
-        pl.col("kind").is_in(["cpu_op", "user_annotation"]) & ~NAME.str.starts_with("ProfilerStep#")
+        pl.col("kind").is_in(["cpu_op", "user_annotation"])
+        & ~NAME.str.starts_with("ProfilerStep#")
+        & ~NAME.str.starts_with("torchscope#")  # the runner's setup / after-last-step spans
     )
     if host.height == 0:
         return []

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from torchscope.runner import target as _target
+
 # Frames of the machinery around the user's code; never reported as hot spots.
 _SKIP_PARTS = (
     os.sep + "runpy.py",
@@ -35,6 +37,7 @@ _SKIP_PARTS = (
     os.path.join("torchscope", "runner") + os.sep,
     os.path.join("torchscope", "cli") + os.sep,
 )
+_EXECUTE_FILE = _target.__file__  # the runner's execute(): the script runs below it
 Func = tuple[str, str, int]  # (filename, function name, first line)
 
 
@@ -48,6 +51,27 @@ def _skipped(filename: str) -> bool:
 
 def _is_library(filename: str) -> bool:
     return filename.startswith(_STDLIB) or any(p in filename for p in _LIBRARY_PARTS)
+
+
+def _user_part(codes: tuple[CodeType, ...]) -> tuple[CodeType, ...]:
+    """The frames run by the user's script: those leafward of the runner's runpy call.
+
+    ``codes`` is leaf first. The runner's ``execute`` runs the script through ``runpy``, whose
+    ``_run_code`` executes the script's code; everything rootward of that (the ``torchscope`` console script, ``python -m`` machinery, the
+    CLI, the runner) is not the user's code, and a stack not inside that runpy call at all
+    (torchscope's own work before or after the script, printing its traceback) is dropped.
+    """
+    run_code: int | None = None  # runpy's _run_code: it executes the script's code object
+    for i, code in enumerate(codes):
+        if run_code is None and code.co_name == "_run_code" and _is_runpy(code.co_filename):
+            run_code = i
+        if code.co_name == "execute" and code.co_filename == _EXECUTE_FILE:
+            return codes[:run_code] if run_code is not None else ()
+    return ()
+
+
+def _is_runpy(filename: str) -> bool:
+    return filename == "<frozen runpy>" or filename.endswith(os.sep + "runpy.py")
 
 
 def hot_frame(stack: tuple[Func, ...]) -> Func:
@@ -71,6 +95,7 @@ class Sampler:
     """Samples one thread's Python stack at a fixed interval while started."""
 
     interval_s: float = 0.001
+    script_only: bool = False  # keep only frames run by a runpy-executed script (the runner's mode)
     thread_id: int = field(default_factory=threading.get_ident)
     native_id: int = field(default_factory=threading.get_native_id)
     _times: array = field(default_factory=lambda: array("q"))
@@ -122,12 +147,19 @@ class HotSpots:
         stacks: list[tuple[Func, ...]] = [()] * len(sampler._stacks)
         for codes, sid in sampler._stacks.items():
             stacks[sid] = tuple(
-                (c.co_filename, c.co_name, c.co_firstlineno) for c in codes if not _skipped(c.co_filename)
+                (c.co_filename, c.co_name, c.co_firstlineno)
+                for c in (_user_part(codes) if sampler.script_only else codes)
+                if not _skipped(c.co_filename)
             )
         interval_ns = int(sampler.interval_s * 1e9)
         times = np.frombuffer(sampler._times, dtype=np.int64).copy()
         ids = np.frombuffer(sampler._stack_ids, dtype=np.int32).copy()
         _charge_long_gaps(times, ids, stacks, interval_ns)
+        # Samples outside the script (our own start-up, printing its traceback) are not its time.
+        inside = np.array([bool(stacks[i]) for i in range(len(stacks))], dtype=bool)
+        if inside.size:
+            keep = inside[ids]
+            times, ids = times[keep], ids[keep]
         return cls(
             interval_ns=interval_ns,
             native_id=sampler.native_id,
@@ -217,8 +249,9 @@ def _charge_long_gaps(
         return
     gaps = np.flatnonzero(np.diff(times) > 3 * interval_ns) + 1
     merged: dict[tuple[int, int], int] = {}
+    seen = ids.copy()  # the stacks as sampled: a merged gap must not shrink the next one's
     for i in gaps.tolist():
-        a, b = int(ids[i - 1]), int(ids[i])
+        a, b = int(seen[i - 1]), int(seen[i])
         if a == b:
             continue
         sid = merged.get((a, b))

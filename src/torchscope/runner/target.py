@@ -44,6 +44,11 @@ def _exit_code(code: object) -> int:
     return 1
 
 
+def _is_runner_frame(filename: str) -> bool:
+    """Our frames and runpy's (``<frozen runpy>`` on 3.11+), which sit above the script's."""
+    return filename in (__file__, runpy.__file__, "<frozen runpy>")
+
+
 def execute(target: Target) -> Outcome:
     """Run ``target`` as ``__main__``; never raises for the script's own errors."""
     saved_argv, saved_path0 = list(sys.argv), (sys.path[0] if sys.path else None)
@@ -67,7 +72,7 @@ def execute(target: Target) -> Outcome:
     except BaseException as exc:  # noqa: BLE001 - the script's crash is reported, not ours
         # Print as the interpreter would, without our own frames on top.
         tb = exc.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+        while tb is not None and _is_runner_frame(tb.tb_frame.f_code.co_filename):
             tb = tb.tb_next
         traceback.print_exception(type(exc), exc, tb)
         return Outcome(1, f"{type(exc).__name__}: {exc}")

@@ -98,7 +98,13 @@ def read_chrome(path: str | Path, on_phase: Callable[[str], None] | None = None)
     timings = Timings(on_phase)
     box = [read_bytes(path)]  # handed over, so the text can be freed as soon as it is decoded
     timings.mark("inflate")
-    return _read(box, str(path), timings)
+    trace = _read(box, str(path), timings)
+    if trace.events.height == 0 and trace.memory.height == 0:
+        # a file that yields nothing to analyse is not a trace: say so rather than print empty
+        # tables and exit 0 (a live document may be empty: an empty profiled region is fine)
+        skipped = f" ({'; '.join(trace.meta.warnings)})" if trace.meta.warnings else ""
+        raise TraceError(str(path), f"not a trace: no events{skipped}")
+    return trace
 
 
 def read_chrome_document(data: bytes | str | dict[str, Any] | list[Any] | Any, source: str = "") -> Trace:

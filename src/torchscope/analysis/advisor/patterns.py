@@ -239,7 +239,9 @@ def launch_bound(ctx: Context) -> list[Finding]:
     ls = ctx.launch
     if ls.launched < 100:
         return []
-    short_share = ls.short_kernels / ls.launched
+    # a kernel that ends inside its launch call was submitted synchronously (the call waited for
+    # it, as MTIA's runFunction does): the call's length is not launch overhead, so it does not count
+    short_share = ls.short_async_kernels / ls.launched
     idle = idle_time(ctx.trace)
     host_wait = float(idle["host_wait_ns"].sum())
     span = ctx.host_span_ns
@@ -250,13 +252,15 @@ def launch_bound(ctx: Context) -> list[Finding]:
         Finding(
             rule="launch_bound",
             message=(
-                f"{short_share:.0%} of {ls.launched} kernels run shorter than their launch call, "
+                f"{ls.short_kernels / ls.launched:.0%} of {ls.launched} kernels run shorter than their launch call, "
                 f"and the device waits on the host {host_wait / span:.0%} of the time."
             ),
             fix="Launch fewer, larger kernels: CUDA graphs (torch.compile mode='reduce-overhead'), torch.compile fusion, fused optimizers, larger batches.",
             evidence={
                 "short_kernels": ls.short_kernels,
                 "launched": ls.launched,
+                "short_async_kernels": ls.short_async_kernels,
+                "synchronous_launches": ls.synchronous_launches,
                 "host_wait_share": host_wait / span,
                 "median_launch_delay_us": (ls.median_launch_delay_ns or 0) / 1e3,
             },

@@ -12,6 +12,7 @@ from torchscope.analysis import intervals as iv
 from torchscope.analysis import names
 from torchscope.analysis.advisor.base import Context, Finding
 from torchscope.analysis.frames import kinds
+from torchscope.analysis.outside import accounted_spans, outside_per_window
 
 
 def slow_conv_path(ctx: Context) -> list[Finding]:
@@ -114,10 +115,13 @@ def host_device_sync(ctx: Context) -> list[Finding]:
 
 
 def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: float = 0.05) -> list[Finding]:
-    """Labelled regions and steps whose time is mostly not inside any torch op.
+    """Labelled regions and steps whose time is mostly not accounted for by any torch op.
 
-    On a run with a device, only the gaps when the device is idle too count: a host that runs
-    Python while the device is busy is not what slows the step.
+    "Outside ops" is ``analysis.outside``'s definition, shared with the overview's host
+    breakdown: time when no thread is in an op (backward runs on the autograd thread), no
+    collective or runtime call runs and the device is idle. Collective annotations
+    (``gloo:all_reduce``...) are communication, never a region here. Each region is reported
+    once, summed over the threads that recorded it; the steps use the overview's own numbers.
     """
     regions = (
         kinds(ctx.trace, "cpu_op", "user_annotation")
@@ -125,6 +129,7 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
             (names.PROFILER_STEP | (pl.col("kind") == "user_annotation"))
             & ~names.DATALOADER
             & ~names.OPTIMIZER
+            & ~names.HOST_COLLECTIVE
             & (pl.col("dur_ns") > 0)
         )
         .select(
@@ -140,63 +145,95 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
     if regions.height == 0:
         return []
     total = ctx.host_span_ns
-    ops = kinds(ctx.trace, "cpu_op").filter(~names.PROFILER_STEP).select("tid", "start_ns", "dur_ns")
-    dev = kinds(ctx.trace, "kernel", "memcpy", "memset")
-    busy_dev = iv.merge(dev["start_ns"].to_numpy(), (dev["start_ns"] + dev["dur_ns"]).to_numpy())
+    rs_all = regions["start_ns"].to_numpy()
+    per = regions.with_columns(
+        pl.Series("outside", outside_per_window(ctx.trace, rs_all, rs_all + regions["dur_ns"].to_numpy()))
+    )
+    groups = per.group_by("region").agg(
+        pl.col("outside").sum(), pl.col("dur_ns").sum().alias("span"), pl.len().alias("calls")
+    )
+    ov = ctx.overview
+    if ov.steps_from_trace and groups.filter(pl.col("region") == "ProfilerStep#*").height:
+        # the steps as the overview counts them (stretched to their device work), so the
+        # advice and the host breakdown give the same number for the same steps
+        groups = groups.with_columns(
+            pl.when(pl.col("region") == "ProfilerStep#*")
+            .then(pl.lit(int(ov.host_steps["Python outside ops"].sum())))
+            .otherwise(pl.col("outside"))
+            .alias("outside"),
+            pl.when(pl.col("region") == "ProfilerStep#*")
+            .then(pl.lit(int(ov.steps["dur_ns"].sum())))
+            .otherwise(pl.col("span"))
+            .alias("span"),
+            pl.when(pl.col("region") == "ProfilerStep#*")
+            .then(pl.lit(ov.steps.height, dtype=pl.UInt32))
+            .otherwise(pl.col("calls"))
+            .alias("calls"),
+        )
+    groups = groups.filter(
+        (pl.col("outside") >= min_share * pl.col("span")) & (pl.col("outside") >= min_trace_share * total)
+    ).sort("outside", descending=True)
+    if groups.height == 0:
+        return []
+    covered = accounted_spans(ctx.trace)
     py = kinds(ctx.trace, "python_function")
-    ops_by_tid = ops.partition_by("tid", as_dict=True)
     out: list[Finding] = []
-    for (tid,), r in regions.partition_by("tid", as_dict=True).items():
-        o = ops_by_tid.get((tid,), ops.clear())
-        covered = iv.merge(
-            np.concatenate([o["start_ns"].to_numpy(), busy_dev[0]]),
-            np.concatenate([(o["start_ns"] + o["dur_ns"]).to_numpy(), busy_dev[1]]),
-        )
-        rs_all = r["start_ns"].to_numpy()
-        re_all = rs_all + r["dur_ns"].to_numpy()
-        per = r.with_columns(
-            pl.Series("outside", (re_all - rs_all) - iv.overlap_per_window(covered, rs_all, re_all))
-        )
-        groups = per.group_by("region").agg(
-            pl.col("outside").sum(), pl.col("dur_ns").sum().alias("span"), pl.len().alias("calls")
-        )
-        groups = groups.filter(
-            (pl.col("outside") >= min_share * pl.col("span")) & (pl.col("outside") >= min_trace_share * total)
-        )
-        for region, outside_i, span_i, calls in groups.iter_rows():
-            outside, span = float(outside_i), float(span_i)
-            share = outside / max(span, 1.0)
-            mine = per.filter(pl.col("region") == region)
-            rs = mine["start_ns"].to_numpy()
-            re_ = rs + mine["dur_ns"].to_numpy()
-            spans = iv.merge(rs, re_)
+    for region, outside_i, span_i, calls in groups.select("region", "outside", "span", "calls").iter_rows():
+        outside, span = float(outside_i), float(span_i)
+        share = outside / max(span, 1.0)
+        mine = per.filter(pl.col("region") == region)
+        culprits: list[str] = []
+        if py.height:
+            inside = np.zeros(py.height, bool)
             pst = py["start_ns"].to_numpy()
-            k = np.searchsorted(spans[0], pst, side="right") - 1
-            inside = (k >= 0) & (pst < spans[1][np.maximum(k, 0)])
-            culprits = _python_culprits(ctx, py.filter(pl.Series(inside) & (pl.col("tid") == tid)), covered)
-            named = (
-                f"; most of it in {', '.join(culprits)}"
-                if culprits
-                else " (record with with_stack=True to name the Python functions)"
+            ptid = py["tid"].to_numpy()
+            for (tid,), m in mine.partition_by("tid", as_dict=True).items():
+                rs = m["start_ns"].to_numpy()
+                spans = iv.merge(rs, rs + m["dur_ns"].to_numpy())
+                k = np.searchsorted(spans[0], pst, side="right") - 1
+                inside |= (ptid == tid) & (k >= 0) & (pst < spans[1][np.maximum(k, 0)])
+            culprits = _python_culprits(ctx, py.filter(pl.Series(inside)), covered)
+        label = "the steps" if region == "ProfilerStep#*" else f"'{region}'"
+        if culprits:
+            message = (
+                f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} calls) runs Python outside "
+                f"torch ops; most of it in {', '.join(culprits)}."
             )
-            label = "the steps" if region == "ProfilerStep#*" else f"'{region}'"
-            out.append(
-                Finding(
-                    rule="python_outside_ops",
-                    message=f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} calls) runs Python outside torch ops{named}.",
-                    fix="Move that work into torch ops (e.g. torch.nonzero or boolean masking on the device instead of "
-                    "np.argwhere on .cpu().numpy()), or out of the step.",
-                    evidence={
-                        "region": str(region),
-                        "calls": calls,
-                        "outside_ops_us": outside / 1e3,
-                        "region_us": span / 1e3,
-                        "share": share,
-                        "python_functions": culprits,
-                    },
-                    impact=outside / total,
-                )
+            fix = (
+                "Move that work into torch ops (e.g. torch.nonzero or boolean masking on the device instead of "
+                "np.argwhere on .cpu().numpy()), or out of the step."
             )
+        else:
+            how = (
+                "no Python stacks were recorded"
+                if py.height == 0
+                else "the recorded Python stacks do not name it"
+            )
+            message = (
+                f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} calls) is outside every torch op, "
+                f"collective, runtime call and device kernel; {how}, so the code that ran there is unknown."
+            )
+            fix = (
+                "Record with with_stack=True (or profile with `torchscope run`, whose sampler names the Python "
+                "functions) to see which code runs there, then move it into torch ops or out of the step."
+            )
+        out.append(
+            Finding(
+                rule="python_outside_ops",
+                message=message,
+                fix=fix,
+                evidence={
+                    "region": str(region),
+                    "calls": calls,
+                    "outside_ops_us": outside / 1e3,
+                    "region_us": span / 1e3,
+                    "share": share,
+                    "python_functions": culprits,
+                    "python_stacks": bool(py.height),
+                },
+                impact=outside / total,
+            )
+        )
     return out
 
 

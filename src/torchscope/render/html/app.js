@@ -221,6 +221,7 @@
     });
     if (sm.rank !== null && sm.rank !== undefined) cards.push(card("rank", `${sm.rank} of ${sm.world_size ?? "?"}`));
     if (P.run) cards.push(card("exit code", String(P.run.exit_code)));
+    if (P.run && P.run.setup_s !== null && P.run.setup_s !== undefined) cards.push(card("setup (before step 0)", fmtNs(P.run.setup_s * 1e9)));
     out.push(h("div", { class: "cards", "data-testid": "overview-cards" }, cards));
     const steps = ov.steps || [];
     const hasDevice = steps.some((x) => (x.Kernel || 0) + (x.Memcpy || 0) + (x.Memset || 0) > 0);
