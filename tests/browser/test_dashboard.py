@@ -139,6 +139,10 @@ def test_report_of_a_live_run(tmp_path: Path, page: Any) -> None:
     assert "CPU peak allocated" in seen["memory"]
     assert "ResNet18_0" in seen["modules"]
     assert "Python hot spots" in seen["overview"] and "exit code" in seen["overview"]
+    # the Overview agrees with the terminal: 2 optimizer steps are 2 steps, setup shown apart
+    page.click("#tabs button[data-view=overview]")
+    cards = page.inner_text("[data-testid=overview-cards]")
+    assert "steps\n2" in cards and "setup (before step 0)" in cards
 
 
 def test_hostile_names_show_as_text_and_run_nothing(tmp_path: Path, page: Any) -> None:
