@@ -213,13 +213,13 @@ def test_report_leaves_out_an_unknown_world_size(
     traces_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # alexnet_benchmark.json.gz names rank 0 but no world size
-    assert main(["report", str(traces_dir / "cuda" / "alexnet_benchmark.json.gz")]) == 0
+    assert main(["report", str(traces_dir / "cuda" / "alexnet_benchmark.json.gz"), "--no-html"]) == 0
     out = capsys.readouterr().out
     assert "870 events over 43.459 s · rank 0\n" in out and "None" not in out
 
 
 def test_report_shows_rank_of_world_size(traces_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(traces_dir / "cuda" / "diff_control_rank3_of_8.json.gz")]) == 0
+    assert main(["report", str(traces_dir / "cuda" / "diff_control_rank3_of_8.json.gz"), "--no-html"]) == 0
     assert "rank 3/8" in capsys.readouterr().out
 
 
