@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from torchscope.accuracy.result import AccuracyResult, OpResult
+from torchscope.accuracy.result import WORST_METRICS, AccuracyResult, OpResult
 
 # the per-op columns of the dashboard (and of --json), in display order
 OP_COLUMNS = (
@@ -23,24 +23,7 @@ OP_COLUMNS = (
     "input_shapes",
     "dtypes",
     "status",
-    "max_abs_error",
-    "max_rel_error",
-    "mean_abs_error",
-    "rmse",
-    "rel_l2_error",
-    "cosine",
-    "within_1e_3",
-    "within_5e_3",
-    "nan",
-    "inf",
-    "ref_nan",
-    "ref_inf",
-    "mismatched",
-    "error_ratio",
-    "allclose",
-    "rtol",
-    "atol",
-    "problem",
+    *WORST_METRICS,
     "mutated_inputs",
     "cascade",
     "note",
@@ -56,8 +39,6 @@ def _clean(v: Any) -> Any:
 def op_row(op: OpResult) -> dict[str, Any]:
     """One flat, JSON-ready row for an op: identity, then the metrics of its worst output."""
     d = op.as_dict()
-    w = op.worst
-    d["rel_l2_error"] = w.rel_l2_error if w is not None else None
     return {k: _clean(d.get(k)) for k in OP_COLUMNS}
 
 

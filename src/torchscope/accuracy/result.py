@@ -21,6 +21,29 @@ RANDOM = "random"  # draws random numbers: outputs not compared
 SKIPPED = "skipped"  # could not be compared (reference failed, no tensor output, ...)
 
 
+# the metrics of an op's worst output, flattened into its row (dashboard, --json), in order
+WORST_METRICS = (
+    "max_abs_error",
+    "max_rel_error",
+    "mean_abs_error",
+    "rmse",
+    "rel_l2_error",
+    "cosine",
+    "within_1e_3",
+    "within_5e_3",
+    "nan",
+    "inf",
+    "ref_nan",
+    "ref_inf",
+    "mismatched",
+    "error_ratio",
+    "allclose",
+    "rtol",
+    "atol",
+    "problem",
+)
+
+
 @dataclass
 class OpResult:
     """One ATen op (or one aligned pair of ops from two dumps) and how it compared."""
@@ -83,25 +106,7 @@ class OpResult:
             "cascade": self.cascade,
         }
         metrics = w.as_dict() if w is not None else {}
-        for key in (
-            "max_abs_error",
-            "max_rel_error",
-            "mean_abs_error",
-            "rmse",
-            "cosine",
-            "within_1e_3",
-            "within_5e_3",
-            "nan",
-            "inf",
-            "ref_nan",
-            "ref_inf",
-            "mismatched",
-            "error_ratio",
-            "allclose",
-            "rtol",
-            "atol",
-            "problem",
-        ):
+        for key in WORST_METRICS:
             d[key] = metrics.get(key)
         d["outputs"] = [m.as_dict() for m in self.outputs]
         return d
