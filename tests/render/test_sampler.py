@@ -69,3 +69,16 @@ def test_script_only_keeps_the_script_frames_and_drops_everything_outside_it(tmp
     assert rows[0]["function"] == "spin"
     module = next(r for r in rows if r["function"] == "<module>")
     assert module["total_pct"] == 100.0  # every kept sample is inside the script
+
+
+def test_our_own_frames_are_never_hot_spots() -> None:
+    # torchscope installed editable lives outside site-packages; the step hook the runner wraps
+    # around the user's optimizer.step() must not show up as a hot spot of the user's script
+    import torchscope
+    from torchscope.runner.sampler import _skipped
+
+    package = Path(torchscope.__file__).parent
+    for ours in ("capture/profiler.py", "runner/session.py", "cli/run.py", "__main__.py"):
+        assert _skipped(str(package / ours)), ours
+    assert not _skipped("/home/me/train.py")
+    assert not _skipped("/env/site-packages/torch/optim/optimizer.py")

@@ -32,10 +32,8 @@ from torchscope.runner import target as _target
 _SKIP_PARTS = (
     os.sep + "runpy.py",
     "<frozen runpy>",
-    os.path.join("torchscope", "__main__.py"),
     os.sep + "threading.py",
-    os.path.join("torchscope", "runner") + os.sep,
-    os.path.join("torchscope", "cli") + os.sep,
+    os.path.join("torchscope", "__main__.py"),  # also when run from an installed copy elsewhere
 )
 _EXECUTE_FILE = _target.__file__  # the runner's execute(): the script runs below it
 Func = tuple[str, str, int]  # (filename, function name, first line)
@@ -43,10 +41,14 @@ Func = tuple[str, str, int]  # (filename, function name, first line)
 
 _LIBRARY_PARTS = ("site-packages" + os.sep, "dist-packages" + os.sep, "<frozen ", "<built-in")
 _STDLIB = os.path.dirname(os.__file__) + os.sep
+# Every frame of our own package is machinery, wherever it is installed (an editable install is
+# not under site-packages): the step hook the runner wraps around the user's optimizer.step()
+# must never be a hot spot; its time goes to the user's line that called step().
+_OWN_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _skipped(filename: str) -> bool:
-    return any(part in filename for part in _SKIP_PARTS)
+    return filename.startswith(_OWN_PACKAGE) or any(part in filename for part in _SKIP_PARTS)
 
 
 def _is_library(filename: str) -> bool:
