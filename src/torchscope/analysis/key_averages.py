@@ -40,6 +40,7 @@ import polars as pl
 
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS
+from torchscope.trace.tree import subtree_sum
 
 # Names torch leaves out of its tables: the profiler's own bookkeeping and trivial accessors.
 FILTERED_NAMES = (
@@ -98,21 +99,6 @@ def shapes_text(dims_json: pl.Expr) -> pl.Expr:
         .str.replace_all(" ", "", literal=True)
         .str.replace_all(",", ", ", literal=True)
     )
-
-
-def _subtree_sum(values: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Each row's value plus all its descendants' (walks the parent links, vectorized)."""
-    total = values.astype(np.int64).copy()
-    rows = np.nonzero(values)[0]
-    amounts = values[rows].astype(np.int64)
-    cur = parent[rows]
-    while True:
-        keep = cur >= 0
-        cur, amounts = cur[keep], amounts[keep]
-        if not cur.size:
-            return total
-        np.add.at(total, cur, amounts)
-        cur = parent[cur]
 
 
 def _fold_duplicates(
@@ -235,7 +221,7 @@ def event_frame(trace: Trace, *, with_stack_n: int = 0, with_shapes: bool = True
     launched = np.nonzero(is_work & (op >= 0) & is_row_np)[0]
     if launched.size:
         np.add.at(self_dev, op[launched], dur[launched])
-    dev_total = _subtree_sum(self_dev, parent)
+    dev_total = subtree_sum(self_dev, parent)
     self_dev = np.where(is_dev, dur, self_dev)
     dev_total = np.where(is_dev, dur, dev_total)
 

@@ -13,6 +13,7 @@ import polars as pl
 
 from torchscope.analysis.frames import memo
 from torchscope.trace.model import Trace
+from torchscope.trace.tree import subtree_sum
 
 DEVICE_TYPE_NAMES = {
     0: "CPU",
@@ -141,16 +142,9 @@ def allocations_by_op(trace: Trace) -> pl.DataFrame:
     op = mem["op"].to_numpy().astype(np.int64)
     b = mem["bytes"].to_numpy()
     pos = np.where(b > 0, b, 0)
-    # charge each allocation to every ancestor (once per row of the ancestor chain)
-    tot = np.zeros(ev.height, np.int64)
-    cur, w = op, pos
-    for _ in range(512):
-        np.add.at(tot, cur, w)
-        cur = parent[cur]
-        keep = cur >= 0
-        if not keep.any():
-            break
-        cur, w = cur[keep], w[keep]
+    # each allocation counts for its op and every op around it
+    owned = op >= 0
+    tot = subtree_sum(np.bincount(op[owned], weights=pos[owned], minlength=ev.height).astype(np.int64), parent)
     names_ = ev["name"].cast(pl.String)
     self_df = (
         memory_events(trace)

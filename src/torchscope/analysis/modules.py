@@ -13,6 +13,7 @@ import polars as pl
 
 from torchscope.analysis.operators import _device_time_per_row
 from torchscope.trace.model import Trace
+from torchscope.trace.tree import nearest_ancestor
 
 MODULE_PREFIX = "nn.Module: "
 
@@ -40,17 +41,7 @@ def module_tree(trace: Trace) -> pl.DataFrame:
     names_ = ev["name"].cast(pl.String).to_numpy()
     mods = np.flatnonzero(is_mod)
     # nearest enclosing module of each module event
-    mod_parent = np.full(mods.size, -1, np.int64)
-    cur = parent[mods]
-    pending = np.arange(mods.size)
-    for _ in range(1024):
-        ok = cur >= 0
-        pending, cur = pending[ok], cur[ok]
-        if pending.size == 0:
-            break
-        hit = is_mod[cur]
-        mod_parent[pending[hit]] = cur[hit]
-        pending, cur = pending[~hit], parent[cur[~hit]]
+    mod_parent = nearest_ancestor(parent, mods, is_mod)
     # paths in start order: parents come before children
     path_of: dict[int, str] = {}
     depth_of: dict[int, int] = {}

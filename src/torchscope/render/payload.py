@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from torchscope.trace.model import Trace, TraceSet
+from torchscope.trace.tree import nearest_ancestor
 
 PAYLOAD_VERSION = 1
 TABLE_ROWS = 500  # per-op and per-kernel rows kept for the page (sorted by time)
@@ -246,12 +247,7 @@ def module_tree(trace: Trace) -> dict[str, Any] | None:
     if rows.size == 0:
         return None
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
-    anc = parent[rows]
-    for _ in range(1024):
-        climb = (anc >= 0) & ~flags[np.maximum(anc, 0)]
-        if not climb.any():
-            break
-        anc[climb] = parent[anc[climb]]
+    anc = nearest_ancestor(parent, rows, flags)
     names = ev["name"].cast(pl.String).gather(rows).to_list()
     durs = ev["dur_ns"].gather(rows).to_numpy()
     root: dict[str, Any] = {"name": "(all)", "calls": 0, "total_ns": 0, "children": {}}

@@ -26,6 +26,7 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND
+from torchscope.trace.tree import nearest_ancestor
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -255,15 +256,7 @@ def _ops(ev: pl.DataFrame, kind: npt.NDArray[np.int8], parent: I64, launcher: I6
     n = ev.height
     op = np.full(n, -1, np.int64)
     needs = np.isin(kind, _codes(("runtime", "sync")))
-    rows = np.flatnonzero(needs)
-    cur = parent[rows]
-    for _ in range(4096):
-        live = np.flatnonzero(cur >= 0)
-        bad = ~is_op[cur[live]]
-        if not bad.any():
-            break
-        cur[live[bad]] = parent[cur[live[bad]]]
-    op[rows] = cur
+    op[np.flatnonzero(needs)] = nearest_ancestor(parent, np.flatnonzero(needs), is_op)
     device = np.isin(kind, _codes(DEVICE_KINDS))
     has_l = device & (launcher >= 0)
     op[has_l] = op[launcher[has_l]]

@@ -10,6 +10,7 @@ import polars as pl
 from torchscope.analysis.advisor.base import Context, Finding
 from torchscope.analysis.frames import kinds
 from torchscope.analysis.kernels import idle_time
+from torchscope.trace.tree import nearest_ancestor
 
 MATMUL_OPS = ["aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"]
 
@@ -78,17 +79,10 @@ def zero_grad_set_to_none(ctx: Context) -> list[Finding]:
     zeros = kinds(ctx.trace, "cpu_op").filter(
         pl.col("name").cast(pl.String).is_in(["aten::zero_", "aten::fill_"])
     )
-    zg_rows = set(zg["id"].to_list())
-    hits = 0
-    cur = parent[zeros["id"].to_numpy()]
-    for _ in range(64):
-        ok = cur >= 0
-        if not ok.any():
-            break
-        inside = np.isin(cur, list(zg_rows))
-        hits += int(inside.sum())
-        cur = np.where(inside, -1, cur)
-        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
+    in_zero_grad = np.zeros(ev.height, bool)
+    in_zero_grad[zg["id"].to_numpy()] = True
+    rows = zeros["id"].to_numpy().astype(np.int64)
+    hits = int((nearest_ancestor(parent, rows, in_zero_grad) >= 0).sum())
     if hits == 0:
         return []
     return [

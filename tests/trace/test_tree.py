@@ -1,0 +1,22 @@
+"""The call-tree walks every analysis shares (trace.tree)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from torchscope.trace.tree import nearest_ancestor, subtree_sum
+
+# 0 step ── 1 op ── 2 op ── 3 runtime
+#        └─ 4 python ── 5 runtime;   6 a root of its own
+PARENT = np.array([-1, 0, 1, 2, 0, 4, -1], np.int64)
+IS_OP = np.array([False, True, True, False, False, False, False])
+
+
+def test_nearest_ancestor_is_the_innermost_match_or_minus_one() -> None:
+    rows = np.array([3, 5, 6, 2], np.int64)
+    assert nearest_ancestor(PARENT, rows, IS_OP).tolist() == [2, -1, -1, 1]
+
+
+def test_subtree_sum_adds_each_value_to_every_ancestor() -> None:
+    values = np.array([0, 0, 5, 7, 0, 11, 3], np.int64)
+    assert subtree_sum(values, PARENT).tolist() == [23, 12, 12, 7, 11, 11, 3]
