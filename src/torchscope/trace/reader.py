@@ -29,7 +29,8 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.errors import TraceError
-from torchscope.trace.columns import Ids, col, flow_frame, metadata_frame, span_frames, take, threads_frame
+from torchscope.trace import batch as raw
+from torchscope.trace.columns import Ids, flow_frame, metadata_frame, span_frames, threads_frame
 from torchscope.trace.derive import derive
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
 from torchscope.trace.model import Trace, TraceMeta
@@ -43,6 +44,14 @@ from torchscope.trace.schema import (
 
 I64 = npt.NDArray[np.int64]
 
+
+try:  # our C scanner (optional: the package works without a compiler, only slower)
+    from torchscope.trace import _scan
+except ImportError:  # pragma: no cover - depends on the build
+    _scan = None  # type: ignore[assignment]
+
+# Tests turn this off to compare the scanner with the msgspec path on the same input.
+SCANNER_ENABLED = True
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event], strict=False)
 _DOC_DECODER = msgspec.json.Decoder(Document, strict=False)
@@ -167,15 +176,7 @@ def _decode_chunks(
         (begin, close + 1) for (_, begin), (close, _) in zip(cuts, cuts[1:], strict=False)
     ]
     for lo, hi in bounds:
-        piece = b"[" + data[lo:hi] + b"]"
-        try:
-            events = _EVENTS_DECODER.decode(piece)
-        except msgspec.ValidationError:
-            events = _lenient(piece, source, warnings)[1]
-        except msgspec.DecodeError as exc:
-            raise TraceError(source, f"not valid JSON ({exc})") from None
-        del piece
-        yield events
+        yield _decode_piece(data, lo, hi, source, warnings)
     tail = (b"[" if bare else b'{"traceEvents":[') + data[cuts[-1][1] :]
     rest: dict[str, Any] = {}
     try:
@@ -196,6 +197,52 @@ def _decode_chunks(
     yield events
 
 
+def _decode_piece(data: bytes, lo: int, hi: int, source: str, warnings: list[str]) -> list[Event]:
+    """The events of ``data[lo:hi]``, a run of comma-separated events cut from the list."""
+    piece = b"[" + data[lo:hi] + b"]"
+    try:
+        return _EVENTS_DECODER.decode(piece)
+    except msgspec.ValidationError:
+        return _lenient(piece, source, warnings)[1]
+    except msgspec.DecodeError as exc:
+        raise TraceError(source, f"not valid JSON ({exc})") from None
+
+
+def _scanned_batches(
+    data: bytes, source: str, warnings: list[str], top: dict[str, Any]
+) -> Iterator[pl.DataFrame] | None:
+    """The batches our C scanner reads, or None when it is not built or declines the document.
+
+    A piece the scanner declines (a value outside the exactly-typed subset it handles, such
+    as a duration written as a string) is decoded by msgspec instead, with its repairs.
+    """
+    if _scan is None or not SCANNER_ENABLED:
+        return None
+    doc = _scan.scan_document(data)
+    if doc is None or doc[0] < 0:
+        return None  # not a trace, or JSON the scanner does not take: msgspec says what is wrong
+    lo, hi, keys = doc
+    for key in Document.__struct_fields__:
+        if key != "traceEvents" and key in keys:
+            start, end = keys[key]
+            if (value := _ANY_DECODER.decode(data[start:end])) is not None:
+                top[key] = value
+    cuts = _cut_points(data, lo, hi) if hi - lo > 8 * CHUNK_BYTES else []
+    bounds = [lo] + [c for cut in cuts for c in (cut[0] + 1, cut[1])] + [hi]
+
+    def batches() -> Iterator[pl.DataFrame]:
+        for begin, end in zip(bounds[::2], bounds[1::2], strict=True):
+            got = _scan.scan_events(data, begin, end)
+            if got is None:
+                yield raw.from_events(_decode_piece(data, begin, end, source, warnings))
+                continue
+            batch = raw.from_scan(got)
+            del got  # the scanner's buffers: free them before the batch is used
+            yield batch
+
+    return batches()
+
+
 def _top_fields(doc: Document) -> dict[str, Any]:
     return {k: v for k in doc.__struct_fields__ if k != "traceEvents" and (v := getattr(doc, k)) is not None}
 
@@ -203,12 +250,8 @@ def _top_fields(doc: Document) -> dict[str, Any]:
 def _layout(data: bytes) -> tuple[int, list[tuple[int, int]], bool] | None:
     """Where to cut the event list into pieces of about CHUNK_BYTES, or None to read it whole.
 
-    Kineto writes one event per line: ``},`` then a newline and the same indentation before
-    every event's ``{``. We cut only at that exact separator (the one between ``[`` and the
-    first event), and only when it contains a newline: a raw newline never occurs inside a
-    JSON string, and nested objects inside ``args`` sit deeper. Returns the index of the
-    list's ``[``, the cuts as (index of the closing ``}``, index of the next ``{``), and
-    whether the file is a bare list.
+    Returns the index of the list's ``[``, the cuts (see ``_cut_points``), and whether the
+    file is a bare list.
     """
     bare = data[:64].lstrip().startswith(b"[")
     if bare:
@@ -218,20 +261,33 @@ def _layout(data: bytes) -> tuple[int, list[tuple[int, int]], bool] | None:
         start = data.find(b"[", key) if key >= 0 else -1
     if start < 0:
         return None
-    first = data.find(b"{", start)
-    indent = data[start + 1 : first] if first > 0 else b""
+    cuts = _cut_points(data, start + 1, len(data))
+    return (start, cuts, bare) if cuts else None
+
+
+def _cut_points(data: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
+    """Event boundaries about CHUNK_BYTES apart in the list content ``data[lo:hi]``.
+
+    Kineto writes one event per line: ``},`` then a newline and the same indentation before
+    every event's ``{``. We cut only at that exact separator (the one between ``[`` and the
+    first event), and only when it contains a newline: a raw newline never occurs inside a
+    JSON string, and nested objects inside ``args`` sit deeper. Each cut is (index of the
+    closing ``}``, index of the next ``{``).
+    """
+    first = data.find(b"{", lo, hi)
+    indent = data[lo:first] if first > 0 else b""
     if b"\n" not in indent or indent.strip():
-        return None
+        return []
     separator = b"}," + indent + b"{"
     cuts: list[tuple[int, int]] = []
-    pos = start + CHUNK_BYTES
-    while pos < len(data) - CHUNK_BYTES // 2:
-        k = data.find(separator, pos)
+    pos = lo + CHUNK_BYTES
+    while pos < hi - CHUNK_BYTES // 2:
+        k = data.find(separator, pos, hi)
         if k < 0:
             break
         cuts.append((k, k + len(separator) - 1))
         pos = k + CHUNK_BYTES
-    return (start, cuts, bare) if cuts else None
+    return cuts
 
 
 def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, Any], list[Event]]:
@@ -266,7 +322,8 @@ def _lenient(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, A
         if "traceEvents" not in doc:
             raise TraceError(source, "not a trace: no 'traceEvents' key")
         items = doc.pop("traceEvents")
-        top = doc
+        # the same top-level keys as the typed path keeps (``Document``), whatever the events hold
+        top = {k: v for k, v in doc.items() if k in Document.__struct_fields__ and v is not None}
     else:
         items = doc
     if not isinstance(items, list):
@@ -332,27 +389,32 @@ def _build(
     box: list[bytes], top: dict[str, Any], warnings: list[str], timings: Timings, source: str
 ) -> Trace:
     data = box.pop()
-    chunks = _decode_chunks(data, source, warnings, top)
+    chunks = _scanned_batches(data, source, warnings, top)
+    if chunks is None:
+        chunks = (raw.from_events(events) for events in _decode_chunks(data, source, warnings, top))
     ids = Ids()
     ev_parts: list[pl.DataFrame] = []
     mem_parts: list[pl.DataFrame] = []
     flow_parts: list[pl.DataFrame] = []
     meta_parts: list[pl.DataFrame] = []
     n_events = n_spans = other_ph = 0
-    for events in chunks:
+    for batch in chunks:
         timings.mark("decode")
-        phase = pl.Series(col(events, "ph"), dtype=pl.String)
-        spans = take(events, np.flatnonzero(phase.is_in(["X", "i", "I"]).to_numpy()))
-        flows = take(events, np.flatnonzero(phase.is_in(["s", "f", "t"]).to_numpy()))
-        meta_parts.append(metadata_frame(take(events, np.flatnonzero((phase == "M").to_numpy())), ids))
-        n_events += len(events)
-        other_ph += len(events) - len(spans) - len(flows) - int((phase == "M").sum())
-        del events
+        phase = batch["ph"]
+        is_span = phase.is_in(["X", "i", "I"])
+        # flows and metadata rows need few columns: select before filtering (no wide copies)
+        flows = batch.select(raw.FLOW_COLUMNS).filter(phase.is_in(["s", "f", "t"]))
+        metas = batch.select(raw.META_COLUMNS).filter(phase == "M")
+        spans = batch if is_span.all() else batch.filter(is_span)
+        meta_parts.append(metadata_frame(metas, ids))
+        n_events += batch.height
+        other_ph += batch.height - spans.height - flows.height - metas.height
+        del batch, metas
         ev_part, mem_part = span_frames(spans, ids, warnings)
         ev_parts.append(ev_part.with_columns(pl.col("raw_row") + n_spans))
         mem_parts.append(mem_part)
         flow_parts.append(flow_frame(flows, ids, warnings))
-        n_spans += len(spans)
+        n_spans += spans.height
         del spans, flows
         timings.mark("columns")
     if other_ph:

@@ -1,0 +1,1456 @@
+/*
+ * _scan: Kineto trace JSON straight into typed column buffers.
+ *
+ * Why: decoding a trace with msgspec builds one Struct per event, and pulling ~45 columns out
+ * of those Structs in Python costs more than the decoding itself. This scanner walks the text
+ * once, writes each field we model directly into a growing C array, and interns strings per
+ * column, so Python receives a handful of `bytes` buffers (read with np.frombuffer) and short
+ * lists of unique strings.
+ *
+ * It is deliberately narrow: it accepts only well-formed JSON whose modelled fields have the
+ * types events.py declares. Anything else (a wrong type, a duplicate key, an escaped key, an
+ * int beyond int64, a float that overflows, invalid UTF-8 in a string we return, ...) makes it
+ * *decline* (return None) and the msgspec path, with its repairs and messages, takes over.
+ * So for every input it accepts, its columns equal what msgspec gives with strict=False.
+ *
+ * The byte scan runs without the GIL (several ranks load in threads); Python objects are built
+ * at the end with the GIL held, including the rare floats the exact fast path cannot convert.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* msgspec bounds nesting by Python's recursion limit (~1000 less the stack in use); stay well
+ * inside it so that we never accept a document msgspec would refuse. Real traces nest < 10. */
+#define MAX_DEPTH 256
+
+typedef const unsigned char *Ptr;
+
+/* ----------------------------------------------------------------------------------------- */
+/* Outcome of a scan: OK, or why there is no result.                                          */
+
+typedef enum { ST_OK = 0, ST_DECLINE, ST_NOMEM } Status;
+
+/* ----------------------------------------------------------------------------------------- */
+/* The columns we produce and the JSON keys that feed them.                                   */
+
+typedef enum { K_STR, K_RAW, K_INT, K_FLOAT, K_INTSTR, K_NUM } Kind;
+
+enum {
+    C_PH, C_CAT, C_NAME, C_PID, C_TID, C_TS, C_DUR, C_ID, C_BP,
+    C_EXTERNAL_ID, C_EXTERNAL_ID_2021, C_CORRELATION, C_DEVICE, C_STREAM, C_STREAM_ID, C_SEQ,
+    C_FWD_TID, C_INPUT_DIMS, C_INPUT_TYPES, C_GRID, C_BLOCK, C_REGISTERS_PER_THREAD,
+    C_SHARED_MEMORY, C_BLOCKS_PER_SM, C_WARPS_PER_SM, C_OCCUPANCY_PCT, C_BYTES, C_DEVICE_TYPE,
+    C_DEVICE_ID, C_ADDR, C_MEM_BYTES, C_TOTAL_ALLOCATED, C_TOTAL_RESERVED, C_ARG_NAME,
+    C_SORT_INDEX, C_LABELS,
+    NCOLS,
+    C_ARGS = -2 /* the "args" key of an event: not a column, an object of more keys */
+};
+
+typedef struct {
+    const char *name; /* output column */
+    Kind kind;
+} ColumnSpec;
+
+static const ColumnSpec COLUMNS[NCOLS] = {
+    [C_PH] = {"ph", K_STR},
+    [C_CAT] = {"cat", K_STR},
+    [C_NAME] = {"name", K_STR},
+    [C_PID] = {"pid", K_INTSTR},
+    [C_TID] = {"tid", K_INTSTR},
+    [C_TS] = {"ts", K_NUM},
+    [C_DUR] = {"dur", K_NUM},
+    [C_ID] = {"id", K_INTSTR},
+    [C_BP] = {"bp", K_STR},
+    [C_EXTERNAL_ID] = {"external_id", K_INT},
+    [C_EXTERNAL_ID_2021] = {"external_id_2021", K_INT},
+    [C_CORRELATION] = {"correlation", K_INT},
+    [C_DEVICE] = {"device", K_INT},
+    [C_STREAM] = {"stream", K_INTSTR},
+    [C_STREAM_ID] = {"stream_id", K_INTSTR},
+    [C_SEQ] = {"seq", K_INT},
+    [C_FWD_TID] = {"fwd_tid", K_INT},
+    [C_INPUT_DIMS] = {"input_dims", K_RAW},
+    [C_INPUT_TYPES] = {"input_types", K_RAW},
+    [C_GRID] = {"grid", K_RAW},
+    [C_BLOCK] = {"block", K_RAW},
+    [C_REGISTERS_PER_THREAD] = {"registers_per_thread", K_INT},
+    [C_SHARED_MEMORY] = {"shared_memory", K_INT},
+    [C_BLOCKS_PER_SM] = {"blocks_per_sm", K_FLOAT},
+    [C_WARPS_PER_SM] = {"warps_per_sm", K_FLOAT},
+    [C_OCCUPANCY_PCT] = {"occupancy_pct", K_FLOAT},
+    [C_BYTES] = {"bytes", K_INT},
+    [C_DEVICE_TYPE] = {"device_type", K_INT},
+    [C_DEVICE_ID] = {"device_id", K_INT},
+    [C_ADDR] = {"addr", K_INT},
+    [C_MEM_BYTES] = {"mem_bytes", K_INT},
+    [C_TOTAL_ALLOCATED] = {"total_allocated", K_INT},
+    [C_TOTAL_RESERVED] = {"total_reserved", K_INT},
+    [C_ARG_NAME] = {"arg_name", K_STR},
+    [C_SORT_INDEX] = {"sort_index", K_INT},
+    [C_LABELS] = {"labels", K_STR},
+};
+
+typedef struct {
+    const char *key; /* the JSON key, as written in the trace */
+    size_t len;
+    int column;
+} KeySpec;
+
+#define KEY(text, column) {text, sizeof(text) - 1, column}
+
+static const KeySpec EVENT_KEYS[] = {
+    KEY("ph", C_PH),   KEY("cat", C_CAT), KEY("name", C_NAME), KEY("pid", C_PID),
+    KEY("tid", C_TID), KEY("ts", C_TS),   KEY("dur", C_DUR),   KEY("id", C_ID),
+    KEY("bp", C_BP),   KEY("args", C_ARGS),
+};
+
+static const KeySpec ARGS_KEYS[] = {
+    KEY("External id", C_EXTERNAL_ID),
+    KEY("external id", C_EXTERNAL_ID_2021),
+    KEY("correlation", C_CORRELATION),
+    KEY("device", C_DEVICE),
+    KEY("stream", C_STREAM),
+    KEY("stream_id", C_STREAM_ID),
+    KEY("Sequence number", C_SEQ),
+    KEY("Fwd thread id", C_FWD_TID),
+    KEY("Input Dims", C_INPUT_DIMS),
+    KEY("Input type", C_INPUT_TYPES),
+    KEY("grid", C_GRID),
+    KEY("block", C_BLOCK),
+    KEY("registers per thread", C_REGISTERS_PER_THREAD),
+    KEY("shared memory", C_SHARED_MEMORY),
+    KEY("blocks per SM", C_BLOCKS_PER_SM),
+    KEY("warps per SM", C_WARPS_PER_SM),
+    KEY("est. achieved occupancy %", C_OCCUPANCY_PCT),
+    KEY("bytes", C_BYTES),
+    KEY("Device Type", C_DEVICE_TYPE),
+    KEY("Device Id", C_DEVICE_ID),
+    KEY("Addr", C_ADDR),
+    KEY("Bytes", C_MEM_BYTES),
+    KEY("Total Allocated", C_TOTAL_ALLOCATED),
+    KEY("Total Reserved", C_TOTAL_RESERVED),
+    KEY("name", C_ARG_NAME),
+    KEY("sort_index", C_SORT_INDEX),
+    KEY("labels", C_LABELS),
+};
+
+#define N_EVENT_KEYS ((int)(sizeof(EVENT_KEYS) / sizeof(EVENT_KEYS[0])))
+#define N_ARGS_KEYS ((int)(sizeof(ARGS_KEYS) / sizeof(ARGS_KEYS[0])))
+
+/* Index of the lowest set bit of a non-zero word. */
+static inline int lowest_bit(uint64_t w)
+{
+#if defined(__GNUC__)
+    return __builtin_ctzll(w);
+#else
+    int i = 0;
+    for (; !(w & 1); w >>= 1)
+        i++;
+    return i;
+#endif
+}
+
+/* Which keys of a table have each length (bit i: table[i]), filled once at import: most keys
+ * we meet are not ours ("Trace name", "Call stack", ...) and fail on the length alone. */
+#define MAX_KEY_LEN 32
+typedef struct {
+    const KeySpec *table;
+    uint64_t by_len[MAX_KEY_LEN];
+} KeyIndex;
+
+static KeyIndex EVENT_INDEX = {EVENT_KEYS, {0}}, ARGS_INDEX = {ARGS_KEYS, {0}};
+
+static void index_keys(KeyIndex *index, int count)
+{
+    for (int i = 0; i < count; i++)
+        index->by_len[index->table[i].len] |= (uint64_t)1 << i;
+}
+
+/* Index of key [s, s+n) in the table, or -1 for a key we do not model. */
+static int find_key(const KeyIndex *index, Ptr s, size_t n)
+{
+    if (n >= MAX_KEY_LEN)
+        return -1;
+    for (uint64_t candidates = index->by_len[n]; candidates; candidates &= candidates - 1) {
+        int i = lowest_bit(candidates);
+        if (index->table[i].key[0] == (char)s[0] && memcmp(index->table[i].key, s, n) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* JSON lexing: whitespace, strings, numbers, literals, and skipping whole values.           */
+
+/* Byte classes, filled once at import: JSON whitespace, and the bytes that end the plain run
+ * of a string ('"', '\\', control characters). One table load beats a chain of compares. */
+static unsigned char IS_WS[256], ENDS_RUN[256];
+
+static void init_classes(void)
+{
+    IS_WS[' '] = IS_WS['\n'] = IS_WS['\r'] = IS_WS['\t'] = 1;
+    for (int c = 0; c < 0x20; c++)
+        ENDS_RUN[c] = 1;
+    ENDS_RUN['"'] = ENDS_RUN['\\'] = 1;
+}
+
+static inline Ptr skip_ws(Ptr p, Ptr end)
+{
+    while (p < end && IS_WS[*p])
+        p++;
+    return p;
+}
+
+static inline int hex_digit(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20; /* lower case */
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* The four hex digits at p as a code unit, or -1. */
+static long read_u4(Ptr p, Ptr end)
+{
+    if (end - p < 4)
+        return -1;
+    long u = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hex_digit(p[i]);
+        if (h < 0)
+            return -1;
+        u = (u << 4) | h;
+    }
+    return u;
+}
+
+/* A mask with the high bit set in each of the 8 bytes that is '"', '\\' or a control
+ * character (< 0x20). Bits above the first such byte may be spurious (borrows), but the lowest
+ * set bit is exact, which is all we use: whether there is one, and where the first one is. */
+static inline uint64_t special_bytes(uint64_t w)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+    uint64_t t = ((w - ones * 0x20) & ~w) | ((quote - ones) & ~quote) | ((slash - ones) & ~slash);
+    return t & highs;
+}
+
+/* The first byte at or after p that ends a plain run of string text, or end. */
+static inline Ptr plain_run(Ptr p, Ptr end)
+{
+#if defined(__SSE2__)
+    /* 16 bytes a step where SSE2 is there (every x86-64): compare with '"' and '\\', and
+     * find control characters as the bytes whose unsigned max with 0x1F is 0x1F */
+    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\');
+    const __m128i ctrl = _mm_set1_epi8(0x1F);
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)p);
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, slash)),
+                                   _mm_cmpeq_epi8(_mm_max_epu8(x, ctrl), ctrl));
+        unsigned mask = (unsigned)_mm_movemask_epi8(hit);
+        if (mask)
+            return p + lowest_bit(mask);
+        p += 16;
+    }
+#endif
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t mask = special_bytes(w);
+        if (mask) {
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            return p + (lowest_bit(mask) >> 3);
+#else
+            break;
+#endif
+        }
+        p += 8;
+    }
+    while (p < end && !ENDS_RUN[*p])
+        p++;
+    return p;
+}
+
+/* Validates a string whose opening quote is just before p. Returns the position after the
+ * closing quote, or NULL. Like msgspec it refuses raw control characters, unknown escapes and
+ * unpaired UTF-16 surrogates, even in strings it will skip. *escaped says if a '\\' occurred. */
+static Ptr scan_string(Ptr p, Ptr end, int *escaped)
+{
+    *escaped = 0;
+    for (;;) {
+        p = plain_run(p, end);
+        if (p >= end || *p < 0x20)
+            return NULL;
+        if (*p == '"')
+            return p + 1;
+        *escaped = 1; /* a backslash */
+        if (++p >= end)
+            return NULL;
+        switch (*p) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+            p++;
+            break;
+        case 'u': {
+            long u = read_u4(p + 1, end);
+            if (u < 0)
+                return NULL;
+            p += 5;
+            if (u >= 0xDC00 && u <= 0xDFFF)
+                return NULL; /* a low surrogate with no high one before it */
+            if (u >= 0xD800 && u <= 0xDBFF) {
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u')
+                    return NULL;
+                long low = read_u4(p + 2, end);
+                if (low < 0xDC00 || low > 0xDFFF)
+                    return NULL;
+                p += 6;
+            }
+            break;
+        }
+        default:
+            return NULL;
+        }
+    }
+}
+
+/* Writes the unescaped content of the validated string body [p, end) to out; returns its
+ * length. Never longer than the input: every escape shrinks or keeps its size in UTF-8. */
+static size_t unescape(Ptr p, Ptr end, unsigned char *out)
+{
+    unsigned char *o = out;
+    while (p < end) {
+        if (*p != '\\') {
+            *o++ = *p++;
+            continue;
+        }
+        p++;
+        switch (*p++) {
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            unsigned long cp = (unsigned long)read_u4(p, end);
+            p += 4;
+            if (cp >= 0xD800 && cp <= 0xDBFF) { /* validated: a low surrogate follows */
+                unsigned long low = (unsigned long)read_u4(p + 2, end);
+                p += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            }
+            if (cp < 0x80) {
+                *o++ = (unsigned char)cp;
+            } else if (cp < 0x800) {
+                *o++ = (unsigned char)(0xC0 | (cp >> 6));
+                *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+            } else if (cp < 0x10000) {
+                *o++ = (unsigned char)(0xE0 | (cp >> 12));
+                *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+            } else {
+                *o++ = (unsigned char)(0xF0 | (cp >> 18));
+                *o++ = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+                *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+            }
+            break;
+        }
+        default: /* '"', '\\', '/' stand for themselves */
+            *o++ = p[-1];
+        }
+    }
+    return (size_t)(o - out);
+}
+
+/* A JSON number, read once for both validation and value. */
+typedef struct {
+    Ptr start, end;  /* its text */
+    int is_int;      /* no fraction and no exponent */
+    int int_ok;      /* is_int, and the value fits int64 (in i) */
+    int64_t i;
+    int fast_ok;     /* not an int, and d holds the exactly rounded double */
+    double d;
+} Num;
+
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                               1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                               1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+#if defined(__SIZEOF_INT128__) && defined(__GNUC__)
+#define HAVE_EXACT_DOUBLE 1
+__extension__ typedef unsigned __int128 U128; /* GCC and Clang on 64-bit targets */
+
+static inline int bit_length(U128 x)
+{
+    uint64_t hi = (uint64_t)(x >> 64), lo = (uint64_t)x;
+    return hi ? 128 - __builtin_clzll(hi) : lo ? 64 - __builtin_clzll(lo) : 0;
+}
+
+/* m * 10^k10 correctly rounded (to nearest, ties to even), for 0 < m < 2^64 and
+ * -22 <= k10 <= 19, in exact integer arithmetic: scale m * 10^k10 by a power of two so that
+ * its integer part has 53 or 54 bits, round that integer on the bits below it, and let ldexp
+ * put the exponent back (exact: the result is a normal double with a 53-bit significand).
+ * Why: modern Kineto writes timestamps as microseconds with 3 decimals, 19 digits, beyond
+ * the 2^53 of Clinger's fast path, and far too many to leave to the slow path. */
+static double exact_double(uint64_t m, Py_ssize_t k10)
+{
+    U128 num = m, den = 1, p10 = 1;
+    for (Py_ssize_t i = 0; i < (k10 < 0 ? -k10 : k10); i++)
+        p10 *= 10;
+    if (k10 >= 0)
+        num *= p10; /* < 2^64 * 10^19 < 2^128 */
+    else
+        den = p10; /* <= 10^22 < 2^74 */
+    /* num / den, shifted, has 53 or 54 bits. Nothing overflows: num < 10^38 < 2^127 when
+     * k10 >= 0; otherwise den < 2^74 and a shifted num has 53 bits more than den at most */
+    int shift = 53 - (bit_length(num) - bit_length(den));
+    if (shift > 0)
+        num <<= shift;
+    else
+        den <<= -shift;
+    U128 q = num / den, r = num % den;
+    int half, above; /* the dropped part: at least a half, and more than a half */
+    if (q >> 53) {    /* 54 bits: the lowest one is the half, the remainder the rest */
+        half = (int)(q & 1);
+        above = half && r != 0;
+        q >>= 1;
+        shift -= 1;
+    } else {
+        half = 2 * r >= den;
+        above = 2 * r > den;
+    }
+    if (above || (half && (q & 1))) /* ties to even */
+        q++;
+    return ldexp((double)q, -shift);
+}
+
+#else
+#define HAVE_EXACT_DOUBLE 0
+#endif
+
+/* m * 10^exp10 as the correctly rounded double, for m < 2^64, when an exact method applies:
+ * Clinger's fast path (m and 10^|exp10| are exact doubles, so one IEEE multiply or divide is
+ * correctly rounded), else exact_double. 0 leaves the number to PyOS_string_to_double. */
+static inline int exact_path(uint64_t m, Py_ssize_t exp10, double *out)
+{
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+    if (m <= ((uint64_t)1 << 53) && exp10 >= -22 && exp10 <= 22) {
+        double d = (double)m;
+        *out = exp10 < 0 ? d / POW10[-exp10] : d * POW10[exp10];
+        return 1;
+    }
+#endif
+#if HAVE_EXACT_DOUBLE
+    if (m != 0 && exp10 >= -22 && exp10 <= 19) {
+        *out = exact_double(m, exp10);
+        return 1;
+    }
+#endif
+    (void)m;
+    (void)exp10;
+    (void)out;
+    return 0;
+}
+
+/* Appends the run of digits at p to m (wrapping past 19 digits; callers count them). */
+static inline Ptr read_digits(Ptr p, Ptr end, uint64_t *m)
+{
+    uint64_t v = *m;
+    for (; p < end && (unsigned)(*p - '0') < 10; p++)
+        v = v * 10 + (uint64_t)(*p - '0');
+    *m = v;
+    return p;
+}
+
+/* Validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at p; NULL if it is not one.
+ * Ints are parsed exactly; other numbers of at most 19 digits go through exact_path, and the
+ * rest (longer, or far exponents) are left for PyOS_string_to_double with the GIL. */
+static Ptr scan_number(Ptr p, Ptr end, Num *num)
+{
+    uint64_t m = 0; /* the significand's digits, exact while there are at most 19 of them */
+    int neg = 0;
+    Py_ssize_t frac = 0, exp10 = 0;
+    Ptr digits;
+
+    num->start = p;
+    num->int_ok = num->fast_ok = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p >= end || *p < '0' || *p > '9')
+        return NULL;
+    digits = p;
+    if (*p == '0') {
+        p++;
+    } else {
+        p = read_digits(p, end, &m);
+    }
+    Ptr int_end = p;
+    num->is_int = 1;
+    if (p < end && *p == '.') {
+        num->is_int = 0;
+        if (++p >= end || *p < '0' || *p > '9')
+            return NULL;
+        Ptr frac_start = p;
+        p = read_digits(p, end, &m);
+        frac = p - frac_start;
+    }
+    /* 10^19 - 1 fits 64 bits; one digit more may not (then only the slow path is exact) */
+    const int big = (int_end - digits) + frac > 19;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        int eneg = 0;
+        long e = 0;
+        num->is_int = 0;
+        if (++p < end && (*p == '+' || *p == '-'))
+            eneg = *p++ == '-';
+        if (p >= end || *p < '0' || *p > '9')
+            return NULL;
+        for (; p < end && (unsigned)(*p - '0') < 10; p++) {
+            if (e < 100000)
+                e = e * 10 + (*p - '0');
+        }
+        exp10 = eneg ? -e : e;
+    }
+    num->end = p;
+    if (num->is_int) {
+        if (!big && neg && m <= (uint64_t)INT64_MAX + 1) {
+            num->i = m == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)m;
+            num->int_ok = 1;
+        } else if (!big && !neg && m <= (uint64_t)INT64_MAX) {
+            num->i = (int64_t)m;
+            num->int_ok = 1;
+        }
+        return p;
+    }
+    exp10 -= frac;
+    if (!big && exact_path(m, exp10, &num->d)) {
+        num->d = neg ? -num->d : num->d;
+        num->fast_ok = 1;
+    }
+    return p;
+}
+
+static inline Ptr skip_digits(Ptr p, Ptr end)
+{
+    while (p < end && (unsigned)(*p - '0') < 10)
+        p++;
+    return p;
+}
+
+/* The same grammar as scan_number, without computing the value: for values we skip. */
+static Ptr skip_number(Ptr p, Ptr end)
+{
+    if (p < end && *p == '-')
+        p++;
+    if (p >= end || (unsigned)(*p - '0') >= 10)
+        return NULL;
+    p = *p == '0' ? p + 1 : skip_digits(p, end);
+    if (p < end && *p == '.') {
+        Ptr q = skip_digits(++p, end);
+        if (q == p)
+            return NULL;
+        p = q;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        if (++p < end && (*p == '+' || *p == '-'))
+            p++;
+        Ptr q = skip_digits(p, end);
+        if (q == p)
+            return NULL;
+        p = q;
+    }
+    return p;
+}
+
+/* "true", "false" or "null" at p; the position after it, or NULL. */
+static Ptr scan_literal(Ptr p, Ptr end)
+{
+    static const char *const words[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(words[i]);
+        if ((size_t)(end - p) >= n && memcmp(p, words[i], n) == 0)
+            return p + n;
+    }
+    return NULL;
+}
+
+static inline int is_null(Ptr p, Ptr end)
+{
+    return end - p >= 4 && memcmp(p, "null", 4) == 0;
+}
+
+/* Validates any JSON value at p (already past whitespace) nested `depth` containers deep;
+ * returns the position after it, or NULL (invalid, or nested deeper than MAX_DEPTH). */
+static Ptr skip_value(Ptr p, Ptr end, int depth)
+{
+    int escaped;
+    if (p >= end)
+        return NULL;
+    switch (*p) {
+    case '"':
+        return scan_string(p + 1, end, &escaped);
+    case '{':
+    case '[': {
+        const unsigned char close = *p == '{' ? '}' : ']';
+        const int is_object = *p == '{';
+        if (depth + 1 > MAX_DEPTH)
+            return NULL;
+        p = skip_ws(p + 1, end);
+        if (p < end && *p == close)
+            return p + 1;
+        for (;;) {
+            if (is_object) {
+                if (p >= end || *p != '"' || !(p = scan_string(p + 1, end, &escaped)))
+                    return NULL;
+                p = skip_ws(p, end);
+                if (p >= end || *p != ':')
+                    return NULL;
+                p = skip_ws(p + 1, end);
+            }
+            if (!(p = skip_value(p, end, depth + 1)))
+                return NULL;
+            p = skip_ws(p, end);
+            if (p < end && *p == close)
+                return p + 1;
+            if (p >= end || *p != ',')
+                return NULL;
+            p = skip_ws(p + 1, end); /* a trailing comma fails on the next round */
+        }
+    }
+    case 't':
+    case 'f':
+    case 'n':
+        return scan_literal(p, end);
+    default:
+        return skip_number(p, end);
+    }
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Memory without the GIL: plain malloc. An arena for unescaped strings, whose chunks never
+ * move (the intern tables point into them), and an intern table per string column.         */
+
+typedef struct Chunk {
+    struct Chunk *next;
+    size_t used, size;
+    unsigned char data[];
+} Chunk;
+
+typedef struct {
+    Chunk *head;
+} Arena;
+
+static unsigned char *arena_alloc(Arena *a, size_t n)
+{
+    Chunk *c = a->head;
+    if (!c || c->size - c->used < n) {
+        size_t size = n > 65536 ? n : 65536;
+        c = malloc(sizeof(Chunk) + size);
+        if (!c)
+            return NULL;
+        c->next = a->head;
+        c->used = 0;
+        c->size = size;
+        a->head = c;
+    }
+    unsigned char *out = c->data + c->used;
+    c->used += n;
+    return out;
+}
+
+/* Gives back the tail of the latest allocation (its unused part, or all of it). */
+static void arena_shrink(Arena *a, size_t n)
+{
+    a->head->used -= n;
+}
+
+static void arena_free(Arena *a)
+{
+    while (a->head) {
+        Chunk *next = a->head->next;
+        free(a->head);
+        a->head = next;
+    }
+}
+
+typedef struct {
+    Ptr ptr;
+    size_t len;
+    uint64_t hash;
+} Entry;
+
+typedef struct {
+    int32_t *slots; /* index into entries, -1 when empty; size is a power of two */
+    size_t mask;
+    Entry *entries; /* the uniques, in code order */
+    size_t n, cap;
+} Intern;
+
+static uint64_t hash_bytes(Ptr p, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 29);
+}
+
+static int intern_grow(Intern *t)
+{
+    size_t size = t->slots ? (t->mask + 1) * 2 : 64;
+    int32_t *slots = malloc(size * sizeof(int32_t));
+    if (!slots)
+        return -1;
+    memset(slots, 0xFF, size * sizeof(int32_t));
+    for (size_t i = 0; i < t->n; i++) {
+        size_t j = t->entries[i].hash & (size - 1);
+        while (slots[j] >= 0)
+            j = (j + 1) & (size - 1);
+        slots[j] = (int32_t)i;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->mask = size - 1;
+    return 0;
+}
+
+/* The code of bytes [p, p+n); *added says whether it is new (the caller may keep p alive
+ * only then). -1 when out of memory. */
+static int32_t intern(Intern *t, Ptr p, size_t n, int *added)
+{
+    uint64_t h = hash_bytes(p, n);
+    *added = 0;
+    if (!t->slots && intern_grow(t) < 0)
+        return -1;
+    size_t j = h & t->mask;
+    for (int32_t k; (k = t->slots[j]) >= 0; j = (j + 1) & t->mask) {
+        const Entry *e = &t->entries[k];
+        if (e->hash == h && e->len == n && memcmp(e->ptr, p, n) == 0)
+            return k;
+    }
+    if (t->n >= INT32_MAX)
+        return -1;
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        Entry *entries = realloc(t->entries, cap * sizeof(Entry));
+        if (!entries)
+            return -1;
+        t->entries = entries;
+        t->cap = cap;
+    }
+    int32_t code = (int32_t)t->n++;
+    t->entries[code] = (Entry){p, n, h};
+    t->slots[j] = code;
+    if (t->n * 2 > t->mask + 1 && intern_grow(t) < 0)
+        return -1;
+    *added = 1;
+    return code;
+}
+
+static void intern_free(Intern *t)
+{
+    free(t->slots);
+    free(t->entries);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Column buffers. A column is allocated when an event first has its field (earlier rows get
+ * the "missing" value then); columns no event has stay NULL and come out as None.           */
+
+typedef struct {
+    int active;
+    int32_t *codes;  /* str, raw, intstr */
+    int64_t *ints;   /* int, intstr, num */
+    double *floats;  /* float, num */
+    uint8_t *flags;  /* int: present; intstr: 0/1 int/2 str; num: 0/1 int/2 float */
+    Intern intern;   /* str, raw, intstr */
+} Column;
+
+/* A float the fast path could not convert: converted with the GIL at the end. */
+typedef struct {
+    int column;
+    Py_ssize_t row;
+    Ptr start;
+    size_t len;
+} Pending;
+
+typedef struct {
+    Ptr data, end;
+    Py_ssize_t n, cap; /* rows written, rows allocated */
+    Column cols[NCOLS];
+    int order[NCOLS];  /* active columns, in activation order */
+    int nactive;
+    Arena arena;
+    Pending *pending;
+    size_t npending, cappending;
+    Status status;
+} Scanner;
+
+/* Rows [from, to) of a column set to "missing"; rows with a value overwrite it later. */
+static void set_missing(Column *c, Py_ssize_t from, Py_ssize_t to)
+{
+    size_t n = (size_t)(to - from);
+    if (c->codes)
+        memset(c->codes + from, 0xFF, n * sizeof(int32_t)); /* -1 */
+    if (c->ints)
+        memset(c->ints + from, 0, n * sizeof(int64_t));
+    if (c->flags)
+        memset(c->flags + from, 0, n);
+    if (c->floats) {
+        for (Py_ssize_t r = from; r < to; r++)
+            c->floats[r] = NAN;
+    }
+}
+
+static int resize(void **buf, Py_ssize_t cap, size_t item)
+{
+    void *p = realloc(*buf, (size_t)cap * item);
+    if (!p)
+        return -1;
+    *buf = p;
+    return 0;
+}
+
+/* Grows a column from `old` to `cap` rows, the new rows "missing", so that a row needs no
+ * per-column work unless its event has the field. */
+static int column_alloc(Column *c, Kind kind, Py_ssize_t old, Py_ssize_t cap)
+{
+    int need_codes = kind == K_STR || kind == K_RAW || kind == K_INTSTR;
+    int need_ints = kind == K_INT || kind == K_INTSTR || kind == K_NUM;
+    int need_floats = kind == K_FLOAT || kind == K_NUM;
+    int need_flags = kind == K_INT || kind == K_INTSTR || kind == K_NUM;
+    if ((need_codes && resize((void **)&c->codes, cap, sizeof(int32_t)) < 0) ||
+        (need_ints && resize((void **)&c->ints, cap, sizeof(int64_t)) < 0) ||
+        (need_floats && resize((void **)&c->floats, cap, sizeof(double)) < 0) ||
+        (need_flags && resize((void **)&c->flags, cap, 1) < 0))
+        return -1;
+    set_missing(c, old, cap);
+    return 0;
+}
+
+/* The column for the current row (s->n), activated on first use. NULL when out of memory. */
+static Column *activate(Scanner *s, int col)
+{
+    Column *c = &s->cols[col];
+    if (column_alloc(c, COLUMNS[col].kind, 0, s->cap) < 0) {
+        s->status = ST_NOMEM;
+        return NULL;
+    }
+    c->active = 1;
+    s->order[s->nactive++] = col;
+    return c;
+}
+
+static inline Column *column_for(Scanner *s, int col)
+{
+    return s->cols[col].active ? &s->cols[col] : activate(s, col);
+}
+
+/* Room for one more row. */
+static int start_row(Scanner *s)
+{
+    if (s->n < s->cap)
+        return 0;
+    Py_ssize_t cap = s->cap * 2;
+    for (int i = 0; i < s->nactive; i++) {
+        int col = s->order[i];
+        if (column_alloc(&s->cols[col], COLUMNS[col].kind, s->cap, cap) < 0) {
+            s->status = ST_NOMEM;
+            return -1;
+        }
+    }
+    s->cap = cap;
+    return 0;
+}
+
+static void scanner_free(Scanner *s)
+{
+    for (int i = 0; i < NCOLS; i++) {
+        Column *c = &s->cols[i];
+        free(c->codes);
+        free(c->ints);
+        free(c->floats);
+        free(c->flags);
+        intern_free(&c->intern);
+    }
+    arena_free(&s->arena);
+    free(s->pending);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Field values. Each returns the position after the value, or NULL with s->status set.      */
+
+static Ptr decline(Scanner *s)
+{
+    if (s->status == ST_OK)
+        s->status = ST_DECLINE;
+    return NULL;
+}
+
+/* Interns the string whose body is [body, close) (unescaped first if it has escapes). */
+static int32_t intern_string(Scanner *s, Column *c, Ptr body, Ptr close, int escaped)
+{
+    int added;
+    int32_t code;
+    size_t n = (size_t)(close - body);
+    if (!escaped) {
+        code = intern(&c->intern, body, n, &added);
+    } else {
+        unsigned char *buf = n ? arena_alloc(&s->arena, n) : NULL;
+        if (n && !buf) {
+            s->status = ST_NOMEM;
+            return -1;
+        }
+        size_t len = unescape(body, close, buf);
+        arena_shrink(&s->arena, n - len);
+        code = intern(&c->intern, buf, len, &added);
+        if (!added && len)
+            arena_shrink(&s->arena, len);
+    }
+    if (code < 0)
+        s->status = ST_NOMEM;
+    return code;
+}
+
+static Ptr add_pending(Scanner *s, int col, const Num *num)
+{
+    if (s->npending == s->cappending) {
+        size_t cap = s->cappending ? s->cappending * 2 : 256;
+        Pending *p = realloc(s->pending, cap * sizeof(Pending));
+        if (!p) {
+            s->status = ST_NOMEM;
+            return NULL;
+        }
+        s->pending = p;
+        s->cappending = cap;
+    }
+    s->pending[s->npending++] = (Pending){col, s->n, num->start, (size_t)(num->end - num->start)};
+    return num->end;
+}
+
+/* A double for a float or num column: the fast path's, or queued for later. */
+static Ptr put_double(Scanner *s, int col, double *slot, const Num *num)
+{
+    if (num->is_int) {
+        if (!num->int_ok)
+            return decline(s);
+        *slot = (double)num->i;
+        return num->end;
+    }
+    if (num->fast_ok) {
+        *slot = num->d;
+        return num->end;
+    }
+    return add_pending(s, col, num);
+}
+
+static Ptr field_value(Scanner *s, int col, Ptr p, int depth)
+{
+    const Kind kind = COLUMNS[col].kind;
+    Ptr end = s->end;
+    Py_ssize_t r = s->n;
+    Column *c;
+    Num num;
+    int escaped;
+
+    if (p >= end)
+        return decline(s);
+    if (kind == K_RAW) {
+        Ptr q = skip_value(p, end, depth);
+        if (!q || !(c = column_for(s, col)))
+            return decline(s);
+        int added;
+        int32_t code = intern(&c->intern, p, (size_t)(q - p), &added);
+        if (code < 0) {
+            s->status = ST_NOMEM;
+            return NULL;
+        }
+        c->codes[r] = code;
+        return q;
+    }
+    if (*p == 'n') {
+        /* null is "missing", except for ph, which msgspec types as a plain str */
+        if (col == C_PH || !is_null(p, end))
+            return decline(s);
+        return p + 4;
+    }
+    if (*p == '"') {
+        if (kind != K_STR && kind != K_INTSTR)
+            return decline(s);
+        Ptr q = scan_string(p + 1, end, &escaped);
+        if (!q || !(c = column_for(s, col)))
+            return decline(s);
+        int32_t code = intern_string(s, c, p + 1, q - 1, escaped);
+        if (code < 0)
+            return NULL;
+        c->codes[r] = code;
+        if (kind == K_INTSTR)
+            c->flags[r] = 2;
+        return q;
+    }
+    if (!(*p == '-' || (*p >= '0' && *p <= '9')) || kind == K_STR)
+        return decline(s); /* objects, arrays, bools: no modelled field takes them */
+    if (!scan_number(p, end, &num) || !(c = column_for(s, col)))
+        return decline(s);
+    switch (kind) {
+    case K_INT:
+    case K_INTSTR:
+        if (!num.int_ok)
+            return decline(s);
+        c->ints[r] = num.i;
+        c->flags[r] = 1;
+        return num.end;
+    case K_FLOAT:
+        return put_double(s, col, &c->floats[r], &num);
+    case K_NUM:
+        if (num.is_int && num.int_ok)
+            c->ints[r] = num.i;
+        c->flags[r] = num.is_int ? 1 : 2;
+        return put_double(s, col, &c->floats[r], &num);
+    default:
+        return decline(s);
+    }
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Objects: an event, and its args.                                                            */
+
+/* The members of an object whose '{' is just before p, keys looked up in `table`; modelled
+ * keys go to field_value (or, for "args", to scan_object with the args keys). */
+static Ptr scan_object(Scanner *s, Ptr p, int depth, const KeyIndex *index)
+{
+    Ptr end = s->end;
+    uint64_t seen = 0;
+    int escaped;
+
+    if (depth > MAX_DEPTH)
+        return decline(s);
+    p = skip_ws(p, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    for (;;) {
+        if (p >= end || *p != '"')
+            return decline(s);
+        Ptr key = p + 1;
+        Ptr q = scan_string(key, end, &escaped);
+        if (!q || escaped) /* an escaped key might spell a modelled one: not ours to judge */
+            return decline(s);
+        int k = find_key(index, key, (size_t)(q - 1 - key));
+        p = skip_ws(q, end);
+        if (p >= end || *p != ':')
+            return decline(s);
+        p = skip_ws(p + 1, end);
+        if (k < 0) {
+            p = skip_value(p, end, depth);
+        } else {
+            if (seen & ((uint64_t)1 << k))
+                return decline(s); /* a duplicate modelled key */
+            seen |= (uint64_t)1 << k;
+            int column = index->table[k].column;
+            if (column != C_ARGS)
+                p = field_value(s, column, p, depth);
+            else if (p < end && *p == '{')
+                p = scan_object(s, p + 1, depth + 1, &ARGS_INDEX);
+            else if (is_null(p, end))
+                p += 4;
+            else
+                return decline(s);
+        }
+        if (!p)
+            return decline(s);
+        p = skip_ws(p, end);
+        if (p < end && *p == '}')
+            return p + 1;
+        if (p >= end || *p != ',')
+            return decline(s);
+        p = skip_ws(p + 1, end);
+    }
+}
+
+/* The events in [p, end): objects separated by commas, with optional whitespace. */
+static void scan_all(Scanner *s, Ptr p)
+{
+    Ptr end = s->end;
+    p = skip_ws(p, end);
+    if (p == end)
+        return;
+    for (;;) {
+        if (*p != '{') {
+            decline(s);
+            return;
+        }
+        if (start_row(s) < 0)
+            return;
+        /* depth 2: the events array, then the event object */
+        p = scan_object(s, p + 1, 2, &EVENT_INDEX);
+        if (!p)
+            return;
+        s->n++;
+        p = skip_ws(p, end);
+        if (p == end)
+            return;
+        if (*p != ',') {
+            decline(s);
+            return;
+        }
+        p = skip_ws(p + 1, end);
+        if (p == end) { /* a trailing comma */
+            decline(s);
+            return;
+        }
+    }
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Building the Python result (GIL held).                                                      */
+
+static int resolve_pending(Scanner *s)
+{
+    char small[64];
+    for (size_t i = 0; i < s->npending; i++) {
+        const Pending *p = &s->pending[i];
+        char *text = p->len < sizeof(small) ? small : PyMem_Malloc(p->len + 1);
+        if (!text) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(text, p->start, p->len);
+        text[p->len] = '\0';
+        char *stop = NULL;
+        double d = PyOS_string_to_double(text, &stop, NULL);
+        int whole = stop == text + p->len;
+        if (text != small)
+            PyMem_Free(text);
+        if (d == -1.0 && PyErr_Occurred())
+            return -1;
+        if (!whole || isinf(d)) /* msgspec refuses numbers beyond the double range */
+            return 1;
+        s->cols[p->column].floats[p->row] = d;
+    }
+    return 0;
+}
+
+static PyObject *buffer(const void *data, Py_ssize_t n, size_t item)
+{
+    return PyBytes_FromStringAndSize(n ? (const char *)data : NULL, n * (Py_ssize_t)item);
+}
+
+/* The uniques as a list of str; NULL with no error set when one is not valid UTF-8. */
+static PyObject *uniques(const Intern *t)
+{
+    PyObject *list = PyList_New((Py_ssize_t)t->n);
+    if (!list)
+        return NULL;
+    for (size_t i = 0; i < t->n; i++) {
+        PyObject *u = PyUnicode_DecodeUTF8((const char *)t->entries[i].ptr,
+                                           (Py_ssize_t)t->entries[i].len, "strict");
+        if (!u) {
+            Py_DECREF(list);
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                PyErr_Clear();
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, u);
+    }
+    return list;
+}
+
+static PyObject *column_value(const Column *c, Kind kind, Py_ssize_t n)
+{
+    PyObject *u = NULL;
+    if (kind == K_STR || kind == K_RAW || kind == K_INTSTR) {
+        if (!(u = uniques(&c->intern)))
+            return NULL;
+    }
+    switch (kind) {
+    case K_STR:
+    case K_RAW:
+        return Py_BuildValue("(NN)", buffer(c->codes, n, 4), u);
+    case K_INT:
+        return Py_BuildValue("(NN)", buffer(c->ints, n, 8), buffer(c->flags, n, 1));
+    case K_FLOAT:
+        return buffer(c->floats, n, 8);
+    case K_INTSTR:
+        return Py_BuildValue("(NNNN)", buffer(c->ints, n, 8), buffer(c->flags, n, 1),
+                             buffer(c->codes, n, 4), u);
+    case K_NUM:
+        return Py_BuildValue("(NNN)", buffer(c->ints, n, 8), buffer(c->floats, n, 8),
+                             buffer(c->flags, n, 1));
+    }
+    return NULL;
+}
+
+/* The result dict, or Py_None (a declined input), or NULL with an error set. */
+static PyObject *build_result(Scanner *s)
+{
+    int pending = resolve_pending(s);
+    if (pending < 0)
+        return NULL;
+    if (pending > 0)
+        Py_RETURN_NONE;
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    PyObject *n = PyLong_FromSsize_t(s->n);
+    if (!n || PyDict_SetItemString(out, "n", n) < 0)
+        goto error;
+    Py_CLEAR(n);
+    for (int col = 0; col < NCOLS; col++) {
+        const Column *c = &s->cols[col];
+        PyObject *v;
+        if (!c->active) {
+            v = Py_NewRef(Py_None);
+        } else if (!(v = column_value(c, COLUMNS[col].kind, s->n))) {
+            if (PyErr_Occurred())
+                goto error;
+            Py_DECREF(out); /* invalid UTF-8 in a string: decline */
+            Py_RETURN_NONE;
+        }
+        int rc = PyDict_SetItemString(out, COLUMNS[col].name, v);
+        Py_DECREF(v);
+        if (rc < 0)
+            goto error;
+    }
+    return out;
+error:
+    Py_XDECREF(n);
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *scan_events(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t lo, hi;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nn:scan_events", &view, &lo, &hi))
+        return NULL;
+    if (lo < 0 || hi < lo || hi > view.len) {
+        PyErr_Format(PyExc_ValueError, "scan_events: [%zd, %zd) is not a range within the %zd bytes",
+                     lo, hi, view.len);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Scanner s;
+    memset(&s, 0, sizeof(s));
+    s.data = (Ptr)view.buf + lo;
+    s.end = (Ptr)view.buf + hi;
+    s.cap = (hi - lo) / 256 + 16; /* real events take 150-400 bytes; arrays double anyway */
+
+    Py_BEGIN_ALLOW_THREADS
+    scan_all(&s, s.data);
+    Py_END_ALLOW_THREADS
+
+    PyObject *result;
+    if (s.status == ST_NOMEM)
+        result = PyErr_NoMemory();
+    else if (s.status == ST_DECLINE)
+        result = Py_NewRef(Py_None);
+    else
+        result = build_result(&s);
+    scanner_free(&s);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* The document: where the events are, and the raw span of every other top-level key.        */
+
+typedef struct {
+    Ptr key;
+    size_t key_len;
+    Ptr value, value_end;
+} Member;
+
+typedef struct {
+    Ptr lo, hi; /* the inside of the traceEvents array; NULL when there is none */
+    Member *members;
+    size_t n, cap;
+    int events_seen;
+    Status status;
+} DocScan;
+
+static int add_member(DocScan *d, Ptr key, size_t key_len, Ptr value, Ptr value_end)
+{
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 32;
+        Member *m = realloc(d->members, cap * sizeof(Member));
+        if (!m) {
+            d->status = ST_NOMEM;
+            return -1;
+        }
+        d->members = m;
+        d->cap = cap;
+    }
+    d->members[d->n++] = (Member){key, key_len, value, value_end};
+    return 0;
+}
+
+/* The members of the top-level object ('{' just before p); the position after '}', or NULL. */
+static Ptr scan_top_object(DocScan *d, Ptr p, Ptr end)
+{
+    static const char EVENTS[] = "traceEvents";
+    int escaped;
+    p = skip_ws(p, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    for (;;) {
+        if (p >= end || *p != '"')
+            return NULL;
+        Ptr key = p + 1, q = scan_string(key, end, &escaped);
+        if (!q || escaped)
+            return NULL;
+        size_t key_len = (size_t)(q - 1 - key);
+        p = skip_ws(q, end);
+        if (p >= end || *p != ':')
+            return NULL;
+        p = skip_ws(p + 1, end);
+        Ptr value = p;
+        if (!(p = skip_value(p, end, 1)))
+            return NULL;
+        if (key_len == sizeof(EVENTS) - 1 && memcmp(key, EVENTS, key_len) == 0) {
+            if (*value != '[' || d->events_seen++)
+                return NULL;
+            d->lo = value + 1;
+            d->hi = p - 1;
+        } else if (add_member(d, key, key_len, value, p) < 0) {
+            return NULL;
+        }
+        p = skip_ws(p, end);
+        if (p < end && *p == '}')
+            return p + 1;
+        if (p >= end || *p != ',')
+            return NULL;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+static void scan_doc(DocScan *d, Ptr p, Ptr end)
+{
+    p = skip_ws(p, end);
+    if (p < end && *p == '{') {
+        p = scan_top_object(d, p + 1, end);
+    } else if (p < end && *p == '[') {
+        Ptr lo = p + 1;
+        if ((p = skip_value(p, end, 0))) {
+            d->lo = lo;
+            d->hi = p - 1;
+        }
+    } else {
+        p = NULL;
+    }
+    if (p && skip_ws(p, end) != end)
+        p = NULL; /* something after the top value */
+    if (!p && d->status == ST_OK)
+        d->status = ST_DECLINE;
+}
+
+static PyObject *doc_result(const DocScan *d, Ptr base)
+{
+    PyObject *keys = PyDict_New();
+    if (!keys)
+        return NULL;
+    for (size_t i = 0; i < d->n; i++) {
+        const Member *m = &d->members[i];
+        PyObject *k = PyUnicode_DecodeUTF8((const char *)m->key, (Py_ssize_t)m->key_len, "strict");
+        if (!k) {
+            Py_DECREF(keys);
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                return NULL;
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        int dup = PyDict_Contains(keys, k);
+        PyObject *span = dup ? NULL : Py_BuildValue("(nn)", m->value - base, m->value_end - base);
+        if (dup || !span || PyDict_SetItem(keys, k, span) < 0) {
+            Py_DECREF(k);
+            Py_XDECREF(span);
+            Py_DECREF(keys);
+            if (dup > 0)
+                Py_RETURN_NONE; /* a duplicate top-level key */
+            return NULL;
+        }
+        Py_DECREF(k);
+        Py_DECREF(span);
+    }
+    Py_ssize_t lo = d->lo ? d->lo - base : -1, hi = d->lo ? d->hi - base : -1;
+    return Py_BuildValue("(nnN)", lo, hi, keys);
+}
+
+static PyObject *scan_document(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*:scan_document", &view))
+        return NULL;
+    DocScan d;
+    memset(&d, 0, sizeof(d));
+    Ptr base = (Ptr)view.buf;
+
+    Py_BEGIN_ALLOW_THREADS
+    scan_doc(&d, base, base + view.len);
+    Py_END_ALLOW_THREADS
+
+    PyObject *result;
+    if (d.status == ST_NOMEM)
+        result = PyErr_NoMemory();
+    else if (d.status == ST_DECLINE)
+        result = Py_NewRef(Py_None);
+    else
+        result = doc_result(&d, base);
+    free(d.members);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+
+static PyMethodDef METHODS[] = {
+    {"scan_document", scan_document, METH_VARARGS,
+     "scan_document(data) -> (lo, hi, keys) | None\n\n"
+     "Validate a whole Kineto JSON document; locate the inside of its traceEvents array and\n"
+     "the raw value span of every other top-level key. None when the text is outside the\n"
+     "well-formed subset we handle."},
+    {"scan_events", scan_events, METH_VARARGS,
+     "scan_events(data, lo, hi) -> dict | None\n\n"
+     "Scan the comma-separated event objects in data[lo:hi] into column buffers.\n"
+     "None when anything is outside the subset we model exactly (msgspec handles it)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {
+    PyModuleDef_HEAD_INIT,
+    "_scan",
+    "Kineto trace JSON scanned straight into typed column buffers (see _scan.c).",
+    -1,
+    METHODS,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__scan(void)
+{
+    init_classes();
+    index_keys(&EVENT_INDEX, N_EVENT_KEYS);
+    index_keys(&ARGS_INDEX, N_ARGS_KEYS);
+    return PyModule_Create(&MODULE);
+}

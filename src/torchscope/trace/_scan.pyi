@@ -1,0 +1,18 @@
+"""Types of the optional C scanner ``torchscope.trace._scan`` (built from ``_scan.c``).
+
+Buffers are ``bytes`` in native byte order, to read with ``np.frombuffer``:
+str/raw columns ``(codes int32, uniques)``, code -1 missing (for ``ph``: -1 means "");
+int ``(values int64, present uint8)``; float ``float64`` with NaN missing;
+intstr ``(values int64, kind uint8 0 missing/1 int/2 str, codes int32, uniques)``;
+num (ts, dur) ``(ints int64, floats float64, kind uint8 0 missing/1 int/2 float)``, where
+floats is the value as a double for ints too and NaN when missing.
+"""
+
+def scan_document(data: bytes) -> tuple[int, int, dict[str, tuple[int, int]]] | None:
+    """Bounds of the inside of ``traceEvents`` (-1, -1 when absent; the content of a bare event
+    list) and the raw value span of every other top-level key; None outside our subset."""
+
+def scan_events(data: bytes, lo: int, hi: int) -> dict[str, object] | None:
+    """Columns of the comma-separated event objects in ``data[lo:hi]``: ``"n"`` plus one entry
+    per column (None when no event has the field); None outside our subset. ValueError when
+    the bounds fall outside ``data``."""

@@ -1,0 +1,281 @@
+"""A batch of raw trace events as one Polars frame: the meeting point of our two JSON decoders.
+
+Why: a trace is decoded either by our C scanner (``trace._scan``, which writes every field
+straight into typed column buffers) or, when the scanner is not built or declines an input
+it does not handle exactly (a duration written as a string, a float where an id belongs),
+by msgspec into per-event Structs. Both end here, in the same frame with the same columns,
+so everything after (``trace.columns``) has one code path and the two decoders can be
+tested for equality on every input (``tests/trace/test_batch.py``).
+
+Columns (one row per JSON event, in file order):
+- ``ph``, ``cat``, ``name``, ``bp``, ``arg_name``, ``labels``: text (null when absent; ``ph`` "")
+- ``pid``, ``tid``, ``id``, ``stream``, ``stream_id``: ints, with ``*_text`` holding the value
+  when the file wrote it as a string ("stream 7"); both null when absent
+- ``ts``, ``dur``: the value as a float (null when absent) and ``ts_int``/``dur_int`` when it
+  was written as an integer, so that integer microseconds convert to ns exactly
+- one column per modelled ``args`` key (``events.Args``): ints, floats, and the verbatim JSON
+  text of ``input_dims``, ``input_types``, ``grid``, ``block``
+
+Columns read only by some kinds of event (device attributes, memory-event attributes,
+metadata attributes) are read by ``trace.columns`` only on those rows, so the msgspec path
+fills them only there (it is per-event Python work) while the scanner fills them everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from torchscope.trace import dialect
+from torchscope.trace.events import EMPTY_ARGS, Event
+
+INT_ARGS = (
+    "external_id",
+    "external_id_2021",
+    "correlation",
+    "device",
+    "seq",
+    "fwd_tid",
+    "registers_per_thread",
+    "shared_memory",
+    "bytes",
+    "device_type",
+    "device_id",
+    "addr",
+    "mem_bytes",
+    "total_allocated",
+    "total_reserved",
+    "sort_index",
+)
+FLOAT_ARGS = ("blocks_per_sm", "warps_per_sm", "occupancy_pct")
+RAW_ARGS = ("input_dims", "input_types", "grid", "block")
+TEXT = ("ph", "cat", "name", "bp", "arg_name", "labels")
+INT_OR_TEXT = ("pid", "tid", "id", "stream", "stream_id")
+NUMBERS = ("ts", "dur")
+
+SCHEMA: dict[str, type[pl.DataType]] = {
+    **{c: pl.String for c in TEXT},
+    **{c: pl.Int64 for c in INT_OR_TEXT},
+    **{f"{c}_text": pl.String for c in INT_OR_TEXT},
+    **{c: pl.Float64 for c in NUMBERS},
+    **{f"{c}_int": pl.Int64 for c in NUMBERS},
+    **{c: pl.Int64 for c in INT_ARGS},
+    **{c: pl.Float64 for c in FLOAT_ARGS},
+    **{c: pl.String for c in RAW_ARGS},
+}
+
+FLOW_COLUMNS = ("cat", "ph", "id", "id_text", "pid", "pid_text", "tid", "tid_text", "ts", "ts_int")
+META_COLUMNS = ("name", "pid", "pid_text", "tid", "tid_text", "arg_name", "sort_index")
+
+# args read on every span row; the rest only on the rows of ``ROW_GROUPS``
+COMMON_ARGS = ("external_id", "seq", "fwd_tid", "input_dims", "input_types")
+DEVICE_ARGS = (
+    "external_id_2021",
+    "correlation",
+    "device",
+    "stream",
+    "stream_id",
+    "registers_per_thread",
+    "shared_memory",
+    "blocks_per_sm",
+    "warps_per_sm",
+    "occupancy_pct",
+    "bytes",
+    "grid",
+    "block",
+)
+MEMORY_ARGS = ("device_type", "device_id", "addr", "mem_bytes", "total_allocated", "total_reserved")
+META_ARGS = ("arg_name", "sort_index", "labels")
+
+_ARG_FIELD = {"arg_name": "name"}  # batch column -> events.Args attribute, where they differ
+
+
+def device_rows(cat: pl.Series) -> pl.Series:
+    """Rows whose category can carry device attributes (device work, runtime and sync calls)."""
+    cats = [c for c in cat.drop_nulls().unique().to_list() if _carries_device_args(c)]
+    return cat.is_in(cats).fill_null(False)
+
+
+def _carries_device_args(cat: str) -> bool:
+    low = cat.lower()
+    return low in dialect.DEVICE_CATEGORIES or dialect.CATEGORY_KIND.get(low) in ("runtime", "sync")
+
+
+def memory_rows(ph: pl.Series, name: pl.Series) -> pl.Series:
+    return ((name == dialect.MEMORY_EVENT_NAME) & (ph != "X")).fill_null(False)
+
+
+# -- from msgspec Structs -----------------------------------------------------------------------
+def _col(items: Sequence[Any], field: str) -> list[Any]:
+    """One attribute of every item (a C-level loop: ``map`` + ``attrgetter``)."""
+    return list(map(attrgetter(field), items))
+
+
+def _is_i64(v: object) -> bool:
+    return type(v) is int and -(2**63) <= v < 2**63
+
+
+def _ints(values: list[Any]) -> pl.Series:
+    """Ints with nulls; values of another type (a str stream "0x0", a huge int) become null."""
+    try:
+        return pl.Series(values, dtype=pl.Int64, strict=False)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        return pl.Series([v if _is_i64(v) else None for v in values], dtype=pl.Int64)
+
+
+def _floats(values: list[Any]) -> pl.Series:
+    try:
+        return pl.Series(values, dtype=pl.Float64, strict=False)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        return pl.Series(
+            [float(v) if isinstance(v, (int, float)) else None for v in values], dtype=pl.Float64
+        )
+
+
+def _int_or_text(values: list[Any]) -> tuple[pl.Series, pl.Series]:
+    """An int column and the text of the values that are not int64 (strings, huge ints)."""
+    ints = _ints(values)
+    text: list[str | None] = [None] * len(values)
+    if ints.null_count():
+        for i in np.flatnonzero(ints.is_null().to_numpy()).tolist():
+            v = values[i]
+            if v is not None:
+                text[i] = str(v)
+    return ints, pl.Series(text, dtype=pl.String)
+
+
+def _number(values: list[Any]) -> tuple[pl.Series, pl.Series]:
+    """A float column and, where the value is an int64, the exact int."""
+    floats = _floats(values)
+    try:
+        ints = pl.Series([v if type(v) is int else None for v in values], dtype=pl.Int64, strict=False)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        ints = pl.Series([v if _is_i64(v) else None for v in values], dtype=pl.Int64)
+    return floats, ints
+
+
+_SEP = b"\x1f"  # a control character cannot appear unescaped in JSON text
+
+
+def _raw_text(values: list[msgspec.Raw]) -> pl.Series:
+    """Verbatim JSON text of each value (null when absent), split apart in one C/Rust pass."""
+    if not values:
+        return pl.Series(values=[], dtype=pl.String)
+    joined = _SEP.join(values).decode("utf-8", errors="replace")
+    parts = pl.Series([joined]).str.split(_SEP.decode()).explode()
+    return parts.replace("", None)
+
+
+def _arg_series(column: str, values: list[Any]) -> pl.Series:
+    if column in RAW_ARGS:
+        return _raw_text(values)
+    if column in FLOAT_ARGS:
+        return _floats(values)
+    if column in INT_ARGS:
+        return _ints(values)
+    return pl.Series(values, dtype=pl.String)  # arg_name, labels
+
+
+def from_events(events: list[Event]) -> pl.DataFrame:
+    """The batch of msgspec-decoded events (the fallback decoder)."""
+    n = len(events)
+    cols: dict[str, pl.Series] = {}
+    for c in ("ph", "cat", "name", "bp"):
+        cols[c] = pl.Series(_col(events, c), dtype=pl.String)
+    for c in ("pid", "tid", "id"):
+        cols[c], cols[f"{c}_text"] = _int_or_text(_col(events, c))
+    for c in NUMBERS:
+        cols[c], cols[f"{c}_int"] = _number(_col(events, c))
+    args = [EMPTY_ARGS if a is None else a for a in _col(events, "args")]
+    for c in COMMON_ARGS:
+        cols[c] = _arg_series(c, _col(args, c))
+    groups: list[tuple[npt.NDArray[np.int64], tuple[str, ...]]] = [
+        (np.flatnonzero(device_rows(cols["cat"]).to_numpy()), DEVICE_ARGS),
+        (np.flatnonzero(memory_rows(cols["ph"], cols["name"]).to_numpy()), MEMORY_ARGS),
+        (np.flatnonzero((cols["ph"] == "M").fill_null(False).to_numpy()), META_ARGS),
+    ]
+    for rows, names in groups:
+        some = list(map(args.__getitem__, rows.tolist()))
+        for c in names:
+            values = _col(some, _ARG_FIELD.get(c, c))
+            if c in ("stream", "stream_id"):
+                ints, text = _int_or_text(values)
+                cols[c] = _scatter(ints, rows, n)
+                cols[f"{c}_text"] = _scatter(text, rows, n)
+            else:
+                cols[c] = _scatter(_arg_series(c, values), rows, n)
+    return _conform(cols, n)
+
+
+def _scatter(values: pl.Series, rows: npt.NDArray[np.int64], n: int) -> pl.Series:
+    """``values`` placed at ``rows`` of an all-null column of length ``n``."""
+    if rows.size == n:
+        return values
+    where = np.full(n, rows.size, dtype=np.int64)
+    where[rows] = np.arange(rows.size)
+    return values.append(pl.Series([None], dtype=values.dtype)).gather(where)
+
+
+def _conform(cols: dict[str, pl.Series], n: int) -> pl.DataFrame:
+    out = {}
+    for name, dtype in SCHEMA.items():
+        s = cols.get(name)
+        if s is None:
+            out[name] = pl.Series(name, [], dtype=dtype).extend_constant(None, n)
+        else:
+            out[name] = s.cast(dtype).alias(name)
+    out["ph"] = out["ph"].fill_null("")
+    return pl.DataFrame(out)
+
+
+# -- from the C scanner ---------------------------------------------------------------------------
+def _masked(values: npt.NDArray[Any], present: npt.NDArray[np.bool_]) -> pl.Series:
+    """A column with nulls where ``present`` is false (a NumPy masked array converts in one pass)."""
+    if present.all():
+        return pl.Series(values)
+    return pl.Series(np.ma.masked_array(values, mask=~present))
+
+
+def _texts(codes: bytes, uniques: list[str]) -> pl.Series:
+    """Codes into a table of unique strings (-1 = absent) as a text column."""
+    idx = np.frombuffer(codes, dtype=np.int32).astype(np.int64)
+    idx[idx < 0] = len(uniques)
+    return pl.Series(uniques + [None], dtype=pl.String).gather(idx)
+
+
+def from_scan(result: dict[str, Any]) -> pl.DataFrame:
+    """The batch of events the C scanner read (``_scan.scan_events``' dict of buffers)."""
+    n = int(result["n"])
+    cols: dict[str, pl.Series] = {}
+    for name in TEXT + RAW_ARGS:
+        if (got := result.get(name)) is not None:
+            cols[name] = _texts(*got)
+    for name in INT_OR_TEXT:
+        if (got := result.get(name)) is not None:
+            values, kind, codes, uniques = got
+            k = np.frombuffer(kind, dtype=np.uint8)
+            cols[name] = _masked(np.frombuffer(values, dtype=np.int64), k == 1)
+            if (k == 2).any():
+                cols[f"{name}_text"] = _texts(codes, uniques)
+    for name in NUMBERS:
+        if (got := result.get(name)) is not None:
+            ints, floats, kind = got
+            k = np.frombuffer(kind, dtype=np.uint8)
+            cols[name] = _masked(np.frombuffer(floats, dtype=np.float64), k != 0)
+            cols[f"{name}_int"] = _masked(np.frombuffer(ints, dtype=np.int64), k == 1)
+    for name in INT_ARGS:
+        if (got := result.get(name)) is not None:
+            values, present = got
+            cols[name] = _masked(
+                np.frombuffer(values, dtype=np.int64), np.frombuffer(present, dtype=np.bool_)
+            )
+    for name in FLOAT_ARGS:
+        if (got := result.get(name)) is not None:
+            cols[name] = pl.Series(np.frombuffer(got, dtype=np.float64), nan_to_null=True)
+    return _conform(cols, n)
