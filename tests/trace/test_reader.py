@@ -352,3 +352,12 @@ def test_a_bad_rank_in_a_directory_names_its_file(
         monkeypatch.setattr(loader, "_PROCESS_THRESHOLD", threshold)
         with pytest.raises(TraceError, match=r"rank-1\.json: not valid JSON"):
             loader.load(tmp_path)
+
+
+def test_gzip_of_several_members_reads_whole(tmp_path: Path) -> None:
+    """``cat a.gz b.gz`` is valid gzip: the one-buffer inflate must not stop at the first member."""
+    text = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5, "dur": 2}]}'
+    path = tmp_path / "two_members.json.gz"
+    path.write_bytes(gzip.compress(text[:40]) + gzip.compress(text[40:]))
+    trace = read_chrome(path)
+    assert trace.events["name"].cast(str).to_list() == ["aten::mm"]

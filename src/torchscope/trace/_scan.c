@@ -1150,9 +1150,15 @@ static int resolve_pending(Scanner *s)
     return 0;
 }
 
-static PyObject *buffer(const void *data, Py_ssize_t n, size_t item)
+/* The first n items of a column buffer as bytes; the C buffer is freed at once, so that a
+ * result never holds two copies of more than one buffer at a time (peak memory). */
+static PyObject *buffer(void *data, Py_ssize_t n, size_t item)
 {
-    return PyBytes_FromStringAndSize(n ? (const char *)data : NULL, n * (Py_ssize_t)item);
+    void **slot = (void **)data;
+    PyObject *out = PyBytes_FromStringAndSize(n ? (const char *)*slot : NULL, n * (Py_ssize_t)item);
+    free(*slot);
+    *slot = NULL;
+    return out;
 }
 
 /* The uniques as a list of str; NULL with no error set when one is not valid UTF-8. */
@@ -1175,7 +1181,7 @@ static PyObject *uniques(const Intern *t)
     return list;
 }
 
-static PyObject *column_value(const Column *c, Kind kind, Py_ssize_t n)
+static PyObject *column_value(Column *c, Kind kind, Py_ssize_t n)
 {
     PyObject *u = NULL;
     if (kind == K_STR || kind == K_RAW || kind == K_INTSTR) {
@@ -1185,17 +1191,17 @@ static PyObject *column_value(const Column *c, Kind kind, Py_ssize_t n)
     switch (kind) {
     case K_STR:
     case K_RAW:
-        return Py_BuildValue("(NN)", buffer(c->codes, n, 4), u);
+        return Py_BuildValue("(NN)", buffer(&c->codes, n, 4), u);
     case K_INT:
-        return Py_BuildValue("(NN)", buffer(c->ints, n, 8), buffer(c->flags, n, 1));
+        return Py_BuildValue("(NN)", buffer(&c->ints, n, 8), buffer(&c->flags, n, 1));
     case K_FLOAT:
-        return buffer(c->floats, n, 8);
+        return buffer(&c->floats, n, 8);
     case K_INTSTR:
-        return Py_BuildValue("(NNNN)", buffer(c->ints, n, 8), buffer(c->flags, n, 1),
-                             buffer(c->codes, n, 4), u);
+        return Py_BuildValue("(NNNN)", buffer(&c->ints, n, 8), buffer(&c->flags, n, 1),
+                             buffer(&c->codes, n, 4), u);
     case K_NUM:
-        return Py_BuildValue("(NNN)", buffer(c->ints, n, 8), buffer(c->floats, n, 8),
-                             buffer(c->flags, n, 1));
+        return Py_BuildValue("(NNN)", buffer(&c->ints, n, 8), buffer(&c->floats, n, 8),
+                             buffer(&c->flags, n, 1));
     }
     return NULL;
 }
@@ -1216,7 +1222,7 @@ static PyObject *build_result(Scanner *s)
         goto error;
     Py_CLEAR(n);
     for (int col = 0; col < NCOLS; col++) {
-        const Column *c = &s->cols[col];
+        Column *c = &s->cols[col];
         PyObject *v;
         if (!c->active) {
             v = Py_NewRef(Py_None);

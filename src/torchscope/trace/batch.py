@@ -250,32 +250,35 @@ def _texts(codes: bytes, uniques: list[str]) -> pl.Series:
 
 
 def from_scan(result: dict[str, Any]) -> pl.DataFrame:
-    """The batch of events the C scanner read (``_scan.scan_events``' dict of buffers)."""
-    n = int(result["n"])
+    """The batch of events the C scanner read (``_scan.scan_events``' dict of buffers).
+
+    Consumes ``result``: each buffer is popped as it is converted, so that it can be freed.
+    """
+    n = int(result.pop("n"))
     cols: dict[str, pl.Series] = {}
     for name in TEXT + RAW_ARGS:
-        if (got := result.get(name)) is not None:
+        if (got := result.pop(name, None)) is not None:
             cols[name] = _texts(*got)
     for name in INT_OR_TEXT:
-        if (got := result.get(name)) is not None:
+        if (got := result.pop(name, None)) is not None:
             values, kind, codes, uniques = got
             k = np.frombuffer(kind, dtype=np.uint8)
             cols[name] = _masked(np.frombuffer(values, dtype=np.int64), k == 1)
             if (k == 2).any():
                 cols[f"{name}_text"] = _texts(codes, uniques)
     for name in NUMBERS:
-        if (got := result.get(name)) is not None:
+        if (got := result.pop(name, None)) is not None:
             ints, floats, kind = got
             k = np.frombuffer(kind, dtype=np.uint8)
             cols[name] = _masked(np.frombuffer(floats, dtype=np.float64), k != 0)
             cols[f"{name}_int"] = _masked(np.frombuffer(ints, dtype=np.int64), k == 1)
     for name in INT_ARGS:
-        if (got := result.get(name)) is not None:
+        if (got := result.pop(name, None)) is not None:
             values, present = got
             cols[name] = _masked(
                 np.frombuffer(values, dtype=np.int64), np.frombuffer(present, dtype=np.bool_)
             )
     for name in FLOAT_ARGS:
-        if (got := result.get(name)) is not None:
+        if (got := result.pop(name, None)) is not None:
             cols[name] = pl.Series(np.frombuffer(got, dtype=np.float64), nan_to_null=True)
     return _conform(cols, n)

@@ -113,9 +113,22 @@ def _missing(batch: pl.DataFrame, column: str) -> int:
     return int((batch[column].is_null() & batch[f"{column}_text"].is_null()).sum())
 
 
-def span_frames(spans: pl.DataFrame, ids: Ids, warnings: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The events table (complete and instant events) and the memory table ([memory] instants)."""
+def span_frames(
+    batch: pl.DataFrame, rows: npt.NDArray[np.int64] | None, ids: Ids, warnings: list[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The events table (complete and instant events) and the memory table ([memory] instants).
+
+    ``rows`` are the batch rows of those events (None: all of them). Only the columns each
+    table needs are gathered, so no copy of the whole batch is made.
+    """
+
+    def take(*names: str) -> pl.DataFrame:
+        narrow = batch.select(names)
+        return narrow if rows is None else narrow[rows]
+
+    spans = take("ph", "name", "ts", "ts_int", "dur", "dur_int", "pid", "pid_text", "tid", "tid_text")
     n = spans.height
+    at = np.arange(n) if rows is None else rows  # span row -> batch row
     ph = spans["ph"]
     name = spans["name"].fill_null("")
     start, ok_ts = us_to_ns(spans["ts"], spans["ts_int"], "timestamp", warnings)
@@ -139,11 +152,13 @@ def span_frames(spans: pl.DataFrame, ids: Ids, warnings: list[str]) -> tuple[pl.
 
     is_mem = memory_rows(ph, name).to_numpy()
     mem_rows = np.flatnonzero(is_mem & ok_ts)
-    memory = _memory_frame(spans.select(MEMORY_ARGS)[mem_rows], start[mem_rows], pid[mem_rows], tid[mem_rows])
+    memory = _memory_frame(
+        batch.select(MEMORY_ARGS)[at[mem_rows]], start[mem_rows], pid[mem_rows], tid[mem_rows]
+    )
     keep = np.flatnonzero(~is_mem & ok_ts)
-    kept = spans.select(_EVENT_COLUMNS)  # before gathering rows: no copy of unused columns
-    if keep.size < n:
-        kept = kept[keep]
+    kept = batch.select(_EVENT_COLUMNS)  # columns first, then rows: no copy of unused columns
+    if keep.size < batch.height:
+        kept = kept[at[keep]]
     if keep.size < n:
         name = name.gather(keep)
         start, dur, pid, tid = start[keep], dur[keep], pid[keep], tid[keep]
@@ -168,6 +183,12 @@ def span_frames(spans: pl.DataFrame, ids: Ids, warnings: list[str]) -> tuple[pl.
     )
     df = df.drop("stream", "stream_id", "external_id_2021").rename({"device": "a_device"})
     return _classify(df), memory
+
+
+def may_keep_raw_args(batch: pl.DataFrame) -> bool:
+    """Whether some event may be of kind "other" (``_classify``), whose verbatim args we keep."""
+    cats = batch["cat"].fill_null("").unique().to_list()
+    return any(c == "" or dialect.CATEGORY_KIND.get(c.lower(), "other") == "other" for c in cats)
 
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:

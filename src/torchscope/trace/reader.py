@@ -30,7 +30,14 @@ import polars as pl
 
 from torchscope.errors import TraceError
 from torchscope.trace import batch as raw
-from torchscope.trace.columns import Ids, flow_frame, metadata_frame, span_frames, threads_frame
+from torchscope.trace.columns import (
+    Ids,
+    flow_frame,
+    may_keep_raw_args,
+    metadata_frame,
+    span_frames,
+    threads_frame,
+)
 from torchscope.trace.derive import derive
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
 from torchscope.trace.model import Trace, TraceMeta
@@ -92,10 +99,25 @@ def read_bytes(path: str | Path) -> bytes:
         raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
     if raw[:2] == b"\x1f\x8b":
         try:
-            return gzip.decompress(raw)
+            return _gunzip(raw)
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceError(str(p), f"corrupt or truncated gzip ({exc})") from None
     return raw
+
+
+def _gunzip(raw: bytes) -> bytes:
+    """Inflate gzip into one buffer sized from the trailer, so no growing copies (peak memory).
+
+    The trailer's ISIZE is the length of the last member mod 2**32; a file of several members
+    (or over 4 GB, or truncated) does not match it and goes through ``gzip.decompress``.
+    """
+    size = int.from_bytes(raw[-4:], "little")
+    if not 0 < size <= 100 * len(raw):  # a truncated file's "trailer" is compressed data
+        return gzip.decompress(raw)
+    text = zlib.decompress(raw, wbits=31, bufsize=size)
+    if len(text) != size:
+        return gzip.decompress(raw)
+    return text
 
 
 def read_chrome(path: str | Path, on_phase: Callable[[str], None] | None = None) -> Trace:
@@ -236,9 +258,7 @@ def _scanned_batches(
             if got is None:
                 yield raw.from_events(_decode_piece(data, begin, end, source, warnings))
                 continue
-            batch = raw.from_scan(got)
-            del got  # the scanner's buffers: free them before the batch is used
-            yield batch
+            yield raw.from_scan(got)  # which empties ``got``: no buffer outlives its column
 
     return batches()
 
@@ -388,10 +408,19 @@ _ARGS_DECODER = msgspec.json.Decoder(Args, strict=False)
 def _build(
     box: list[bytes], top: dict[str, Any], warnings: list[str], timings: Timings, source: str
 ) -> Trace:
-    data = box.pop()
-    chunks = _scanned_batches(data, source, warnings, top)
+    data: bytes | None = box.pop()
+    assert data is not None
+    chunks: Iterator[pl.DataFrame] | None = _scanned_batches(data, source, warnings, top)
     if chunks is None:
         chunks = (raw.from_events(events) for events in _decode_chunks(data, source, warnings, top))
+    if len(data) <= 8 * CHUNK_BYTES:
+        # one piece: decode it first, then free the JSON text before the columns are built,
+        # unless events of categories we do not model need their verbatim args from it
+        batches = list(chunks)
+        chunks = iter(batches)
+        if not any(may_keep_raw_args(b) for b in batches):
+            data = None
+        del batches
     ids = Ids()
     ev_parts: list[pl.DataFrame] = []
     mem_parts: list[pl.DataFrame] = []
@@ -401,21 +430,22 @@ def _build(
     for batch in chunks:
         timings.mark("decode")
         phase = batch["ph"]
-        is_span = phase.is_in(["X", "i", "I"])
-        # flows and metadata rows need few columns: select before filtering (no wide copies)
+        is_span = phase.is_in(["X", "i", "I"]).to_numpy()
+        # each table selects the few columns it needs before taking its rows (no wide copies)
         flows = batch.select(raw.FLOW_COLUMNS).filter(phase.is_in(["s", "f", "t"]))
         metas = batch.select(raw.META_COLUMNS).filter(phase == "M")
-        spans = batch if is_span.all() else batch.filter(is_span)
+        span_rows = None if is_span.all() else np.flatnonzero(is_span)
+        n_batch_spans = int(is_span.sum())
         meta_parts.append(metadata_frame(metas, ids))
         n_events += batch.height
-        other_ph += batch.height - spans.height - flows.height - metas.height
+        other_ph += batch.height - n_batch_spans - flows.height - metas.height
+        ev_part, mem_part = span_frames(batch, span_rows, ids, warnings)
         del batch, metas
-        ev_part, mem_part = span_frames(spans, ids, warnings)
         ev_parts.append(ev_part.with_columns(pl.col("raw_row") + n_spans))
         mem_parts.append(mem_part)
         flow_parts.append(flow_frame(flows, ids, warnings))
-        n_spans += spans.height
-        del spans, flows
+        n_spans += n_batch_spans
+        del flows
         timings.mark("columns")
     if other_ph:
         warnings.append(f"skipped {other_ph} events with phases other than X, i, s, f, t, M")
@@ -428,7 +458,7 @@ def _build(
     meta = _meta(top, source)
     threads = threads_frame(pl.concat(meta_parts).unique(["what", "pid", "tid"], keep="last"), ev, ids)
     del chunks
-    if ev.height and (ev["kind"] == "other").any():
+    if data is not None and ev.height and (ev["kind"] == "other").any():
         ev = _attach_raw_args(ev, data, n_spans)
     del data  # the JSON text is not needed any more: free it before linking
     timings.mark("columns")
