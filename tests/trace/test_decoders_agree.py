@@ -52,15 +52,22 @@ def _assert_same(data: bytes) -> Trace | str:
 def _scanned_documents_are_counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Count the pieces the scanner accepted, so a test can tell that it really ran."""
     accepted: list[int] = []
-    scan = reader._scan.scan_events
+    pieces, whole = reader._scan.scan_events, reader._scan.scan_trace
 
-    def counting(data: bytes, lo: int, hi: int) -> Any:
-        got = scan(data, lo, hi)
+    def counting_pieces(data: bytes, lo: int, hi: int) -> Any:
+        got = pieces(data, lo, hi)
         if got is not None:
             accepted.append(int(got["n"]))
         return got
 
-    monkeypatch.setattr(reader._scan, "scan_events", counting)
+    def counting_whole(data: bytes) -> Any:
+        got = whole(data)
+        if got is not None:
+            accepted.append(int(got[1]["n"]))
+        return got
+
+    monkeypatch.setattr(reader._scan, "scan_events", counting_pieces)
+    monkeypatch.setattr(reader._scan, "scan_trace", counting_whole)
     yield accepted
 
 

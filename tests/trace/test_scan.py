@@ -189,6 +189,11 @@ def test_real_trace_columns_equal_msgspec(path: Path, traces_dir: Path) -> None:
     assert document.traceEvents is not None
     assert_same(result, document.traceEvents)
 
+    one_pass = _scan.scan_trace(data)  # the same document and columns, in one pass
+    assert one_pass is not None
+    assert one_pass[0] == (lo, hi, keys)
+    assert_same(one_pass[1], document.traceEvents)
+
 
 def test_diff_control_trace_values_a_user_checks(traces_dir: Path) -> None:
     """Spot values of the 109k-event NCCL trace, read off the JSON text by eye."""
@@ -537,6 +542,12 @@ def test_mutated_trace_never_crashes_and_agrees(how: str, where: int, byte: int)
     elif result is not None:
         assert document.traceEvents is not None
         assert_same(result, document.traceEvents)
+    # one pass accepts exactly what the two passes accept, with the same columns
+    one_pass = _scan.scan_trace(text)
+    assert (one_pass is None) == (result is None)
+    if one_pass is not None and result is not None:
+        assert one_pass[0] == doc
+        assert scanned_columns(one_pass[1]) == scanned_columns(result)
 
 
 def test_many_decimals_round_exactly() -> None:

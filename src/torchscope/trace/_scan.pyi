@@ -16,3 +16,9 @@ def scan_events(data: bytes, lo: int, hi: int) -> dict[str, object] | None:
     """Columns of the comma-separated event objects in ``data[lo:hi]``: ``"n"`` plus one entry
     per column (None when no event has the field); None outside our subset. ValueError when
     the bounds fall outside ``data``."""
+
+def scan_trace(
+    data: bytes,
+) -> tuple[tuple[int, int, dict[str, tuple[int, int]]], dict[str, object]] | None:
+    """``scan_document`` and ``scan_events`` of its whole event list in one pass; None when
+    either would decline, or when the document has no ``traceEvents``."""

@@ -235,20 +235,25 @@ def _scanned_batches(
 ) -> Iterator[pl.DataFrame] | None:
     """The batches our C scanner reads, or None when it is not built or declines the document.
 
-    A piece the scanner declines (a value outside the exactly-typed subset it handles, such
-    as a duration written as a string) is decoded by msgspec instead, with its repairs.
+    Files up to 8 x CHUNK_BYTES are scanned whole in one pass (``scan_trace``); if the scanner
+    declines anything in them (a value outside the exactly-typed subset it handles, such as a
+    duration written as a string), msgspec reads the whole file instead, with its repairs.
+    Larger files are scanned in pieces, and a declined piece is decoded by msgspec alone.
     """
     if _scan is None or not SCANNER_ENABLED:
         return None
+    if len(data) <= 8 * CHUNK_BYTES:  # read whole: the document and its events in one pass
+        whole = _scan.scan_trace(data)
+        if whole is None:
+            return None  # msgspec reads it, with its repairs, or says what is wrong
+        (_, _, keys), columns = whole
+        _top_values(data, keys, top)
+        return iter([raw.from_scan(columns)])
     doc = _scan.scan_document(data)
     if doc is None or doc[0] < 0:
         return None  # not a trace, or JSON the scanner does not take: msgspec says what is wrong
     lo, hi, keys = doc
-    for key in Document.__struct_fields__:
-        if key != "traceEvents" and key in keys:
-            start, end = keys[key]
-            if (value := _ANY_DECODER.decode(data[start:end])) is not None:
-                top[key] = value
+    _top_values(data, keys, top)
     cuts = _cut_points(data, lo, hi) if hi - lo > 8 * CHUNK_BYTES else []
     bounds = [lo] + [c for cut in cuts for c in (cut[0] + 1, cut[1])] + [hi]
 
@@ -261,6 +266,15 @@ def _scanned_batches(
             yield raw.from_scan(got)  # which empties ``got``: no buffer outlives its column
 
     return batches()
+
+
+def _top_values(data: bytes, keys: dict[str, tuple[int, int]], top: dict[str, Any]) -> None:
+    """The top-level keys ``Document`` keeps, decoded from their spans in ``data``."""
+    for key in Document.__struct_fields__:
+        if key != "traceEvents" and key in keys:
+            start, end = keys[key]
+            if (value := _ANY_DECODER.decode(data[start:end])) is not None:
+                top[key] = value
 
 
 def _top_fields(doc: Document) -> dict[str, Any]:
