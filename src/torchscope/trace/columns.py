@@ -186,9 +186,16 @@ def span_frames(
 
 
 def may_keep_raw_args(batch: pl.DataFrame) -> bool:
-    """Whether some event may be of kind "other" (``_classify``), whose verbatim args we keep."""
-    cats = batch["cat"].fill_null("").unique().to_list()
-    return any(c == "" or dialect.CATEGORY_KIND.get(c.lower(), "other") == "other" for c in cats)
+    """Whether some event may be of kind "other" (``_classify``), whose verbatim args we keep.
+
+    A cheap superset: complete or instant events (not [memory] ones) of a category we do not
+    model, or complete events with no category.
+    """
+    ph, cat = batch["ph"], batch["cat"].fill_null("")
+    spans = ph.is_in(["X", "i", "I"]) & ~memory_rows(ph, batch["name"])
+    unknown = [c for c in cat.unique().to_list() if dialect.CATEGORY_KIND.get(c.lower(), "other") == "other"]
+    other = spans & (cat.is_in(unknown) & (cat != "") | (cat == "") & (ph == "X"))
+    return bool(other.any())
 
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
