@@ -8,7 +8,7 @@ so everything after (``trace.columns``) has one code path and the two decoders c
 tested for equality on every input (``tests/trace/test_batch.py``).
 
 Columns (one row per JSON event, in file order):
-- ``ph``, ``cat``, ``name``, ``bp``, ``arg_name``, ``labels``: text (null when absent; ``ph`` "")
+- ``ph``, ``cat``, ``name``, ``arg_name``: text (null when absent; ``ph`` "")
 - ``pid``, ``tid``, ``id``, ``stream``, ``stream_id``: ints, with ``*_text`` holding the value
   when the file wrote it as a string ("stream 7"); both null when absent
 - ``ts``, ``dur``: the value as a float (null when absent) and ``ts_int``/``dur_int`` when it
@@ -55,7 +55,7 @@ INT_ARGS = (
 )
 FLOAT_ARGS = ("blocks_per_sm", "warps_per_sm", "occupancy_pct")
 RAW_ARGS = ("input_dims", "input_types", "grid", "block")
-TEXT = ("ph", "cat", "name", "bp", "arg_name", "labels")
+TEXT = ("ph", "cat", "name", "arg_name")
 INT_OR_TEXT = ("pid", "tid", "id", "stream", "stream_id")
 NUMBERS = ("ts", "dur")
 
@@ -91,7 +91,7 @@ DEVICE_ARGS = (
     "block",
 )
 MEMORY_ARGS = ("device_type", "device_id", "addr", "mem_bytes", "total_allocated", "total_reserved")
-META_ARGS = ("arg_name", "sort_index", "labels")
+META_ARGS = ("arg_name", "sort_index")
 
 _ARG_FIELD = {"arg_name": "name"}  # batch column -> events.Args attribute, where they differ
 
@@ -117,7 +117,8 @@ def _col(items: Sequence[Any], field: str) -> list[Any]:
     return list(map(attrgetter(field), items))
 
 
-def _is_i64(v: object) -> bool:
+def is_i64(v: object) -> bool:
+    """An int (not a bool) that fits int64."""
     return type(v) is int and -(2**63) <= v < 2**63
 
 
@@ -126,7 +127,7 @@ def _ints(values: list[Any]) -> pl.Series:
     try:
         return pl.Series(values, dtype=pl.Int64, strict=False)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        return pl.Series([v if _is_i64(v) else None for v in values], dtype=pl.Int64)
+        return pl.Series([v if is_i64(v) else None for v in values], dtype=pl.Int64)
 
 
 def _floats(values: list[Any]) -> pl.Series:
@@ -152,12 +153,7 @@ def _int_or_text(values: list[Any]) -> tuple[pl.Series, pl.Series]:
 
 def _number(values: list[Any]) -> tuple[pl.Series, pl.Series]:
     """A float column and, where the value is an int64, the exact int."""
-    floats = _floats(values)
-    try:
-        ints = pl.Series([v if type(v) is int else None for v in values], dtype=pl.Int64, strict=False)
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        ints = pl.Series([v if _is_i64(v) else None for v in values], dtype=pl.Int64)
-    return floats, ints
+    return _floats(values), _ints([v if type(v) is int else None for v in values])
 
 
 _SEP = b"\x1f"  # a control character cannot appear unescaped in JSON text
@@ -179,14 +175,14 @@ def _arg_series(column: str, values: list[Any]) -> pl.Series:
         return _floats(values)
     if column in INT_ARGS:
         return _ints(values)
-    return pl.Series(values, dtype=pl.String)  # arg_name, labels
+    return pl.Series(values, dtype=pl.String)  # arg_name
 
 
 def from_events(events: list[Event]) -> pl.DataFrame:
     """The batch of msgspec-decoded events (the fallback decoder)."""
     n = len(events)
     cols: dict[str, pl.Series] = {}
-    for c in ("ph", "cat", "name", "bp"):
+    for c in ("ph", "cat", "name"):
         cols[c] = pl.Series(_col(events, c), dtype=pl.String)
     for c in ("pid", "tid", "id"):
         cols[c], cols[f"{c}_text"] = _int_or_text(_col(events, c))

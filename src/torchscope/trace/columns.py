@@ -15,15 +15,11 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.trace import dialect
-from torchscope.trace.batch import DEVICE_ARGS, MEMORY_ARGS, device_rows, memory_rows
+from torchscope.trace.batch import DEVICE_ARGS, MEMORY_ARGS, device_rows, is_i64, memory_rows
 from torchscope.trace.schema import MEMORY_SCHEMA, THREADS_SCHEMA, conform
 
 I64 = npt.NDArray[np.int64]
 _LIMIT = np.iinfo(np.int64).max // 1000  # microseconds beyond this overflow int64 nanoseconds
-
-
-def _is_i64(v: object) -> bool:
-    return type(v) is int and -(2**63) <= v < 2**63
 
 
 def _decimal(text: str) -> bool:
@@ -39,7 +35,7 @@ class Ids:
         self._by_text: dict[str, int] = {}
 
     def one(self, value: int | str | None) -> int:
-        if _is_i64(value):
+        if is_i64(value):
             return value  # type: ignore[return-value]
         if value is None:
             return 0
@@ -50,9 +46,9 @@ class Ids:
         stripped = text.strip()
         number: int
         digits = stripped[7:].strip() if stripped.startswith("stream ") else ""
-        if _decimal(stripped) and _is_i64(int(stripped)):
+        if _decimal(stripped) and is_i64(int(stripped)):
             number = int(stripped)
-        elif _decimal(digits) and _is_i64(int(digits)):
+        elif _decimal(digits) and is_i64(int(digits)):
             number = int(digits)
             self.labels[number] = text
         else:

@@ -174,11 +174,16 @@ def _read(box: list[bytes], source: str, timings: Timings) -> Trace:
 CHUNK_BYTES = 8 * 1024 * 1024
 
 
+def _read_whole(data: bytes) -> bool:
+    """Whether ``data`` is small enough to decode in one piece (up to 8 x CHUNK_BYTES)."""
+    return len(data) <= 8 * CHUNK_BYTES
+
+
 def _decode_chunks(
     data: bytes, source: str, warnings: list[str], top: dict[str, Any]
 ) -> Iterator[list[Event]]:
     """The typed events, one piece at a time; fills ``top`` with the top-level keys."""
-    layout = _layout(data) if len(data) > 8 * CHUNK_BYTES else None
+    layout = None if _read_whole(data) else _layout(data)
     head_doc: Document | None = None
     if layout is not None and not layout[2]:
         try:
@@ -193,11 +198,9 @@ def _decode_chunks(
         yield events
         return
     start, cuts, bare = layout
-    # pieces are sliced one at a time, so that only one copy of one piece exists at a time
-    bounds = [(start + 1, cuts[0][0] + 1)] + [
-        (begin, close + 1) for (_, begin), (close, _) in zip(cuts, cuts[1:], strict=False)
-    ]
-    for lo, hi in bounds:
+    # pieces are sliced one at a time, so that only one copy of one piece exists at a time;
+    # the last one is decoded with the rest of the document (its top-level keys)
+    for lo, hi in _pieces(start + 1, cuts, len(data))[:-1]:
         yield _decode_piece(data, lo, hi, source, warnings)
     tail = (b"[" if bare else b'{"traceEvents":[') + data[cuts[-1][1] :]
     rest: dict[str, Any] = {}
@@ -242,7 +245,7 @@ def _scanned_batches(
     """
     if _scan is None or not SCANNER_ENABLED:
         return None
-    if len(data) <= 8 * CHUNK_BYTES:  # read whole: the document and its events in one pass
+    if _read_whole(data):  # the document and its events in one pass
         whole = _scan.scan_trace(data)
         if whole is None:
             return None  # msgspec reads it, with its repairs, or says what is wrong
@@ -254,11 +257,10 @@ def _scanned_batches(
         return None  # not a trace, or JSON the scanner does not take: msgspec says what is wrong
     lo, hi, keys = doc
     _top_values(data, keys, top)
-    cuts = _cut_points(data, lo, hi) if hi - lo > 8 * CHUNK_BYTES else []
-    bounds = [lo] + [c for cut in cuts for c in (cut[0] + 1, cut[1])] + [hi]
+    pieces = _pieces(lo, _cut_points(data, lo, hi), hi)
 
     def batches() -> Iterator[pl.DataFrame]:
-        for begin, end in zip(bounds[::2], bounds[1::2], strict=True):
+        for begin, end in pieces:
             got = _scan.scan_events(data, begin, end)
             if got is None:
                 yield raw.from_events(_decode_piece(data, begin, end, source, warnings))
@@ -268,17 +270,21 @@ def _scanned_batches(
     return batches()
 
 
+# The top-level keys we keep (``Document``'s), whichever decoder read them; absent = null.
+_TOP_KEYS = tuple(k for k in Document.__struct_fields__ if k != "traceEvents")
+
+
 def _top_values(data: bytes, keys: dict[str, tuple[int, int]], top: dict[str, Any]) -> None:
-    """The top-level keys ``Document`` keeps, decoded from their spans in ``data``."""
-    for key in Document.__struct_fields__:
-        if key != "traceEvents" and key in keys:
+    """The kept top-level keys, decoded from the spans the scanner found in ``data``."""
+    for key in _TOP_KEYS:
+        if key in keys:
             start, end = keys[key]
             if (value := _ANY_DECODER.decode(data[start:end])) is not None:
                 top[key] = value
 
 
 def _top_fields(doc: Document) -> dict[str, Any]:
-    return {k: v for k in doc.__struct_fields__ if k != "traceEvents" and (v := getattr(doc, k)) is not None}
+    return {k: v for k in _TOP_KEYS if (v := getattr(doc, k)) is not None}
 
 
 def _layout(data: bytes) -> tuple[int, list[tuple[int, int]], bool] | None:
@@ -324,6 +330,13 @@ def _cut_points(data: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
     return cuts
 
 
+def _pieces(lo: int, cuts: list[tuple[int, int]], hi: int) -> list[tuple[int, int]]:
+    """The (start, end) of each piece of the list content ``[lo, hi)`` cut at ``cuts``."""
+    starts = [lo] + [begin for _, begin in cuts]
+    ends = [close + 1 for close, _ in cuts] + [hi]
+    return list(zip(starts, ends, strict=True))
+
+
 def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, Any], list[Event]]:
     """Top-level keys and the typed events, in one typed pass (a lenient one if that fails)."""
     head = data[:64].lstrip()
@@ -341,8 +354,7 @@ def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, An
         raise TraceError(source, f"not valid JSON ({exc})") from None
     if doc.traceEvents is None:
         raise TraceError(source, "not a trace: no 'traceEvents' key")
-    top = {k: v for k in doc.__struct_fields__ if k != "traceEvents" and (v := getattr(doc, k)) is not None}
-    return top, doc.traceEvents
+    return _top_fields(doc), doc.traceEvents
 
 
 def _lenient(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, Any], list[Event]]:
@@ -357,7 +369,7 @@ def _lenient(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, A
             raise TraceError(source, "not a trace: no 'traceEvents' key")
         items = doc.pop("traceEvents")
         # the same top-level keys as the typed path keeps (``Document``), whatever the events hold
-        top = {k: v for k, v in doc.items() if k in Document.__struct_fields__ and v is not None}
+        top = {k: v for k in _TOP_KEYS if (v := doc.get(k)) is not None}
     else:
         items = doc
     if not isinstance(items, list):
@@ -422,19 +434,20 @@ _ARGS_DECODER = msgspec.json.Decoder(Args, strict=False)
 def _build(
     box: list[bytes], top: dict[str, Any], warnings: list[str], timings: Timings, source: str
 ) -> Trace:
-    data: bytes | None = box.pop()
-    assert data is not None
+    data = box.pop()
     chunks: Iterator[pl.DataFrame] | None = _scanned_batches(data, source, warnings, top)
     if chunks is None:
         chunks = (raw.from_events(events) for events in _decode_chunks(data, source, warnings, top))
-    if len(data) <= 8 * CHUNK_BYTES:
+    kept_text: bytes | None = data  # for the verbatim args of events we do not model
+    if _read_whole(data):
         # one piece: decode it first, then free the JSON text before the columns are built,
         # unless events of categories we do not model need their verbatim args from it
         batches = list(chunks)
         chunks = iter(batches)
         if not any(may_keep_raw_args(b) for b in batches):
-            data = None
-        del batches
+            kept_text = None
+        del batches  # ``chunks`` alone holds them now, and is deleted before linking
+    del data
     ids = Ids()
     ev_parts: list[pl.DataFrame] = []
     mem_parts: list[pl.DataFrame] = []
@@ -472,9 +485,9 @@ def _build(
     meta = _meta(top, source)
     threads = threads_frame(pl.concat(meta_parts).unique(["what", "pid", "tid"], keep="last"), ev, ids)
     del chunks
-    if data is not None and ev.height and (ev["kind"] == "other").any():
-        ev = _attach_raw_args(ev, data, n_spans)
-    del data  # the JSON text is not needed any more: free it before linking
+    if kept_text is not None and ev.height and (ev["kind"] == "other").any():
+        ev = _attach_raw_args(ev, kept_text, n_spans)
+    del kept_text  # the JSON text is not needed any more: free it before linking
     timings.mark("columns")
 
     ev, memory, flow_df = derive(ev, memory, flow_df)
