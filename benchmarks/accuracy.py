@@ -6,7 +6,8 @@ times, in one process:
   reference  the same step once in the reference dtype/device (float64 on CPU): what live
              compare runs beside the target, op by op
   live       the target under ``torchscope.accuracy.compare`` (float64 CPU reference)
-  dump       the target under ``torchscope.accuracy.dump`` in statistics mode
+  dump       the target under ``torchscope.accuracy.dump`` in statistics mode (level "all":
+             ops and module calls; the size per op counts every file of the dump)
 and prints live / plain, live / (2 x reference) (the target, "no slower than running the
 reference twice": at most 1.00), floor = (plain + reference) / (2 x reference) (live compare
 runs both, so it cannot go below this; on CPU a bfloat16 step costs about as much as a float64

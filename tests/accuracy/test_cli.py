@@ -50,5 +50,11 @@ def test_run_script_and_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     meta = json.loads(capsys.readouterr().out)
     assert meta == json.loads((out / "meta.json").read_text())
     assert meta["saved_tensors"] == meta["tensors"] > 0
+    assert meta["level"] == "all" and meta["modules"] > 0
+    args = ["accuracy", "dump", str(tmp_path / "m"), "--model", "mlp", "--level", "module"]
+    assert cli(args) == 0
+    meta = json.loads((tmp_path / "m" / "meta.json").read_text())
+    assert f"dump: {tmp_path / 'm'}: 0 ops, {meta['modules']} module calls" in capsys.readouterr().out
+    assert meta["modules"] > 0 and meta["level"] == "module"
     assert cli(["accuracy", "run", str(tmp_path / "missing.py")]) == 2
     assert "no such script" in capsys.readouterr().err

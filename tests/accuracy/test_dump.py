@@ -8,13 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 import torch
 from faults import fault
 from workloads import build, step
 
-from torchscope.accuracy import compare, compare_dumps
+from torchscope.accuracy import compare, compare_dumps, dump
 from torchscope.accuracy.report import accuracy_section
 from torchscope.cli.main import main as cli
 from torchscope.errors import TraceError
@@ -29,7 +30,8 @@ def _dumps(root: Path, jobs: dict[str, tuple[str, ...]]) -> dict[str, Path]:
     for key, (model, dtype, *rest) in jobs.items():
         broken = rest[0] if rest else "-"
         tensors = rest[1] if len(rest) > 1 else ""
-        machines[dtype == "float64"].append([model, dtype, str(out[key]), broken, tensors])
+        level = rest[2] if len(rest) > 2 else "all"
+        machines[dtype == "float64"].append([model, dtype, str(out[key]), broken, tensors, level])
     procs = [subprocess.Popen([sys.executable, str(WORKER), json.dumps(j)]) for j in machines.values()]
     assert [p.wait(timeout=600) for p in procs] == [0, 0]
     return out
@@ -47,6 +49,8 @@ def dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "rn64": ("resnet18", "float64"),
             "rn_bf16": ("resnet18", "bfloat16"),
             "rn_bf16_fc": ("resnet18", "bfloat16", "addmm"),
+            "tb_bf16_bwd_modules": ("transformer_block", "bfloat16", "gelu_backward", "", "module"),
+            "tb_bf16_mutating": ("transformer_block", "bfloat16", "gelu_mutating"),
         },
     )
 
@@ -178,3 +182,102 @@ def test_dashboard_section_shape(dumps: dict[str, Path]) -> None:
     ):
         assert key in first
     json.dumps(section, allow_nan=False)
+
+
+def _module_key(m: object) -> tuple[object, ...]:
+    return (m.op, m.module, m.direction)  # type: ignore[attr-defined]
+
+
+def test_module_records_name_the_broken_module(dumps: dict[str, Path]) -> None:
+    # no false alarm in low precision: every module call aligns and passes
+    for target, ref, calls in (("tb_fp16", "tb64", 16), ("rn_bf16", "rn64", 133)):
+        r = compare_dumps(dumps[target], dumps[ref])
+        assert len(r.module_calls) == calls and r.first_module_divergence is None, target
+        assert r.warnings == []
+    # the innermost module whose outputs diverged with its inputs still right, both directions
+    fwd = compare_dumps(dumps["tb_fp16_fwd"], dumps["tb64"]).first_module_divergence
+    assert fwd is not None and _module_key(fwd) == ("nn.GELU", "ff.1", "forward")
+    bwd = compare_dumps(dumps["tb_bf16_bwd"], dumps["tb64"])
+    first = bwd.first_module_divergence
+    assert first is not None and _module_key(first) == ("nn.GELU", "ff.1", "backward")
+    # in backward a call's inputs are the gradients of its outputs, its outputs those it sends back
+    assert first.inputs_ok and first.worst is not None
+    assert first.worst.rel_l2_error == pytest.approx(0.5, rel=0.3)  # the fault scales by 1.5
+    # what backward ran after it diverged too; of those, only the module containing it (ff) is
+    # a root candidate (inputs right, error its own): the first divergence is the innermost one;
+    # proj's inputs were within tolerance, but its error no larger than theirs: a cascade
+    upstream = [m for m in bwd.module_calls if m.diverged and m.index > first.index]
+    assert {m.module for m in upstream} == {"ff.0", "ff", "norm2", "proj"}
+    assert [m.module for m in upstream if m.inputs_ok and not m.cascade] == ["ff"]
+    assert next(m for m in upstream if m.module == "proj").cascade
+    # a dump of module calls only (no per-op cost) finds the same module against a full dump
+    only = compare_dumps(dumps["tb_bf16_bwd_modules"], dumps["tb64"])
+    assert only.first_module_divergence is not None
+    assert _module_key(only.first_module_divergence) == ("nn.GELU", "ff.1", "backward")
+    assert len(only) == 0 and any("no ops recorded; modules compared" in w for w in only.warnings)
+    meta = json.loads((dumps["tb_bf16_bwd_modules"] / "meta.json").read_text())
+    assert (meta["level"], meta["ops"], meta["modules"]) == ("module", 0, 16)
+    # the CLI and the dashboard's section carry it
+    section = accuracy_section(bwd)
+    assert section["first_module_divergence"]["module"] == "ff.1"
+    assert section["summary"]["first_module_divergence"] == "ff.1 nn.GELU (backward)"
+
+
+def test_backward_records_are_the_calls_own_gradients(dumps: dict[str, Path]) -> None:
+    """A block's backward output is the gradient through the block alone, not the skip path's too."""
+    calls = pl.read_parquet(dumps["rn64"] / "modules.parquet")
+    tensors = pl.read_parquet(dumps["rn64"] / "module_tensors.parquet")
+    # a call whose input needs no gradient (the first conv, fed the data) sends none back, and a
+    # module that writes its input in place (ReLU(inplace=True)) is recorded forward only
+    backward = calls.filter(pl.col("direction") == "backward")
+    assert "conv1" not in backward["module"].to_list()
+    assert backward.filter(pl.col("type") == "ReLU").height == 0
+    assert calls.filter(pl.col("direction") == "forward").height == 76
+
+    # layer2.0's input feeds its conv1 and its downsample path: each records only the gradient
+    # that flowed back through it, and the block the sum of the two. Sketches are linear in
+    # the tensor, so the sum shows in them (a hook on the input itself would see the sum in all)
+    def sketch(module: str) -> np.ndarray:
+        index = calls.filter((pl.col("module") == module) & (pl.col("direction") == "backward"))["index"]
+        row = tensors.filter((pl.col("op_index") == index[0]) & (pl.col("role") == "output"))
+        return np.array(row["sketch"][0])
+
+    block, conv, down = sketch("layer2.0"), sketch("layer2.0.conv1"), sketch("layer2.0.downsample")
+    np.testing.assert_allclose(block, conv + down, rtol=1e-9, atol=1e-12 * np.abs(block).max())
+    assert np.abs(conv - block).max() > 0.1 * np.abs(block).max()
+
+
+def test_input_written_in_place_is_caught_in_dumps_as_live(dumps: dict[str, Path]) -> None:
+    ops = pl.read_parquet(dumps["tb_bf16_mutating"] / "ops.parquet")
+    assert ops.filter(pl.col("mutated_inputs").list.len() > 0)["op"].to_list() == ["aten::gelu"]
+    assert pl.read_parquet(dumps["tb64"] / "ops.parquet")["mutated_inputs"].list.len().sum() == 0
+    first = compare_dumps(dumps["tb_bf16_mutating"], dumps["tb64"]).first_divergence
+    assert first is not None and _key(first) == (20, "aten::gelu", "ff.1", "forward")
+    assert first.mutated_inputs == ["self"]
+    model, x = build("transformer_block", torch.bfloat16)
+    with fault("gelu_mutating"), compare(model) as live:
+        step(model, x)
+    assert live.first_divergence is not None and _key(live.first_divergence) == _key(first)
+
+
+def test_random_module_calls_are_not_compared(tmp_path: Path) -> None:
+    def run(out: Path, seed: int) -> None:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 2)
+        ).train()
+        x = torch.randn(4, 8, requires_grad=True)
+        torch.manual_seed(seed)  # a different dropout mask on each "machine"
+        with dump(out, model, level="module"):
+            model(x).sum().backward()
+
+    run(tmp_path / "a", 1)
+    run(tmp_path / "b", 2)
+    r = compare_dumps(tmp_path / "a", tmp_path / "b")
+    status = {(m.module, m.direction): m.status for m in r.module_calls}
+    assert status[("1", "forward")] == status[("", "forward")] == "random"
+    assert status[("0", "forward")] == "ok"
+    # the layer after the dropout sees different inputs: over tolerance, but never the root
+    after = next(m for m in r.module_calls if (m.module, m.direction) == ("2", "forward"))
+    assert after.diverged and not after.inputs_ok
+    assert r.first_module_divergence is None

@@ -8,7 +8,13 @@ live session (format in docs/accuracy.md):
 - ``ops.parquet``: one row per op (index, name, overload, module path, direction, ...);
 - ``tensors.parquet``: one row per input/output tensor with its statistics and sketch;
 - ``tensors.safetensors``: full tensors of the ops chosen with ``tensors=`` (float dtypes numpy
-  lacks are stored as float32, which holds bfloat16/float16 exactly).
+  lacks are stored as float32, which holds bfloat16/float16 exactly);
+- ``modules.parquet`` and ``module_tensors.parquet``: one row per ``nn.Module`` call, forward and
+  backward, and the statistics of its inputs and outputs (``module_records``).
+
+``level`` picks ops, modules or both ("all", the default). Ops that write an input their schema
+says they only read are caught here too: each read-only input's bits are summed before and
+after the op, and a changed sum is recorded in ``mutated_inputs``.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +34,16 @@ import torch
 from torch import nn
 
 from torchscope.accuracy.live import to_numpy
-from torchscope.accuracy.observer import OpObserver, dtype_name, tensor_leaves
+from torchscope.accuracy.module_records import ModuleRecorder
+from torchscope.accuracy.observer import OpObserver, dtype_name, leaves, readonly_arguments, tensor_leaves
+from torchscope.accuracy.result import OK, RANDOM
 from torchscope.accuracy.stats import SKETCH, sketch_plan, sketch_stride, tensor_stats
 from torchscope.accuracy.tolerance import Tolerances
 from torchscope.accuracy.tracking import ModuleTracker
 
 FORMAT = "torchscope-accuracy-dump"
-VERSION = 1
+VERSION = 2  # 2: module records, mutated_inputs; version 1 dumps are still read
+LEVELS = ("all", "op", "module")
 
 OPS_SCHEMA: dict[str, Any] = {
     "index": pl.Int64,
@@ -46,6 +55,15 @@ OPS_SCHEMA: dict[str, Any] = {
     "call_site": pl.String,
     "status": pl.String,
     "note": pl.String,
+    "mutated_inputs": pl.List(pl.String),
+}
+MODULES_SCHEMA: dict[str, Any] = {
+    "index": pl.Int64,  # completion order: children before their parents
+    "module": pl.String,
+    "type": pl.String,  # the module's class name
+    "call": pl.Int64,  # the module's n-th call (forward and backward of one call share it)
+    "direction": pl.String,
+    "status": pl.String,  # "ok", or "random": random numbers were drawn inside the call
 }
 TENSORS_SCHEMA: dict[str, Any] = {
     "op_index": pl.Int64,
@@ -130,10 +148,13 @@ class _DumpMode(OpObserver):
         with_stack: bool,
         save: Sequence[str] | bool,
         save_inputs: bool,
+        check_inputs: bool,
     ) -> None:
         super().__init__(tracker, tolerances, with_stack)
         self.save = save
         self.save_inputs = save_inputs
+        self.check_inputs = check_inputs
+        self.modules: ModuleRecorder | None = None  # told when a random op runs
         self.ops: list[dict[str, Any]] = []
         self.tensors: list[dict[str, Any]] = []
         self.saved: dict[str, np.ndarray] = {}
@@ -162,11 +183,15 @@ class _DumpMode(OpObserver):
         rec = self.describe(func, args, kwargs)
         if rec is None:
             return func(*args, **kwargs)
+        if rec.status == RANDOM and self.modules is not None:
+            self.modules.mark_random()
         keep = self._wants_tensors(rec.op)
         # inputs are recorded before the op runs: an in-place op changes them
         self._record(rec.index, "input", tensor_leaves((args, kwargs)), keep and self.save_inputs)
+        watched = _read_only_sums(func, args, kwargs) if self.check_inputs and rec.status == OK else []
         out = func(*args, **kwargs)
-        if rec.status == "ok":
+        mutated = [name for name, t, before in watched if not torch.equal(bit_sum(t), before)]
+        if rec.status == OK:
             self._record(rec.index, "output", tensor_leaves(out), keep)
         self.ops.append(
             dict(
@@ -179,32 +204,85 @@ class _DumpMode(OpObserver):
                 call_site=rec.call_site,
                 status=rec.status,
                 note=rec.note,
+                mutated_inputs=sorted(set(mutated)),
             )
         )
         return out
 
 
+# same-size integer dtypes: a tensor's bits are summed through these
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bit_sum(t: torch.Tensor) -> torch.Tensor:
+    """A one-pass fingerprint of a tensor's contents: the wrapping sum of its bit patterns.
+
+    Reading the tensor once costs far less than the clone live compare keeps; a change that
+    leaves the sum of the bit patterns unchanged (two elements swapped) goes unseen.
+    """
+    return t.detach().view(_BITS[t.element_size()]).sum(dtype=torch.int64)
+
+
+def _read_only_sums(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(argument name, tensor, bit sum)`` of each tensor the op must not write."""
+    out = []
+    for name, _, value in readonly_arguments(func, args, kwargs):
+        for t in leaves(value):
+            if (
+                isinstance(t, torch.Tensor)
+                and t.layout == torch.strided
+                and not t.is_quantized
+                and t.element_size() in _BITS
+                and t.numel()
+            ):
+                out.append((name, t, bit_sum(t)))
+    return out
+
+
+def _tensor_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    return pl.DataFrame([{k: r.get(k) for k in TENSORS_SCHEMA} for r in rows], schema=TENSORS_SCHEMA)
+
+
 def write_dump(
     path: Path,
-    ops: list[dict[str, Any]],
-    tensors: list[dict[str, Any]],
-    saved: dict[str, np.ndarray],
+    mode: _DumpMode | None,
+    modules: ModuleRecorder | None,
     meta: dict[str, Any],
 ) -> None:
     """Write a dump directory (see the module docstring for its files)."""
     from safetensors.numpy import save_file
 
     path.mkdir(parents=True, exist_ok=True)
+    ops = mode.ops if mode is not None else []
+    tensors = mode.tensors if mode is not None else []
+    saved = mode.saved if mode is not None else {}
     pl.DataFrame(ops, schema=OPS_SCHEMA).write_parquet(path / "ops.parquet", compression="zstd")
-    rows = [{k: r.get(k) for k in TENSORS_SCHEMA} for r in tensors]
-    pl.DataFrame(rows, schema=TENSORS_SCHEMA).write_parquet(path / "tensors.parquet", compression="zstd")
+    _tensor_frame(tensors).write_parquet(path / "tensors.parquet", compression="zstd")
     files = ["ops.parquet", "tensors.parquet"]
+    if modules is not None:
+        pl.DataFrame(modules.calls, schema=MODULES_SCHEMA).write_parquet(
+            path / "modules.parquet", compression="zstd"
+        )
+        _tensor_frame(modules.tensors).write_parquet(path / "module_tensors.parquet", compression="zstd")
+        files += ["modules.parquet", "module_tensors.parquet"]
     if saved:
         save_file(saved, str(path / "tensors.safetensors"))
         files.append("tensors.safetensors")
-    meta = {**meta, "format": FORMAT, "version": VERSION, "ops": len(ops), "tensors": len(tensors)}
-    meta["files"] = files
-    meta["saved_tensors"] = len(saved)
+    dtypes = {r.get("dtype", "") for r in tensors + (modules.tensors if modules is not None else [])}
+    meta = {
+        **meta,
+        "format": FORMAT,
+        "version": VERSION,
+        "level": "all"
+        if mode is not None and modules is not None
+        else ("op" if mode is not None else "module"),
+        "ops": len(ops),
+        "tensors": len(tensors),
+        "modules": len(modules.calls) if modules is not None else 0,
+        "dtypes": sorted(dtypes),
+        "files": files,
+        "saved_tensors": len(saved),
+    }
     (path / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -213,38 +291,49 @@ def dump(
     path: str | os.PathLike[str],
     model: nn.Module | None = None,
     *,
+    level: str = "all",
     tensors: Sequence[str] | bool = False,
     save_inputs: bool = True,
+    check_inputs: bool = True,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     with_stack: bool = False,
     label: str | None = None,
 ) -> Iterator[Path]:
-    """Record every ATen op run inside the block into the dump directory ``path``.
+    """Record every ATen op, and every ``nn.Module`` call, run inside the block into ``path``.
 
-    Statistics are kept for every tensor; ``tensors`` (``True`` or op-name patterns such as
-    ``["aten::gelu*"]``) also saves the full tensors of those ops. The directory is written when
-    the block exits, also when it raises (what ran so far is worth comparing).
+    ``level`` is "all" (ops and modules), "op" or "module" (module calls only: no per-op
+    cost, and a comparison that holds where two devices run different ops). Statistics are
+    kept for every tensor; ``tensors`` (``True`` or op-name patterns such as ``["aten::gelu*"]``)
+    also saves the full tensors of those ops. ``check_inputs`` records ops that write an input
+    they should only read. The directory is written when the block exits, also when it raises
+    (what ran so far is worth comparing).
     """
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
     out = Path(path)
     tracker = ModuleTracker(model)
-    mode = _DumpMode(
-        tracker, Tolerances(include=tuple(include), exclude=tuple(exclude)), with_stack, tensors, save_inputs
+    mode = None
+    if level != "module":
+        selection = Tolerances(include=tuple(include), exclude=tuple(exclude))
+        mode = _DumpMode(tracker, selection, with_stack, tensors, save_inputs, check_inputs)
+    modules = (
+        ModuleRecorder(tracker, torch_stats, mode.paused if mode else nullcontext) if level != "op" else None
     )
+    if mode is not None:
+        mode.modules = modules
     started = time.time()
     try:
-        with tracker, mode:
+        with tracker, modules or nullcontext(), mode or nullcontext():
             yield out
     finally:
-        devices = sorted({r.get("dtype", "") for r in mode.tensors})
         meta = {
             "label": label or str(out.name),
             "torch": torch.__version__,
             "created_unix": int(started),
-            "dtypes": devices,
             "device": _device_name(),
         }
-        write_dump(out, mode.ops, mode.tensors, mode.saved, meta)
+        write_dump(out, mode, modules, meta)
 
 
 def _device_name() -> str:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from torchscope.accuracy.metrics import TensorMetrics, compare_arrays
-from torchscope.accuracy.observer import OpObserver, dtype_name, leaves, map_leaves
+from torchscope.accuracy.observer import OpObserver, dtype_name, leaves, map_leaves, readonly_arguments
 from torchscope.accuracy.result import DIVERGED, OK, SKIPPED, AccuracyResult, OpResult
 from torchscope.accuracy.tolerance import Tolerances
 from torchscope.accuracy.torch_metrics import compare_tensors, fast_applies
@@ -49,16 +49,6 @@ def _as_array(x: Any) -> tuple[np.ndarray, str] | None:
     if isinstance(x, float):
         return np.array(x, dtype=np.float64), "float64"
     return None
-
-
-# legacy schemas that write arguments without declaring it: not a bug of the target
-_UNDECLARED_WRITES: dict[str, tuple[str, ...]] = {
-    "aten::native_batch_norm": ("running_mean", "running_var"),
-    "aten::_batch_norm_impl_index": ("running_mean", "running_var"),
-    "aten::cudnn_batch_norm": ("running_mean", "running_var"),
-    "aten::miopen_batch_norm": ("running_mean", "running_var"),
-    "aten::batch_norm": ("running_mean", "running_var"),
-}
 
 
 # outputs up to this many elements are measured by numpy on CPU: a numpy op costs a microsecond
@@ -215,16 +205,8 @@ class _LiveMode(OpObserver):
         to compare than casting the upcast copy back after the op.
         """
         snaps: list[tuple[str, list[tuple[torch.Tensor, torch.Tensor]]]] = []
-        allowed = _UNDECLARED_WRITES.get(func._schema.name, ())
-        for i, arg in enumerate(func._schema.arguments):
-            if (arg.alias_info is not None and arg.alias_info.is_write) or arg.name in allowed:
-                continue
-            if i < len(args):
-                now, copy = args[i], ref_args[i]
-            elif arg.name in kwargs:
-                now, copy = kwargs[arg.name], ref_kwargs[arg.name]
-            else:
-                continue
+        for name, where, now in readonly_arguments(func, args, kwargs):
+            copy = ref_args[where] if isinstance(where, int) else ref_kwargs[where]
             pairs = []
             for t, ref in zip(leaves(now), leaves(copy), strict=False):
                 if not isinstance(t, torch.Tensor) or t.is_complex():
@@ -232,7 +214,7 @@ class _LiveMode(OpObserver):
                 same = ref.dtype == t.dtype and ref.device == t.device
                 pairs.append((t, ref if same else t.detach().clone()))
             if pairs:
-                snaps.append((arg.name, pairs))
+                snaps.append((name, pairs))
         return snaps
 
 

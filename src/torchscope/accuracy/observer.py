@@ -10,7 +10,8 @@ Live compare and dump number recorded ops the same way, so op ``#n`` means the s
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -55,6 +56,38 @@ def tensor_leaves(obj: Any) -> list[torch.Tensor]:
     return [t for t in leaves(obj) if isinstance(t, torch.Tensor)]
 
 
+# legacy schemas that write arguments without declaring it: not a bug of the target
+_UNDECLARED_WRITES: dict[str, tuple[str, ...]] = {
+    "aten::native_batch_norm": ("running_mean", "running_var"),
+    "aten::_batch_norm_impl_index": ("running_mean", "running_var"),
+    "aten::cudnn_batch_norm": ("running_mean", "running_var"),
+    "aten::miopen_batch_norm": ("running_mean", "running_var"),
+    "aten::batch_norm": ("running_mean", "running_var"),
+}
+
+
+def readonly_arguments(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[tuple[str, int | str, Any]]:
+    """The arguments an op must not write: ``(name, position or keyword, value)`` for each.
+
+    An argument may be written when the schema says so (``Tensor(a!)``) or when it is one of
+    the few legacy schemas that write without saying (batch norm's running statistics).
+    Both comparison modes check these after the op: a kernel that scribbles over its input
+    is wrong even when its output is right.
+    """
+    allowed = _UNDECLARED_WRITES.get(func._schema.name, ())
+    out: list[tuple[str, int | str, Any]] = []
+    for i, arg in enumerate(func._schema.arguments):
+        if (arg.alias_info is not None and arg.alias_info.is_write) or arg.name in allowed:
+            continue
+        if i < len(args):
+            out.append((arg.name, i, args[i]))
+        elif arg.name in kwargs:
+            out.append((arg.name, arg.name, kwargs[arg.name]))
+    return out
+
+
 class OpObserver(TorchDispatchMode):
     """Numbers and describes ATen ops; subclasses decide what to do with each one."""
 
@@ -67,10 +100,20 @@ class OpObserver(TorchDispatchMode):
         self.with_stack = with_stack
         self.include_views = include_views
         self.count = 0
+        self._paused = False
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Ops run inside the block are not recorded (our own measuring, from module hooks)."""
+        was, self._paused = self._paused, True
+        try:
+            yield
+        finally:
+            self._paused = was
 
     def describe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> OpResult | None:
         """An ``OpResult`` for this op with its identity filled in, or None to let it run unseen."""
-        if func.is_view and not self.include_views:
+        if (func.is_view and not self.include_views) or self._paused:
             return None
         name = func._schema.name
         node = current_node()

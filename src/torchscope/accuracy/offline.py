@@ -53,6 +53,10 @@ class Dump:
             )
         self.ops = self._table("ops.parquet")
         self.tensors = self._table("tensors.parquet")
+        # module records (format version 2, levels "all" and "module"); absent: none recorded
+        has_modules = "modules.parquet" in self.meta.get("files", [])
+        self.modules = self._table("modules.parquet") if has_modules else None
+        module_tensors = self._table("module_tensors.parquet") if has_modules else None
         if self.ops.height != self.meta.get("ops", self.ops.height):
             self.warnings.append(
                 f"{self.path}: meta.json says {self.meta.get('ops')} ops, ops.parquet has {self.ops.height}"
@@ -69,9 +73,7 @@ class Dump:
                     self._saved = safe_open(str(st), framework="numpy")
                 except Exception as exc:
                     self.warnings.append(f"{st}: unreadable ({exc}); comparing statistics only")
-        self._by_op: dict[int, dict[str, list[dict[str, Any]]]] = {}
-        for row in self.tensors.iter_rows(named=True):
-            self._by_op.setdefault(row["op_index"], {"input": [], "output": []})[row["role"]].append(row)
+        self._rows = {"op": _by_record(self.tensors), "module": _by_record(module_tensors)}
 
     def _table(self, name: str) -> pl.DataFrame:
         p = self.path / name
@@ -86,8 +88,9 @@ class Dump:
     def label(self) -> str:
         return str(self.meta.get("label") or self.path.name)
 
-    def tensor_rows(self, index: int, role: str) -> list[dict[str, Any]]:
-        return sorted(self._by_op.get(index, {}).get(role, []), key=lambda r: r["position"])
+    def tensor_rows(self, index: int, role: str, record: str = "op") -> list[dict[str, Any]]:
+        """The statistics rows of op (or module record) ``index``'s inputs or outputs."""
+        return sorted(self._rows[record].get(index, {}).get(role, []), key=lambda r: r["position"])
 
     def array(self, index: int, role: str, position: int) -> np.ndarray | None:
         """The saved tensor, or None when it was not saved or cannot be read."""
@@ -101,6 +104,14 @@ class Dump:
         except Exception as exc:
             self.warnings.append(f"{self.path / 'tensors.safetensors'}: tensor {key} unreadable ({exc})")
             return None
+
+
+def _by_record(tensors: pl.DataFrame | None) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Tensor rows grouped by the op (or module record) they belong to, then by role."""
+    out: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for row in tensors.iter_rows(named=True) if tensors is not None else ():
+        out.setdefault(row["op_index"], {"input": [], "output": []})[row["role"]].append(row)
+    return out
 
 
 def _stats_metrics(a: dict[str, Any], b: dict[str, Any], tol: float) -> TensorMetrics:
@@ -210,12 +221,15 @@ def _compare_tensors(
     op: str,
     overload: str,
     module: str,
+    record: str = "op",
 ) -> list[TensorMetrics]:
     out = []
-    dtype = _least_precise([r["dtype"] for r in ta.tensor_rows(ia, "input") + ta.tensor_rows(ia, "output")])
-    tol = tolerances.dump(op, dtype, overload, module)
-    for ra, rb in zip(ta.tensor_rows(ia, role), tb.tensor_rows(ib, role), strict=False):
-        xa, xb = ta.array(ia, role, ra["position"]), tb.array(ib, role, rb["position"])
+    rows = ta.tensor_rows(ia, "input", record) + ta.tensor_rows(ia, "output", record)
+    tol = tolerances.dump(op, _least_precise([r["dtype"] for r in rows]), overload, module)
+    for ra, rb in zip(ta.tensor_rows(ia, role, record), tb.tensor_rows(ib, role, record), strict=False):
+        # module records keep statistics only; ops may have saved tensors
+        xa = ta.array(ia, role, ra["position"]) if record == "op" else None
+        xb = tb.array(ib, role, rb["position"]) if record == "op" else None
         if xa is not None and xb is not None:
             out.append(_full_metrics(xa, xb, ra, rb, tol))
         else:
@@ -243,11 +257,18 @@ def compare_dumps(
     )
     result = AccuracyResult(mode="dump", target=ta.label, reference=tb.label)
     result.warnings += ta.warnings + tb.warnings
+    _compare_module_calls(ta, tb, tolerances, result)
     a_ops = ta.ops.sort("index").to_dicts()
     b_ops = tb.ops.sort("index").to_dicts()
     if not a_ops or not b_ops:
+        if result.module_calls:  # dumps of module calls only (level "module"): compared above
+            if a_ops or b_ops:
+                result.warnings.append(
+                    f"{ta.path if not a_ops else tb.path}: no ops recorded; modules compared"
+                )
+            return result
         empty = ta.path if not a_ops else tb.path
-        raise TraceError(str(empty), "the dump holds no ops")
+        raise TraceError(str(empty), "the dump holds no ops and no module calls")
     keys_a = [(o["op"], o["direction"]) for o in a_ops]
     keys_b = [(o["op"], o["direction"]) for o in b_ops]
     matcher = difflib.SequenceMatcher(None, keys_a, keys_b, autojunk=False)
@@ -300,12 +321,65 @@ def compare_dumps(
             )
             if n_out_a != n_out_b:
                 rec.note = f"{n_out_a} outputs vs {n_out_b}"
-            if any(not m.allclose for m in rec.outputs) or n_out_a != n_out_b:
+            rec.mutated_inputs = _new_mutations(oa, ob)
+            if any(not m.allclose for m in rec.outputs) or n_out_a != n_out_b or rec.mutated_inputs:
                 rec.status = DIVERGED
-                _judge_cascade(rec)
+                if not rec.mutated_inputs:
+                    _judge_cascade(rec)
         result.ops.append(rec)
     result.warnings += [w for w in ta.warnings + tb.warnings if w not in result.warnings]
     return result
+
+
+def _new_mutations(oa: dict[str, Any], ob: dict[str, Any]) -> list[str]:
+    """Read-only inputs the target's op wrote and the reference's did not (a version 1 dump
+    recorded none). Writes both runs make are the program's, not a device's."""
+    return sorted(set(oa.get("mutated_inputs") or []) - set(ob.get("mutated_inputs") or []))
+
+
+def _compare_module_calls(ta: Dump, tb: Dump, tolerances: Tolerances, result: AccuracyResult) -> None:
+    """Compare the module records of two dumps, aligned by (module path, direction, call).
+
+    Module paths name the same module on every machine, so records align exactly, however
+    different the ops inside. Each record is compared like an op: its outputs over tolerance
+    with its inputs within it make a divergence, and the first one in completion order (the
+    innermost module) is ``result.first_module_divergence``.
+    """
+    if ta.modules is None or tb.modules is None:
+        if (ta.modules is None) != (tb.modules is None):
+            lacking = ta.path if ta.modules is None else tb.path
+            result.warnings.append(f"{lacking}: no module records (a level 'op' dump); modules not compared")
+        return
+    refs = {(r["module"], r["direction"], r["call"]): r for r in tb.modules.to_dicts()}
+    unmatched = 0
+    for ma in ta.modules.sort("index").to_dicts():
+        mb = refs.pop((ma["module"], ma["direction"], ma["call"]), None)
+        name = f"nn.{ma['type']}"
+        if mb is None:
+            unmatched += 1
+            continue
+        if not tolerances.selected(name, "default", ma["module"]):
+            continue
+        rec = OpResult(
+            index=ma["index"], ref_index=mb["index"], op=name, module=ma["module"], direction=ma["direction"]
+        )
+        ins = ta.tensor_rows(ma["index"], "input", "module")
+        rec.input_shapes = [list(r["shape"]) for r in ins]
+        rec.dtypes = [r["dtype"] for r in ins]
+        if RANDOM in (ma["status"], mb["status"]):
+            rec.status, rec.note = RANDOM, "random numbers drawn inside: outputs not compared"
+        else:
+            args = (tolerances, name, "default", ma["module"], "module")
+            rec.inputs = _compare_tensors(ta, tb, ma["index"], mb["index"], "input", *args)
+            rec.outputs = _compare_tensors(ta, tb, ma["index"], mb["index"], "output", *args)
+            if any(not m.allclose for m in rec.outputs):
+                rec.status = DIVERGED
+                _judge_cascade(rec)
+        result.module_calls.append(rec)
+    if unmatched or refs:
+        result.warnings.append(
+            f"module calls: {unmatched} of the target and {len(refs)} of the reference have no counterpart"
+        )
 
 
 # an op is named as the root only if it made the error at least this many times worse

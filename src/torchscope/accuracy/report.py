@@ -55,8 +55,11 @@ def accuracy_section(result: AccuracyResult, limit: int = 500) -> dict[str, Any]
             break
         keep.add(o.index)
     ops = [op_row(o) for o in result.ops if o.index in keep]
+    first_module = result.first_module_divergence
     return {
         "first_divergence": op_row(first) if first is not None else None,
+        "first_module_divergence": op_row(first_module) if first_module is not None else None,
+        "module_calls": [op_row(m) for m in result.module_calls[:limit]],
         "ops": ops,
         "top": [op_row(o) for o in result.top(10)],
         "modules": [{k: _clean(v) for k, v in m.items()} for m in result.modules()],
@@ -122,6 +125,19 @@ def print_result(result: AccuracyResult, top: int = 10) -> None:
         if w is not None:
             console.print(
                 f"  {escape(w.problem or '')}  cosine={_fmt(w.cosine)} max_abs={_fmt(w.max_abs_error)}"
+            )
+    if result.module_calls:
+        fm = result.first_module_divergence
+        if fm is None:
+            console.print(
+                f"[green]no module diverged[/green] ({len(result.module_calls)} module calls compared)"
+            )
+        else:
+            fw = fm.worst
+            console.print(
+                f"[bold red]first divergent module[/bold red]: {escape(fm.module or '(top level)')} "
+                f"{escape(fm.op)} ({fm.direction})"
+                + (f"  {escape(fw.problem or '')}" if fw is not None else "")
             )
     table = Table(title=f"top {top} ops by error", show_lines=False)
     for col in ("#", "op", "module", "dir", "max abs", "max rel", "rel L2", "cosine", "status"):

@@ -123,6 +123,8 @@ class AccuracyResult:
     warnings: list[str] = field(default_factory=list)
     only_in_target: list[dict[str, Any]] = field(default_factory=list)
     only_in_reference: list[dict[str, Any]] = field(default_factory=list)
+    # dump compares: one per aligned module call (op = "nn.<class>"), in completion order
+    module_calls: list[OpResult] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[OpResult]:
         return iter(self.ops)
@@ -141,7 +143,12 @@ class AccuracyResult:
     @property
     def first_divergence(self) -> OpResult | None:
         """The first op over tolerance whose inputs were all still within tolerance."""
-        return next((o for o in self.ops if o.diverged and o.inputs_ok and not o.cascade), None)
+        return _first_root(self.ops)
+
+    @property
+    def first_module_divergence(self) -> OpResult | None:
+        """The first module call (innermost first) over tolerance with its inputs within it."""
+        return _first_root(self.module_calls)
 
     def top(self, n: int = 10) -> list[OpResult]:
         """The ``n`` compared ops furthest past their tolerance, worst first."""
@@ -185,6 +192,7 @@ class AccuracyResult:
 
     def summary(self) -> dict[str, Any]:
         first = self.first_divergence
+        first_module = self.first_module_divergence
         return {
             "mode": self.mode,
             "target": self.target,
@@ -198,7 +206,17 @@ class AccuracyResult:
             "forward_ops": sum(o.direction == "forward" for o in self.ops),
             "backward_ops": sum(o.direction == "backward" for o in self.ops),
             "first_divergence": None if first is None else f"#{first.index} {first.op} ({first.direction})",
+            "module_calls": len(self.module_calls),
+            "module_calls_diverged": sum(m.diverged for m in self.module_calls),
+            "first_module_divergence": None
+            if first_module is None
+            else f"{first_module.module or '(top level)'} {first_module.op} ({first_module.direction})",
             "only_in_target": len(self.only_in_target),
             "only_in_reference": len(self.only_in_reference),
             "warnings": list(self.warnings),
         }
+
+
+def _first_root(records: list[OpResult]) -> OpResult | None:
+    """The first record over tolerance whose inputs were within it: the root, not the cascade."""
+    return next((o for o in records if o.diverged and o.inputs_ok and not o.cascade), None)

@@ -173,6 +173,12 @@ class AccuracyCommand:
             metavar="PATTERN",
             help="also save full tensors of matching ops ('*': all)",
         )
+        dump.add_argument(
+            "--level",
+            choices=("all", "op", "module"),
+            default="all",
+            help="record ops, nn.Module calls, or both (default all)",
+        )
         dump.add_argument("--json", action="store_true", help="print the dump's meta.json")
         compare = sub.add_parser("compare", help="compare two dumps (target, reference) offline")
         compare.add_argument("target", help="the dump under test")
@@ -209,6 +215,7 @@ class AccuracyCommand:
             ctx = dump(
                 args.out,
                 model,
+                level=args.level,
                 tensors=save,
                 include=args.include,
                 exclude=args.exclude,
@@ -222,7 +229,8 @@ class AccuracyCommand:
                 sys.stdout.write("\n")
             else:
                 print(
-                    f"dump: {args.out}: {meta['ops']} ops, {meta['tensors']} tensors, {meta['saved_tensors']} saved"
+                    f"dump: {args.out}: {meta['ops']} ops, {meta['modules']} module calls, "
+                    f"{meta['tensors']} tensors, {meta['saved_tensors']} saved"
                 )
             return EXIT_OK
         from torchscope.accuracy.live import compare

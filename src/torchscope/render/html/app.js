@@ -371,7 +371,13 @@
     const fd = a.first_divergence;
     out.push(h("div", { class: fd ? "rec" : "card", "data-testid": "first-divergence" },
       h("div", { class: "t" }, fd ? "First divergence" : "No divergence beyond tolerance"), fd ? generic(fd) : null));
+    if ((a.module_calls || []).length) {
+      const fm = a.first_module_divergence;
+      out.push(h("div", { class: fm ? "rec" : "card", "data-testid": "first-module-divergence" },
+        h("div", { class: "t" }, fm ? "First divergent module" : "No module call diverged beyond tolerance"), fm ? generic(fm) : null));
+    }
     if ((a.ops || []).length) { out.push(h("h3", {}, "Per op")); out.push(generic(a.ops)); }
+    if ((a.module_calls || []).length) { out.push(h("h3", {}, "Per module call")); out.push(generic(a.module_calls)); }
     if ((a.modules || []).length) { out.push(h("h3", {}, "Per module")); out.push(generic(a.modules)); }
     return out;
   }
