@@ -281,3 +281,42 @@ def test_random_module_calls_are_not_compared(tmp_path: Path) -> None:
     after = next(m for m in r.module_calls if (m.module, m.direction) == ("2", "forward"))
     assert after.diverged and not after.inputs_ok
     assert r.first_module_divergence is None
+
+
+class _Recurrent(torch.nn.Module):
+    """A linear layer into an LSTM: on CPU, float32 runs the LSTM as one fused oneDNN kernel,
+    float64 as a loop of ATen ops, so the op sequences of the two barely align."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.lstm = torch.nn.LSTM(8, 8, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, (h, _) = self.lstm(self.proj(x))
+        return out.sum() + h.sum()
+
+
+def _dump_recurrent(out: Path, dtype: torch.dtype, scale: float = 1.0) -> None:
+    torch.manual_seed(0)
+    model = _Recurrent().double().to(dtype)
+    x = (torch.randn(2, 3, 8, dtype=torch.float64) * scale).to(dtype).requires_grad_()
+    with dump(out, model):
+        model(x).backward()
+
+
+def test_module_records_compare_where_ops_do_not_align(tmp_path: Path) -> None:
+    _dump_recurrent(tmp_path / "f32", torch.float32)
+    _dump_recurrent(tmp_path / "f64", torch.float64)
+    _dump_recurrent(tmp_path / "f32_other_input", torch.float32, scale=1.5)
+    r = compare_dumps(tmp_path / "f32", tmp_path / "f64")
+    assert any("look like different programs" in w for w in r.warnings)
+    calls = {(m.module, m.direction) for m in r.module_calls}
+    assert calls == {(p, d) for p in ("proj", "lstm", "") for d in ("forward", "backward")}
+    assert r.first_module_divergence is None and not any(m.diverged for m in r.module_calls)
+    # fed a different input, everything differs but nothing is a root: the LSTM's backward gets
+    # the same output gradients (ones), but computes from what its forward saved, which differs
+    r = compare_dumps(tmp_path / "f32_other_input", tmp_path / "f64")
+    lstm_backward = next(m for m in r.module_calls if (m.module, m.direction) == ("lstm", "backward"))
+    assert lstm_backward.diverged and not lstm_backward.inputs_ok
+    assert r.first_module_divergence is None

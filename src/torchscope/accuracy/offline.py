@@ -343,7 +343,9 @@ def _compare_module_calls(ta: Dump, tb: Dump, tolerances: Tolerances, result: Ac
     Module paths name the same module on every machine, so records align exactly, however
     different the ops inside. Each record is compared like an op: its outputs over tolerance
     with its inputs within it make a divergence, and the first one in completion order (the
-    innermost module) is ``result.first_module_divergence``.
+    innermost module) is ``result.first_module_divergence``. A backward record's inputs are
+    the gradients of the call's outputs and, since a backward computes from what its forward
+    saved, the forward call's inputs too.
     """
     if ta.modules is None or tb.modules is None:
         if (ta.modules is None) != (tb.modules is None):
@@ -351,6 +353,7 @@ def _compare_module_calls(ta: Dump, tb: Dump, tolerances: Tolerances, result: Ac
             result.warnings.append(f"{lacking}: no module records (a level 'op' dump); modules not compared")
         return
     refs = {(r["module"], r["direction"], r["call"]): r for r in tb.modules.to_dicts()}
+    forward_inputs: dict[tuple[str, int], list[TensorMetrics]] = {}
     unmatched = 0
     for ma in ta.modules.sort("index").to_dicts():
         mb = refs.pop((ma["module"], ma["direction"], ma["call"]), None)
@@ -372,6 +375,13 @@ def _compare_module_calls(ta: Dump, tb: Dump, tolerances: Tolerances, result: Ac
             args = (tolerances, name, "default", ma["module"], "module")
             rec.inputs = _compare_tensors(ta, tb, ma["index"], mb["index"], "input", *args)
             rec.outputs = _compare_tensors(ta, tb, ma["index"], mb["index"], "output", *args)
+            key = (ma["module"], ma["call"])
+            if ma["direction"] == "forward":
+                forward_inputs[key] = rec.inputs
+            else:
+                # a backward also computes from what its forward saved (activations, inputs):
+                # it can be the root only if those agreed too
+                rec.inputs = rec.inputs + forward_inputs.get(key, [])
             if any(not m.allclose for m in rec.outputs):
                 rec.status = DIVERGED
                 _judge_cascade(rec)
