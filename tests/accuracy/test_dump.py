@@ -161,6 +161,12 @@ def test_cli_compare(dumps: dict[str, Path], capsys: pytest.CaptureFixture[str])
     assert section["summary"]["mode"] == "dump"
     assert cli(["accuracy", "compare", str(dumps["tb_fp16"]), str(dumps["tb64"]), "--check"]) == 0
     assert "no first divergence" in capsys.readouterr().out
+    # a dump of module calls only: the module findings, no empty op tables
+    assert cli(["accuracy", "compare", str(dumps["tb_bf16_bwd_modules"]), str(dumps["tb64"])]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "16 module calls, 5 over tolerance" in text and "ff.1 nn.GELU (backward)" in text
+    assert "first divergent module: #10" in text and "top 10 module calls by error" in text
+    assert "no first divergence" not in text and "top 10 ops by error" not in text
     assert cli(["accuracy", "compare", "/nonexistent/a", str(dumps["tb64"])]) == 2
     assert "no such dump directory" in capsys.readouterr().err
 

@@ -93,21 +93,78 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def print_result(result: AccuracyResult, top: int = 10) -> None:
-    """The findings on the terminal: summary, first divergence, top ops, modules."""
-    from rich.console import Console
+def _top_table(title: str, records: list[OpResult]) -> Any:
+    """A Rich table of ops (or module calls), worst first."""
     from rich.markup import escape
     from rich.table import Table
 
+    table = Table(title=title, show_lines=False)
+    for col in ("#", "op", "module", "dir", "max abs", "max rel", "rel L2", "cosine", "status"):
+        numeric = col in ("#", "max abs", "max rel", "rel L2", "cosine")
+        table.add_column(col, justify="right" if numeric else "left", overflow="fold")
+    for o in records:
+        w = o.worst
+        table.add_row(
+            str(o.index),
+            escape(o.op),
+            escape(o.module),
+            o.direction[:3],
+            _fmt(w.max_abs_error if w else None),
+            _fmt(w.max_rel_error if w else None),
+            _fmt(w.rel_l2_error if w else None),
+            _fmt(w.cosine if w else None),
+            o.status + (" (cascade)" if o.cascade else ""),
+        )
+    return table
+
+
+def print_result(result: AccuracyResult, top: int = 10) -> None:
+    """The findings on the terminal: summary, first divergence, top ops, modules; and for dumps
+    with module records, the first divergent module and the worst module calls."""
+    from rich.console import Console
+    from rich.markup import escape
+
     console = Console()
     s = result.summary()
+    calls = (
+        f"; {s['module_calls']} module calls, {s['module_calls_diverged']} over tolerance"
+        if result.module_calls
+        else ""
+    )
     console.print(
         f"[bold]accuracy[/bold] ({s['mode']}): {escape(s['target'])} vs {escape(s['reference'])}: "
         f"{s['ops']} ops, {s['compared']} compared, {s['diverged']} over tolerance, "
-        f"{s['random']} random, {s['skipped']} skipped"
+        f"{s['random']} random, {s['skipped']} skipped{calls}"
     )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    if result.ops:
+        _print_ops(console, result, top)
+    if not result.module_calls:
+        return
+    fm = result.first_module_divergence
+    if fm is None:
+        console.print(
+            "[green]no first divergent module[/green]: every module call whose inputs agreed stayed within tolerance"
+        )
+    else:
+        fw = fm.worst
+        console.print(
+            f"[bold red]first divergent module[/bold red]: #{fm.index} {escape(fm.module or '(top level)')} "
+            f"{escape(fm.op)} ({fm.direction})" + (f"  {escape(fw.problem or '')}" if fw is not None else "")
+        )
+    ranked = sorted(
+        (m for m in result.module_calls if m.status in ("ok", "diverged")),
+        key=lambda m: m.severity,
+        reverse=True,
+    )
+    console.print(_top_table(f"top {top} module calls by error", ranked[:top]))
+
+
+def _print_ops(console: Any, result: AccuracyResult, top: int) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     first = result.first_divergence
     if first is None:
         console.print(
@@ -126,39 +183,9 @@ def print_result(result: AccuracyResult, top: int = 10) -> None:
             console.print(
                 f"  {escape(w.problem or '')}  cosine={_fmt(w.cosine)} max_abs={_fmt(w.max_abs_error)}"
             )
-    if result.module_calls:
-        fm = result.first_module_divergence
-        if fm is None:
-            console.print(
-                f"[green]no module diverged[/green] ({len(result.module_calls)} module calls compared)"
-            )
-        else:
-            fw = fm.worst
-            console.print(
-                f"[bold red]first divergent module[/bold red]: {escape(fm.module or '(top level)')} "
-                f"{escape(fm.op)} ({fm.direction})"
-                + (f"  {escape(fw.problem or '')}" if fw is not None else "")
-            )
-    table = Table(title=f"top {top} ops by error", show_lines=False)
-    for col in ("#", "op", "module", "dir", "max abs", "max rel", "rel L2", "cosine", "status"):
-        numeric = col in ("#", "max abs", "max rel", "rel L2", "cosine")
-        table.add_column(col, justify="right" if numeric else "left", overflow="fold")
-    for o in result.top(top):
-        w = o.worst
-        table.add_row(
-            str(o.index),
-            escape(o.op),
-            escape(o.module),
-            o.direction[:3],
-            _fmt(w.max_abs_error if w else None),
-            _fmt(w.max_rel_error if w else None),
-            _fmt(w.rel_l2_error if w else None),
-            _fmt(w.cosine if w else None),
-            o.status + (" (cascade)" if o.cascade else ""),
-        )
-    console.print(table)
+    console.print(_top_table(f"top {top} ops by error", result.top(top)))
     mods = sorted(result.modules(), key=lambda m: (-m["diverged"], -m["max_abs_error"]))[:top]
-    mt = Table(title="modules")
+    mt = Table(title="ops by module")
     for col in ("module", "ops", "diverged", "max abs", "min cosine", "worst op"):
         mt.add_column(col, overflow="fold")
     for m in mods:
