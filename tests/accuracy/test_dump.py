@@ -326,3 +326,19 @@ def test_module_records_compare_where_ops_do_not_align(tmp_path: Path) -> None:
     lstm_backward = next(m for m in r.module_calls if (m.module, m.direction) == ("lstm", "backward"))
     assert lstm_backward.diverged and not lstm_backward.inputs_ok
     assert r.first_module_divergence is None
+
+
+def test_tensors_without_values_to_measure_are_skipped(tmp_path: Path) -> None:
+    """Meta tensors (shapes, no data) and complex ones get no statistics; booleans are exact."""
+    for name in ("a", "b"):
+        with dump(tmp_path / name):
+            meta = torch.randn(3, 3, device="meta")
+            torch.nn.Linear(3, 3, device="meta")(meta @ meta)
+            (torch.ones(2, 2, dtype=torch.complex64) * 2).abs()
+            (torch.arange(4) > 1).logical_not()
+    r = compare_dumps(tmp_path / "a", tmp_path / "b")
+    assert r.first_divergence is None and r.warnings == []
+    by_op = {o.op: o for o in r.ops}
+    assert by_op["aten::mm"].outputs == [] and by_op["aten::abs"].outputs[0].dtype == "float32"
+    assert by_op["aten::logical_not"].outputs[0].dtype == "bool"
+    assert by_op["aten::logical_not"].outputs[0].allclose

@@ -35,7 +35,14 @@ from torch import nn
 
 from torchscope.accuracy.live import to_numpy
 from torchscope.accuracy.module_records import ModuleRecorder
-from torchscope.accuracy.observer import OpObserver, dtype_name, leaves, readonly_arguments, tensor_leaves
+from torchscope.accuracy.observer import (
+    OpObserver,
+    dtype_name,
+    leaves,
+    measurable,
+    readonly_arguments,
+    tensor_leaves,
+)
 from torchscope.accuracy.result import OK, RANDOM
 from torchscope.accuracy.stats import SKETCH, sketch_plan, sketch_stride, tensor_stats
 from torchscope.accuracy.tolerance import Tolerances
@@ -166,7 +173,7 @@ class _DumpMode(OpObserver):
 
     def _record(self, index: int, role: str, values: list[Any], keep: bool) -> None:
         for pos, t in enumerate(values):
-            if not isinstance(t, torch.Tensor) or t.is_complex():
+            if not isinstance(t, torch.Tensor) or not measurable(t):
                 continue
             row = torch_stats(t)
             row.update(op_index=index, role=role, position=pos, saved=keep)
@@ -231,6 +238,7 @@ def _read_only_sums(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
             if (
                 isinstance(t, torch.Tensor)
                 and t.layout == torch.strided
+                and t.device.type != "meta"  # no data to fingerprint
                 and not t.is_quantized
                 and t.element_size() in _BITS
                 and t.numel()

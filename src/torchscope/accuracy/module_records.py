@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchscope.accuracy.observer import tensor_leaves
+from torchscope.accuracy.observer import measurable, tensor_leaves
 from torchscope.accuracy.result import OK, RANDOM
 from torchscope.accuracy.tracking import ModuleTracker
 
@@ -108,7 +108,7 @@ class ModuleRecorder:
     def _measure(self, values: list[torch.Tensor]) -> list[dict[str, Any]]:
         rows = []
         for pos, t in enumerate(values):
-            if not t.is_complex():
+            if measurable(t):
                 rows.append({**self.stats(t), "position": pos})
         return rows
 

@@ -56,6 +56,12 @@ def tensor_leaves(obj: Any) -> list[torch.Tensor]:
     return [t for t in leaves(obj) if isinstance(t, torch.Tensor)]
 
 
+def measurable(t: torch.Tensor) -> bool:
+    """Whether a dump records statistics of ``t``: real values that exist (not complex, not on
+    the meta device, which has shapes but no data)."""
+    return not t.is_complex() and t.device.type != "meta"
+
+
 # legacy schemas that write arguments without declaring it: not a bug of the target
 _UNDECLARED_WRITES: dict[str, tuple[str, ...]] = {
     "aten::native_batch_norm": ("running_mean", "running_var"),
