@@ -134,3 +134,18 @@ def test_channels_last_and_large_inputs_compare_cleanly() -> None:
     fwd = next(o for o in r if o.op == "aten::convolution")
     assert fwd.input_shapes[0] == [2, 32, 24, 24] and fwd.worst is not None
     assert 0 < fwd.worst.rel_l2_error < 1.6e-2 and fwd.worst.mismatched == 0
+
+
+def test_ops_on_meta_tensors_are_skipped() -> None:
+    """Meta tensors have shapes and no data: nothing to copy to the reference or compare."""
+    with compare() as r:
+        a = torch.zeros(3, 3, device="meta")
+        a @ a
+        torch.ones(2, 2) * 3
+    assert [(o.op, o.status) for o in r.ops] == [
+        ("aten::zeros", "skipped"),
+        ("aten::mm", "skipped"),
+        ("aten::ones", "ok"),
+        ("aten::mul", "ok"),
+    ]
+    assert r.ops[1].note == "meta tensors hold no values" and r.first_divergence is None

@@ -56,6 +56,13 @@ def tensor_leaves(obj: Any) -> list[torch.Tensor]:
     return [t for t in leaves(obj) if isinstance(t, torch.Tensor)]
 
 
+def _on_meta(x: Any) -> bool:
+    """A tensor on, or a device argument naming, the meta device (shapes without data)."""
+    if isinstance(x, torch.Tensor):
+        return x.device.type == "meta"
+    return isinstance(x, torch.device) and x.type == "meta"
+
+
 def measurable(t: torch.Tensor) -> bool:
     """Whether a dump records statistics of ``t``: real values that exist (not complex, not on
     the meta device, which has shapes but no data)."""
@@ -146,4 +153,6 @@ class OpObserver(TorchDispatchMode):
             rec.status, rec.note = RANDOM, "draws random numbers: output not compared"
         elif any(fnmatch.fnmatchcase(name, p) for p in _UNINITIALIZED):
             rec.status, rec.note = SKIPPED, "returns uninitialized memory"
+        elif any(_on_meta(x) for x in leaves((args, kwargs))):
+            rec.status, rec.note = SKIPPED, "meta tensors hold no values"
         return rec
