@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import torchscope
 from torchscope import ProfilerActivity, profile, record_function, schedule
@@ -289,22 +290,59 @@ def test_loaded_cuda_trace_gets_cuda_columns(traces_dir: Path) -> None:
     assert copy.device_time_total == pytest.approx(memcpy)
 
 
-def test_flops_match_torchs_for_matrix_products() -> None:
-    import torch.profiler as tp
-
+def _flop_workload() -> None:
+    """Every op torch's with_flops counts, in shapes and arguments that exercise its formulas."""
     torch.manual_seed(0)
     layer = torch.nn.Linear(64, 32)
     x = torch.randn(8, 64)
     layer(x)
-    results = []
+    torch.mm(x, x.t())
+    torch.bmm(torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+    torch.baddbmm(torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+    # output size from stride, padding and dilation (Kineto's "Concrete Inputs"); groups
+    F.conv2d(
+        torch.randn(2, 4, 17, 15), torch.randn(6, 4, 3, 5), stride=(2, 1), padding=(1, 2), dilation=(1, 2)
+    )
+    F.conv2d(torch.randn(2, 4, 16, 16), torch.randn(6, 2, 3, 3), groups=2)
+    # torch counts the first input's elements, whatever the broadcast
+    torch.randn(3, 1, 5) * torch.randn(4, 5)
+    torch.randn(4, 5) + torch.randn(3, 1, 5)
+
+
+def test_flops_match_torchs() -> None:
+    import torch.profiler as tp
+
+    results, tables, headers = [], [], []
     for prof_cls in (tp.profile, profile):
         with prof_cls(with_flops=True) as prof:
-            layer(x)
-            torch.mm(x, x.t())
+            _flop_workload()
         results.append({r.key: r.flops for r in prof.key_averages() if r.flops})
-        table = prof.key_averages().table(row_limit=3)
-        assert "Total KFLOPs" in table.splitlines()[1]
-    assert results[0] == results[1] == {"aten::addmm": 2 * 8 * 64 * 32, "aten::mm": 2 * 8 * 64 * 8}
+        table = prof.key_averages().table(sort_by="cpu_time_total", row_limit=-1)
+        headers.append(table.splitlines()[1].split())
+        # the FLOPs column (the last) of each counted op's row, as printed
+        tables.append({ln.split()[0]: ln.split()[-1] for ln in table.splitlines() if "aten::" in ln})
+    assert headers[0] == headers[1] and headers[1][-2:] == ["Total", "FLOPs"]  # unit from the smallest
+    assert results[0] == results[1]
+    conv = 2 * 2 * 6 * 9 * 11 * 4 * 3 * 5 + 2 * 2 * 6 * 14 * 14 * 2 * 3 * 3
+    assert results[1] == {
+        "aten::addmm": 2 * 8 * 64 * 32,
+        "aten::mm": 2 * 8 * 64 * 8,
+        "aten::bmm": 2 * 2 * 3 * 4 * 5,
+        "aten::baddbmm": 2 * 2 * 3 * 4 * 5,
+        "aten::conv2d": conv,
+        "aten::mul": 15,  # [3, 1, 5] * [4, 5]: the first input's 15 elements
+        "aten::add": 20,
+    }
+    counted = (
+        "aten::addmm",
+        "aten::mm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::conv2d",
+        "aten::mul",
+        "aten::add",
+    )
+    assert {k: tables[1][k] for k in counted} == {k: tables[0][k] for k in counted}
 
 
 def test_input_shapes_and_totals_look_like_torchs(net: Any) -> None:

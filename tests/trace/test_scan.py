@@ -56,6 +56,7 @@ COLUMNS: dict[str, tuple[str, str, str]] = {
     "fwd_tid": ("int", "args", "fwd_tid"),
     "input_dims": ("raw", "args", "input_dims"),
     "input_types": ("raw", "args", "input_types"),
+    "concrete_inputs": ("raw", "args", "concrete_inputs"),
     "grid": ("raw", "args", "grid"),
     "block": ("raw", "args", "block"),
     "registers_per_thread": ("int", "args", "registers_per_thread"),

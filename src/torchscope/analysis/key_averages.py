@@ -55,7 +55,16 @@ FILTERED_NAMES = (
 )
 ROW_KINDS = (*HOST_KINDS, *DEVICE_KINDS)
 # ops whose FLOPs torch's table counts and the shapes determine (not the composite aten::linear)
-FLOP_COUNTED_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+# the ops torch's with_flops counts (torch/csrc/profiler: computeFlops), nothing else
+FLOP_COUNTED_OPS = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::conv2d",
+    "aten::mul",
+    "aten::add",
+)
 ANNOTATION_KINDS = ("user_annotation", "device_annotation")
 # c10::DeviceType codes whose allocations count as CPU or device memory (as torch counts them).
 CPU_MEMORY_DEVICES = (0, 2, 5)  # CPU, MKLDNN, IDEEP
@@ -530,18 +539,21 @@ def infer_device(trace: Trace) -> str | None:
     return "cuda"
 
 
-def _flops_of(frame: pl.DataFrame) -> pl.Series:
-    """Per-event FLOPs from input shapes, for the ops whose cost the shapes determine."""
-    from torchscope.analysis.operators import _flops
+def _flops_of(frame: pl.DataFrame, trace: Trace) -> pl.Series:
+    """Per-event FLOPs as torch's ``with_flops`` counts them, from the recorded input shapes
+    and, for convolutions, the scalar arguments (stride, padding, dilation)."""
+    from torchscope.analysis.operators import torch_flops
 
     values = np.zeros(frame.height, np.int64)
     mask = frame["trace_name"].is_in(FLOP_COUNTED_OPS).to_numpy()
     if mask.any():
         idx = np.nonzero(mask)[0]
-        names = frame["trace_name"].cast(pl.String).to_numpy()[idx]
-        dims = frame["input_shapes"].to_numpy()[idx]
-        for i, nm, d in zip(idx.tolist(), names.tolist(), dims.tolist(), strict=True):
-            f = _flops(nm, d)
+        ids = frame["id"].to_numpy()[idx]
+        names = frame["trace_name"].cast(pl.String).to_numpy()[idx].tolist()
+        dims = trace.events["input_dims"].gather(ids).to_list()
+        concrete = trace.events["concrete_inputs"].gather(ids).to_list()
+        for i, nm, d, c in zip(idx.tolist(), names, dims, concrete, strict=True):
+            f = torch_flops(nm, d, c)
             values[i] = int(f) if f else 0
     return pl.Series("flops", values)
 
@@ -569,15 +581,12 @@ def key_averages(
         profile_memory = any(t.memory.height > 0 for t in traces) or any(
             str(t.meta.profiler_settings.get("profile_memory", "")) in ("1", "True", "true") for t in traces
         )
-    frames = [
-        event_frame(t, with_stack_n=group_by_stack_n, with_shapes=group_by_input_shape or with_flops)
-        for t in traces
-    ]
+    frames = []
+    for t in traces:
+        frame = event_frame(t, with_stack_n=group_by_stack_n, with_shapes=group_by_input_shape or with_flops)
+        flops = _flops_of(frame, t) if with_flops else pl.lit(0, pl.Int64).alias("flops")
+        frames.append(frame.with_columns(flops))
     events = pl.concat(frames) if len(frames) > 1 else frames[0]
-    if with_flops:
-        events = events.with_columns(_flops_of(events))
-    else:
-        events = events.with_columns(pl.lit(0, pl.Int64).alias("flops"))
     keys = ["name", "is_device", "is_user_annotation"]
     if group_by_input_shape:
         keys.append("input_shapes")

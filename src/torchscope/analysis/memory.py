@@ -144,7 +144,9 @@ def allocations_by_op(trace: Trace) -> pl.DataFrame:
     pos = np.where(b > 0, b, 0)
     # each allocation counts for its op and every op around it
     owned = op >= 0
-    tot = subtree_sum(np.bincount(op[owned], weights=pos[owned], minlength=ev.height).astype(np.int64), parent)
+    tot = subtree_sum(
+        np.bincount(op[owned], weights=pos[owned], minlength=ev.height).astype(np.int64), parent
+    )
     names_ = ev["name"].cast(pl.String)
     self_df = (
         memory_events(trace)

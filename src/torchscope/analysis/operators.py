@@ -180,6 +180,21 @@ def _flops(name: str, dims_json: str | None) -> float | None:
     return None
 
 
+def torch_flops(name: str, dims_json: str | None, concrete_json: str | None) -> float | None:
+    """FLOPs of one call exactly as torch's ``with_flops`` counts them: matrix products as
+    ``_flops``, ``aten::conv2d`` as ``conv_flops``, and ``aten::mul`` / ``aten::add`` as the
+    element count of their first input (torch's rule, whatever the broadcast output)."""
+    if name == "aten::conv2d":
+        return conv_flops(dims_json, concrete_json)
+    if name in ("aten::mul", "aten::add"):
+        try:
+            first = json.loads(dims_json or "")[0]
+        except (ValueError, IndexError, TypeError):
+            return None
+        return float(np.prod(first)) if isinstance(first, list) else None
+    return _flops(name, dims_json)
+
+
 CONV_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution")
 
 

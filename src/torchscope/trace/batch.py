@@ -14,7 +14,7 @@ Columns (one row per JSON event, in file order):
 - ``ts``, ``dur``: the value as a float (null when absent) and ``ts_int``/``dur_int`` when it
   was written as an integer, so that integer microseconds convert to ns exactly
 - one column per modelled ``args`` key (``events.Args``): ints, floats, and the verbatim JSON
-  text of ``input_dims``, ``input_types``, ``grid``, ``block``
+  text of ``input_dims``, ``input_types``, ``concrete_inputs``, ``grid``, ``block``
 
 Columns read only by some kinds of event (device attributes, memory-event attributes,
 metadata attributes) are read by ``trace.columns`` only on those rows, so the msgspec path
@@ -54,7 +54,7 @@ INT_ARGS = (
     "sort_index",
 )
 FLOAT_ARGS = ("blocks_per_sm", "warps_per_sm", "occupancy_pct")
-RAW_ARGS = ("input_dims", "input_types", "grid", "block")
+RAW_ARGS = ("input_dims", "input_types", "concrete_inputs", "grid", "block")
 TEXT = ("ph", "cat", "name", "arg_name")
 INT_OR_TEXT = ("pid", "tid", "id", "stream", "stream_id")
 NUMBERS = ("ts", "dur")
@@ -74,7 +74,7 @@ FLOW_COLUMNS = ("cat", "ph", "id", "id_text", "pid", "pid_text", "tid", "tid_tex
 META_COLUMNS = ("name", "pid", "pid_text", "tid", "tid_text", "arg_name", "sort_index")
 
 # args read on every span row; the rest only on the rows of ``ROW_GROUPS``
-COMMON_ARGS = ("external_id", "seq", "fwd_tid", "input_dims", "input_types")
+COMMON_ARGS = ("external_id", "seq", "fwd_tid", "input_dims", "input_types", "concrete_inputs")
 DEVICE_ARGS = (
     "external_id_2021",
     "correlation",

@@ -28,6 +28,7 @@ _ARGS: tuple[tuple[str, str, str], ...] = (
     ("Fwd thread id", "fwd_tid", "int"),
     ("Input Dims", "input_dims", "raw"),
     ("Input type", "input_types", "raw"),
+    ("Concrete Inputs", "concrete_inputs", "raw"),
     ("grid", "grid", "raw"),
     ("block", "block", "raw"),
     ("registers per thread", "registers_per_thread", "int"),

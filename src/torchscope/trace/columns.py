@@ -15,7 +15,7 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.trace import dialect
-from torchscope.trace.batch import DEVICE_ARGS, MEMORY_ARGS, device_rows, is_i64, memory_rows
+from torchscope.trace.batch import COMMON_ARGS, DEVICE_ARGS, MEMORY_ARGS, device_rows, is_i64, memory_rows
 from torchscope.trace.schema import MEMORY_SCHEMA, THREADS_SCHEMA, conform
 
 I64 = npt.NDArray[np.int64]
@@ -98,7 +98,7 @@ def us_to_ns(
     return ns, valid
 
 
-_EVENT_COLUMNS = ("cat", "ph", "external_id", "seq", "fwd_tid", "input_dims", "input_types", *DEVICE_ARGS)
+_EVENT_COLUMNS = ("cat", "ph", *COMMON_ARGS, *DEVICE_ARGS)
 
 
 def _ids(batch: pl.DataFrame, column: str, ids: Ids) -> I64:
@@ -169,7 +169,7 @@ def span_frames(
         pl.Series("tid", tid),
         pl.Series("start_ns", start),
         pl.Series("dur_ns", dur),
-        pl.col("external_id", "seq", "fwd_tid", "input_dims", "input_types"),
+        pl.col(*COMMON_ARGS),
         pl.Series("raw_row", keep),
         # device-only attributes are read from the rows that can carry them
         *[pl.when(on_device).then(pl.col(c)).alias(c) for c in DEVICE_ARGS],

@@ -30,6 +30,7 @@ class Args(msgspec.Struct, gc=False):
     # kept verbatim as JSON text (an empty Raw means "absent": msgspec has no Raw | None)
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
     input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+    concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NO_RAW)
     grid: msgspec.Raw = _NO_RAW
     block: msgspec.Raw = _NO_RAW
     registers_per_thread: int | None = msgspec.field(name="registers per thread", default=None)

@@ -48,6 +48,7 @@ EVENTS_SCHEMA: dict[str, pl.DataType] = {
     "fwd_tid": pl.Int64(),
     "input_dims": pl.String(),  # JSON text of "Input Dims" when record_shapes was on
     "input_types": pl.String(),  # JSON text of "Input type"
+    "concrete_inputs": pl.String(),  # JSON text of "Concrete Inputs" (scalar arguments' values)
     "grid": pl.String(),  # kernels: "[x, y, z]"
     "block": pl.String(),
     "registers_per_thread": pl.Int32(),
