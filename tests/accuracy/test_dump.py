@@ -342,3 +342,22 @@ def test_tensors_without_values_to_measure_are_skipped(tmp_path: Path) -> None:
     assert by_op["aten::mm"].outputs == [] and by_op["aten::abs"].outputs[0].dtype == "float32"
     assert by_op["aten::logical_not"].outputs[0].dtype == "bool"
     assert by_op["aten::logical_not"].outputs[0].allclose
+
+
+def test_stats_are_reused_only_while_a_tensor_is_unchanged() -> None:
+    from torchscope.accuracy.dump import StatsCache
+
+    cache = StatsCache(size=2)
+    x = torch.arange(6, dtype=torch.float32)
+    first = cache.stats(x)
+    assert cache.stats(x) is first  # the same tensor, unchanged: measured once
+    x.mul_(2)  # an in-place op bumps the version counter: measured again
+    again = cache.stats(x)
+    assert again is not first and again["max"] == 10.0 and first["max"] == 5.0
+    y, z = torch.ones(3), torch.zeros(3)
+    cache.stats(y)
+    cache.stats(z)  # size 2: x is evicted
+    assert cache.stats(x) is not again
+    with torch.inference_mode():  # no version counter: measured every time, never wrong
+        w = torch.ones(2)
+    assert cache.stats(w) is not cache.stats(w)

@@ -23,6 +23,8 @@ import fnmatch
 import json
 import os
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -147,6 +149,38 @@ def torch_stats(t: torch.Tensor) -> dict[str, Any]:
     return row
 
 
+class StatsCache:
+    """``torch_stats`` of recently measured tensors, reused while a tensor is unchanged.
+
+    Why: a dump measures each op's inputs and outputs, and each module call's, so most tensors
+    are measured several times: an op's output is the next op's input, a layer's weight is read
+    by its forward and its backward op, a module's output is the next module's input. A tensor
+    is the same while it is the same object (a weak reference, so the cache keeps nothing alive)
+    and its version counter has not moved (every in-place ATen op bumps it).
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._entries: OrderedDict[int, tuple[weakref.ref[torch.Tensor], int, dict[str, Any]]] = OrderedDict()
+
+    def stats(self, t: torch.Tensor) -> dict[str, Any]:
+        """The statistics row of ``t`` (shared: copy it before adding to it)."""
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors have no version counter: measured every time
+            return torch_stats(t)
+        key = id(t)
+        hit = self._entries.get(key)
+        if hit is not None and hit[0]() is t and hit[1] == version:
+            self._entries.move_to_end(key)
+            return hit[2]
+        row = torch_stats(t)
+        self._entries[key] = (weakref.ref(t), version, row)
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return row
+
+
 class _DumpMode(OpObserver):
     def __init__(
         self,
@@ -156,8 +190,10 @@ class _DumpMode(OpObserver):
         save: Sequence[str] | bool,
         save_inputs: bool,
         check_inputs: bool,
+        stats: StatsCache,
     ) -> None:
         super().__init__(tracker, tolerances, with_stack)
+        self.stats = stats
         self.save = save
         self.save_inputs = save_inputs
         self.check_inputs = check_inputs
@@ -175,8 +211,7 @@ class _DumpMode(OpObserver):
         for pos, t in enumerate(values):
             if not isinstance(t, torch.Tensor) or not measurable(t):
                 continue
-            row = torch_stats(t)
-            row.update(op_index=index, role=role, position=pos, saved=keep)
+            row = {**self.stats.stats(t), "op_index": index, "role": role, "position": pos, "saved": keep}
             if keep:
                 arr = to_numpy(t)
                 store = arr.astype(np.float32) if t.is_floating_point() and arr.dtype != np.float64 else arr
@@ -322,11 +357,12 @@ def dump(
     out = Path(path)
     tracker = ModuleTracker(model)
     mode = None
+    stats = StatsCache()  # one for ops and modules: a module's input is an op's output
     if level != "module":
         selection = Tolerances(include=tuple(include), exclude=tuple(exclude))
-        mode = _DumpMode(tracker, selection, with_stack, tensors, save_inputs, check_inputs)
+        mode = _DumpMode(tracker, selection, with_stack, tensors, save_inputs, check_inputs, stats)
     modules = (
-        ModuleRecorder(tracker, torch_stats, mode.paused if mode else nullcontext) if level != "op" else None
+        ModuleRecorder(tracker, stats.stats, mode.paused if mode else nullcontext) if level != "op" else None
     )
     if mode is not None:
         mode.modules = modules
