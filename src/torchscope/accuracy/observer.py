@@ -10,6 +10,7 @@ Live compare and dump number recorded ops the same way, so op ``#n`` means the s
 from __future__ import annotations
 
 import fnmatch
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -113,20 +114,24 @@ class OpObserver(TorchDispatchMode):
         self.with_stack = with_stack
         self.include_views = include_views
         self.count = 0
-        self._paused = False
+        # per thread: backward hooks may measure on an autograd engine thread while the mode,
+        # which autograd carries to its threads, sees another thread's ops
+        self._pause_state = threading.local()
 
     @contextmanager
     def paused(self) -> Iterator[None]:
-        """Ops run inside the block are not recorded (our own measuring, from module hooks)."""
-        was, self._paused = self._paused, True
+        """Ops this thread runs inside the block are not recorded (our own measuring, from
+        module hooks)."""
+        was = getattr(self._pause_state, "paused", False)
+        self._pause_state.paused = True
         try:
             yield
         finally:
-            self._paused = was
+            self._pause_state.paused = was
 
     def describe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> OpResult | None:
         """An ``OpResult`` for this op with its identity filled in, or None to let it run unseen."""
-        if (func.is_view and not self.include_views) or self._paused:
+        if (func.is_view and not self.include_views) or getattr(self._pause_state, "paused", False):
             return None
         name = func._schema.name
         node = current_node()
