@@ -174,3 +174,34 @@ def test_single_process_dataloader_is_the_bottleneck(tmp_path: Path) -> None:
     assert overview(trace).steps["step"].to_list() == [2, 3, 4, 5, 6]  # the schedule's active steps
     assert "num_workers" in dl.fix
     assert "dataloader_num_workers" in found
+
+
+def _region_trace(python_frame: str) -> Trace:
+    """A 10 ms labelled region, 9 ms of it in one Python frame around a 1 ms op."""
+    from torchscope.trace.reader import read_chrome_document
+
+    def ev(cat: str, name: str, ts: int, dur: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    return read_chrome_document(
+        {
+            "traceEvents": [
+                ev("user_annotation", "LABEL2: masking", 0, 10_000),
+                ev("python_function", python_frame, 500, 9_000),
+                ev("cpu_op", "aten::nonzero", 8_000, 1_000),
+            ]
+        },
+        "region.json",
+    )
+
+
+def test_outside_time_in_torchs_own_methods_is_not_advice() -> None:
+    """Time between a torch method's Python call and its op is binding overhead (or the OS
+    running something else), not Python the user can move: no finding names it. The same
+    time in a function of the user's, or of numpy, is one."""
+    assert "python_outside_ops" not in _rules(
+        _region_trace("<built-in method nonzero of type object at 0x7f>")
+    )
+    found = _rules(_region_trace("numpy/_core/numeric.py(611): argwhere"))["python_outside_ops"]
+    assert found.evidence["region"] == "LABEL2: masking" and found.evidence["share"] == pytest.approx(0.9)
+    assert "argwhere" in found.evidence["python_functions"][0]
