@@ -38,6 +38,7 @@ from torch import nn
 from torchscope.accuracy.live import to_numpy
 from torchscope.accuracy.module_records import ModuleRecorder
 from torchscope.accuracy.observer import (
+    SAME_SIZE_INTS,
     OpObserver,
     dtype_name,
     leaves,
@@ -252,17 +253,13 @@ class _DumpMode(OpObserver):
         return out
 
 
-# same-size integer dtypes: a tensor's bits are summed through these
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
 def bit_sum(t: torch.Tensor) -> torch.Tensor:
     """A one-pass fingerprint of a tensor's contents: the wrapping sum of its bit patterns.
 
     Reading the tensor once costs far less than the clone live compare keeps; a change that
     leaves the sum of the bit patterns unchanged (two elements swapped) goes unseen.
     """
-    return t.detach().view(_BITS[t.element_size()]).sum(dtype=torch.int64)
+    return t.detach().view(SAME_SIZE_INTS[t.element_size()]).sum(dtype=torch.int64)
 
 
 def _read_only_sums(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -275,7 +272,7 @@ def _read_only_sums(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
                 and t.layout == torch.strided
                 and t.device.type != "meta"  # no data to fingerprint
                 and not t.is_quantized
-                and t.element_size() in _BITS
+                and t.element_size() in SAME_SIZE_INTS
                 and t.numel()
             ):
                 out.append((name, t, bit_sum(t)))
@@ -288,6 +285,7 @@ def _tensor_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 
 def write_dump(
     path: Path,
+    level: str,
     mode: _DumpMode | None,
     modules: ModuleRecorder | None,
     meta: dict[str, Any],
@@ -316,9 +314,7 @@ def write_dump(
         **meta,
         "format": FORMAT,
         "version": VERSION,
-        "level": "all"
-        if mode is not None and modules is not None
-        else ("op" if mode is not None else "module"),
+        "level": level,
         "ops": len(ops),
         "tensors": len(tensors),
         "modules": len(modules.calls) if modules is not None else 0,
@@ -377,7 +373,7 @@ def dump(
             "created_unix": int(started),
             "device": _device_name(),
         }
-        write_dump(out, mode, modules, meta)
+        write_dump(out, level, mode, modules, meta)
 
 
 def _device_name() -> str:

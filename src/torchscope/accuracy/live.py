@@ -22,7 +22,14 @@ import torch
 from torch import nn
 
 from torchscope.accuracy.metrics import TensorMetrics, compare_arrays
-from torchscope.accuracy.observer import OpObserver, dtype_name, leaves, map_leaves, readonly_arguments
+from torchscope.accuracy.observer import (
+    SAME_SIZE_INTS,
+    OpObserver,
+    dtype_name,
+    leaves,
+    map_leaves,
+    readonly_arguments,
+)
 from torchscope.accuracy.result import DIVERGED, OK, SKIPPED, AccuracyResult, OpResult
 from torchscope.accuracy.tolerance import Tolerances
 from torchscope.accuracy.torch_metrics import compare_tensors, fast_applies
@@ -56,8 +63,6 @@ def _as_array(x: Any) -> tuple[np.ndarray, str] | None:
 _NUMPY_MAX = 8192
 
 
-# same-size integer dtypes: a snapshot is compared bit for bit through these (numpy, no copy)
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # floating inputs at least this large are copied into the reusable arena, not a fresh tensor
 _ARENA_MIN = 1 << 14
 
@@ -69,7 +74,7 @@ def _unchanged(now: torch.Tensor, before: torch.Tensor) -> bool:
     the bits differ, equal values still count (``-0.0`` and ``0.0``, NaN payloads).
     """
     if now.device.type == "cpu" and not now.is_quantized and now.dtype != torch.bool:
-        bits = _BITS.get(now.element_size())
+        bits = SAME_SIZE_INTS.get(now.element_size())
         if bits is not None and np.array_equal(now.view(bits).numpy(), before.view(bits).numpy()):
             return True
     return torch.equal(now, before) or torch.equal(torch.nan_to_num(now), torch.nan_to_num(before))

@@ -57,6 +57,11 @@ def tensor_leaves(obj: Any) -> list[torch.Tensor]:
     return [t for t in leaves(obj) if isinstance(t, torch.Tensor)]
 
 
+# same-size integer dtypes, by element size: tensors are compared or summed bit for bit through
+# these (live compare's in-place check, a dump's fingerprint)
+SAME_SIZE_INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def _on_meta(x: Any) -> bool:
     """A tensor on, or a device argument naming, the meta device (shapes without data)."""
     if isinstance(x, torch.Tensor):

@@ -153,12 +153,7 @@ def print_result(result: AccuracyResult, top: int = 10) -> None:
             f"[bold red]first divergent module[/bold red]: #{fm.index} {escape(fm.module or '(top level)')} "
             f"{escape(fm.op)} ({fm.direction})" + (f"  {escape(fw.problem or '')}" if fw is not None else "")
         )
-    ranked = sorted(
-        (m for m in result.module_calls if m.status in ("ok", "diverged")),
-        key=lambda m: m.severity,
-        reverse=True,
-    )
-    console.print(_top_table(f"top {top} module calls by error", ranked[:top]))
+    console.print(_top_table(f"top {top} module calls by error", result.top_module_calls(top)))
 
 
 def _print_ops(console: Any, result: AccuracyResult, top: int) -> None:

@@ -134,7 +134,7 @@ class AccuracyResult:
 
     @property
     def compared(self) -> list[OpResult]:
-        return [o for o in self.ops if o.status in (OK, DIVERGED)]
+        return _compared(self.ops)
 
     @property
     def diverged(self) -> list[OpResult]:
@@ -152,8 +152,11 @@ class AccuracyResult:
 
     def top(self, n: int = 10) -> list[OpResult]:
         """The ``n`` compared ops furthest past their tolerance, worst first."""
-        ranked = sorted(self.compared, key=lambda o: o.severity, reverse=True)
-        return ranked[:n]
+        return _worst_first(self.compared)[:n]
+
+    def top_module_calls(self, n: int = 10) -> list[OpResult]:
+        """The ``n`` compared module calls furthest past their tolerance, worst first."""
+        return _worst_first(_compared(self.module_calls))[:n]
 
     def modules(self) -> list[dict[str, Any]]:
         """One row per module path: ops compared, ops diverged, the worst errors."""
@@ -220,3 +223,11 @@ class AccuracyResult:
 def _first_root(records: list[OpResult]) -> OpResult | None:
     """The first record over tolerance whose inputs were within it: the root, not the cascade."""
     return next((o for o in records if o.diverged and o.inputs_ok and not o.cascade), None)
+
+
+def _compared(records: list[OpResult]) -> list[OpResult]:
+    return [o for o in records if o.status in (OK, DIVERGED)]
+
+
+def _worst_first(records: list[OpResult]) -> list[OpResult]:
+    return sorted(records, key=lambda o: o.severity, reverse=True)

@@ -1262,6 +1262,13 @@ error:
     return NULL;
 }
 
+/* Rows to allocate first for `bytes` of events: real events take 150-400 bytes, and the
+ * column arrays double when they fill up anyway. */
+static Py_ssize_t initial_rows(Py_ssize_t bytes)
+{
+    return bytes / 256 + 16;
+}
+
 static PyObject *scan_events(PyObject *self, PyObject *args)
 {
     Py_buffer view;
@@ -1279,7 +1286,7 @@ static PyObject *scan_events(PyObject *self, PyObject *args)
     memset(&s, 0, sizeof(s));
     s.data = (Ptr)view.buf + lo;
     s.end = (Ptr)view.buf + hi;
-    s.cap = (hi - lo) / 256 + 16; /* real events take 150-400 bytes; arrays double anyway */
+    s.cap = initial_rows(hi - lo);
 
     Py_BEGIN_ALLOW_THREADS
     scan_all(&s, s.data);
@@ -1483,7 +1490,7 @@ static PyObject *scan_trace(PyObject *self, PyObject *args)
     memset(&d, 0, sizeof(d));
     memset(&s, 0, sizeof(s));
     d.events = &s;
-    s.cap = view.len / 256 + 16; /* real events take 150-400 bytes; arrays double anyway */
+    s.cap = initial_rows(view.len);
     Ptr base = (Ptr)view.buf;
 
     Py_BEGIN_ALLOW_THREADS
