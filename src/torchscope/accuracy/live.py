@@ -32,7 +32,7 @@ from torchscope.accuracy.observer import (
 )
 from torchscope.accuracy.result import DIVERGED, OK, SKIPPED, AccuracyResult, OpResult
 from torchscope.accuracy.tolerance import Tolerances
-from torchscope.accuracy.torch_metrics import compare_tensors, fast_applies
+from torchscope.accuracy.torch_metrics import compare_on_cpu, compare_tensors, fast_applies
 from torchscope.accuracy.tracking import ModuleTracker
 
 
@@ -58,8 +58,8 @@ def _as_array(x: Any) -> tuple[np.ndarray, str] | None:
     return None
 
 
-# outputs up to this many elements are measured by numpy on CPU: a numpy op costs a microsecond
-# where a torch op costs ten, and small outputs are all overhead
+# without the C loop (or with NaN/Inf in it), outputs up to this many elements are measured by
+# numpy on CPU: a numpy op costs a microsecond where a torch op costs ten
 _NUMPY_MAX = 8192
 
 
@@ -177,14 +177,12 @@ class _LiveMode(OpObserver):
         got, want = leaves(out), leaves(ref_out)
         metrics: list[TensorMetrics] = []
         for t, r in zip(got, want, strict=False):
-            if (
-                isinstance(t, torch.Tensor)
-                and isinstance(r, torch.Tensor)
-                and fast_applies(t, r)
-                and (t.numel() > _NUMPY_MAX or r.device.type != "cpu")
-            ):
+            if isinstance(t, torch.Tensor) and isinstance(r, torch.Tensor) and fast_applies(t, r):
                 rtol, atol = self.tolerances.live(rec.op, dtype_name(t.dtype), rec.overload, rec.module)
-                m = compare_tensors(t, r, rtol=rtol, atol=atol)
+                on_cpu = r.device.type == "cpu"
+                m = compare_on_cpu(t, r, rtol=rtol, atol=atol) if on_cpu else None
+                if m is None and (t.numel() > _NUMPY_MAX or not on_cpu):
+                    m = compare_tensors(t, r, rtol=rtol, atol=atol)
                 if m is not None:
                     metrics.append(m)
                     continue

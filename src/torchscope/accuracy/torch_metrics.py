@@ -9,15 +9,28 @@ from those buffers while they are hot, and the per-chunk partial results are sta
 back at once (two device syncs per output, the reference's norm and the results, not one per
 metric). Memory traffic is one read of the target and two of the reference, whatever the number
 of metrics.
+
+On CPU, ``compare_on_cpu`` does the same in one C loop (``_fused.c``): no dispatch, no buffers,
+float64 sums, a few microseconds for a small output where the torch ops cost ~70. The torch
+path remains for references on a device and for installs built without a C compiler.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
 from torchscope.accuracy.metrics import TINY, TensorMetrics
+
+try:
+    from torchscope.accuracy import _fused
+except ImportError:  # built only where a C compiler was at install time
+    _fused = None  # type: ignore[assignment]
+
+# element kinds of _fused's buffers
+_KINDS = {torch.float64: 0, torch.float32: 1, torch.bfloat16: 2}
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 # bytes of one work buffer: three of them (plus the chunk of the reference) stay in L2
@@ -80,40 +93,109 @@ def compare_tensors(t: torch.Tensor, r: torch.Tensor, *, rtol: float, atol: floa
     p = torch.stack(parts).to(torch.float64).view(-1, 10)
     sums = p.sum(0).tolist()
     maxes = p.amax(0).tolist()
-    nt2 = sums[_RR] + 2 * sums[_RD] + sums[_DD]
-    if not math.isfinite(nt2):
+    rr, rd, dd = sums[_RR], sums[_RD], sums[_DD]
+    return _from_sums(
+        t,
+        r,
+        Sums(
+            tt=rr + 2 * rd + dd,
+            tr=rr + rd,
+            rr=rr,
+            dd=dd,
+            max_abs=maxes[_MAX_ABS],
+            sum_abs=sums[_SUM_ABS],
+            max_rel=maxes[_MAX_REL],
+            ratio=maxes[_MAX_Q] / scale,
+            within_1=int(sums[_WITHIN_1]),
+            within_5=int(sums[_WITHIN_5]),
+            over=int(sums[_OVER]),
+        ),
+        ref_norm=nr,
+        rtol=rtol,
+        atol=atol,
+    )
+
+
+def compare_on_cpu(t: torch.Tensor, r: torch.Tensor, *, rtol: float, atol: float) -> TensorMetrics | None:
+    """``compare_tensors`` for a reference on CPU, by the C loop of ``_fused``, in float64.
+
+    Returns None when the extension is missing (built only where a C compiler was) or a side
+    holds NaN/Inf; the caller then takes another path.
+    """
+    if _fused is None:
         return None
-    nt, sq_err, dot_xy = math.sqrt(max(nt2, 0.0)), sums[_DD], sums[_RR] + sums[_RD]
-    nr_work = math.sqrt(sums[_RR])  # the norm of r as the dots saw it: cosine 1.0 when t == r
+    (x, kx), (y, ky) = _buffer(t), _buffer(r)
+    found = _fused.metrics(x, kx, y, ky, t.numel(), rtol, atol)
+    if found is None:
+        return None
+    sums = Sums(*found)
+    return _from_sums(t, r, sums, ref_norm=math.sqrt(sums.rr), rtol=rtol, atol=atol)
+
+
+def _buffer(t: torch.Tensor) -> tuple[object, int]:
+    """A C-contiguous numpy view of ``t`` for ``_fused`` and its element kind (float16 and
+    float8 widen to float32, exactly)."""
+    t = t.detach().cpu()
+    if t.dtype not in _KINDS:
+        t = t.float()
+    t = t.contiguous()
+    kind = _KINDS[t.dtype]
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy(), kind
+
+
+class Sums(NamedTuple):
+    """What one pass over an all-finite target ``t`` and reference ``r`` (d = t - r) yields."""
+
+    tt: float  # t.t
+    tr: float  # t.r
+    rr: float  # r.r
+    dd: float  # d.d
+    max_abs: float
+    sum_abs: float
+    max_rel: float
+    ratio: float  # max |d| / bound; inf where a zero bound meets an error
+    within_1: int
+    within_5: int
+    over: int
+
+
+def _from_sums(
+    t: torch.Tensor, r: torch.Tensor, s: Sums, *, ref_norm: float, rtol: float, atol: float
+) -> TensorMetrics | None:
+    """The metrics, as ``metrics.compare_arrays`` defines them, from one pass's sums."""
+    n = t.numel()
+    if not math.isfinite(s.tt):
+        return None
+    nt, nr = math.sqrt(max(s.tt, 0.0)), ref_norm
+    nr_work = math.sqrt(s.rr)  # the norm of r as the dots saw it: cosine 1.0 when t == r
     if nt == 0.0 and nr == 0.0:
         cosine = 1.0
     elif nt == 0.0 or nr == 0.0:
         cosine = 0.0
     else:
-        cosine = min(dot_xy / (nt * nr_work), 1.0)
-    rel_l2 = math.sqrt(sq_err) / nr if nr > 0 else (0.0 if nt == 0 else None)
-    mismatched = int(sums[_OVER])
+        cosine = min(s.tr / (nt * nr_work), 1.0)
+    rel_l2 = math.sqrt(s.dd) / nr if nr > 0 else (0.0 if nt == 0 else None)
     whole_ok = rel_l2 is not None and rel_l2 <= rtol
-    max_rel = maxes[_MAX_REL]
-    shape = tuple(int(s) for s in t.shape)
+    ratio = s.ratio if math.isfinite(s.ratio) else 1e30
+    shape = tuple(int(i) for i in t.shape)
     return TensorMetrics(
         shape=shape,
         dtype=str(t.dtype).removeprefix("torch."),
         ref_shape=shape,
         ref_dtype=str(r.dtype).removeprefix("torch."),
         numel=n,
-        max_abs_error=maxes[_MAX_ABS],
-        max_rel_error=max_rel if math.isfinite(max_rel) else None,
-        mean_abs_error=sums[_SUM_ABS] / n,
-        rmse=math.sqrt(sq_err / n),
+        max_abs_error=s.max_abs,
+        max_rel_error=s.max_rel if math.isfinite(s.max_rel) else None,
+        mean_abs_error=s.sum_abs / n,
+        rmse=math.sqrt(s.dd / n),
         cosine=cosine,
         rel_l2_error=rel_l2,
-        within_1e_3=int(sums[_WITHIN_1]) / n,
-        within_5e_3=int(sums[_WITHIN_5]) / n,
-        mismatched=mismatched,
-        error_ratio=maxes[_MAX_Q] / scale,
-        allclose=mismatched == 0 or whole_ok,
+        within_1e_3=s.within_1 / n,
+        within_5e_3=s.within_5 / n,
+        mismatched=s.over,
+        error_ratio=ratio,
+        allclose=s.over == 0 or whole_ok,
         rtol=rtol,
         atol=atol,
-        problem=f"{mismatched} of {n} elements outside rtol={rtol:g} atol={atol:g}" if mismatched else None,
+        problem=f"{s.over} of {n} elements outside rtol={rtol:g} atol={atol:g}" if s.over else None,
     )
