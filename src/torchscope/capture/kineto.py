@@ -15,12 +15,9 @@ instead, for devices Kineto cannot see in this torch build.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gzip
 import os
 import shutil
-import sys
 import tempfile
 import time
 import weakref
@@ -28,36 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from torchscope.errors import TraceError
+from torchscope.process_memory import return_free_memory, rss_mb
 from torchscope.trace.model import Trace
 
 LIVE_SOURCE = "live capture"
-
-
-def rss_mb() -> float | None:
-    """This process's resident memory in MB (Linux; None elsewhere)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def return_free_memory() -> None:
-    """Hand memory freed by C++ (Kineto's results) back to the OS (glibc ``malloc_trim``).
-
-    Python objects live in their own arenas, so without this the freed results stay resident
-    while the Trace is read, and the peak would be results + Trace instead of about the larger.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # musl or no libc: nothing to do
-        pass
 
 
 class Cycle:

@@ -776,11 +776,14 @@ static void intern_free(Intern *t)
 }
 
 /* ----------------------------------------------------------------------------------------- */
-/* Column buffers. A column is allocated when an event first has its field (earlier rows get
- * the "missing" value then); columns no event has stay NULL and come out as None.           */
+/* Column buffers. A column is allocated when an event first has its field; columns no event
+ * has stay NULL and come out as None. Rows get the "missing" value lazily, when a later row
+ * first writes the column or at the end (`filled`): capacity never written is never touched,
+ * so an overestimated or doubled capacity costs address space, not resident memory.        */
 
 typedef struct {
     int active;
+    Py_ssize_t filled; /* rows [0, filled) hold a value or "missing" */
     int32_t *codes;  /* str, raw, intstr */
     int64_t *ints;   /* int, intstr, num */
     double *floats;  /* float, num */
@@ -835,9 +838,8 @@ static int resize(void **buf, Py_ssize_t cap, size_t item)
     return 0;
 }
 
-/* Grows a column from `old` to `cap` rows, the new rows "missing", so that a row needs no
- * per-column work unless its event has the field. */
-static int column_alloc(Column *c, Kind kind, Py_ssize_t old, Py_ssize_t cap)
+/* Grows a column's buffers to `cap` rows (their content is set by column_for / fill_missing). */
+static int column_alloc(Column *c, Kind kind, Py_ssize_t cap)
 {
     int need_codes = kind == K_STR || kind == K_RAW || kind == K_INTSTR;
     int need_ints = kind == K_INT || kind == K_INTSTR || kind == K_NUM;
@@ -848,7 +850,6 @@ static int column_alloc(Column *c, Kind kind, Py_ssize_t old, Py_ssize_t cap)
         (need_floats && resize((void **)&c->floats, cap, sizeof(double)) < 0) ||
         (need_flags && resize((void **)&c->flags, cap, 1) < 0))
         return -1;
-    set_missing(c, old, cap);
     return 0;
 }
 
@@ -856,7 +857,7 @@ static int column_alloc(Column *c, Kind kind, Py_ssize_t old, Py_ssize_t cap)
 static Column *activate(Scanner *s, int col)
 {
     Column *c = &s->cols[col];
-    if (column_alloc(c, COLUMNS[col].kind, 0, s->cap) < 0) {
+    if (column_alloc(c, COLUMNS[col].kind, s->cap) < 0) {
         s->status = ST_NOMEM;
         return NULL;
     }
@@ -865,9 +866,16 @@ static Column *activate(Scanner *s, int col)
     return c;
 }
 
+/* The column for a value of the current row, its rows up to this one set ("missing" until
+ * written). NULL when out of memory. */
 static inline Column *column_for(Scanner *s, int col)
 {
-    return s->cols[col].active ? &s->cols[col] : activate(s, col);
+    Column *c = s->cols[col].active ? &s->cols[col] : activate(s, col);
+    if (c && c->filled <= s->n) {
+        set_missing(c, c->filled, s->n + 1);
+        c->filled = s->n + 1;
+    }
+    return c;
 }
 
 /* Room for one more row. */
@@ -878,7 +886,7 @@ static int start_row(Scanner *s)
     Py_ssize_t cap = s->cap * 2;
     for (int i = 0; i < s->nactive; i++) {
         int col = s->order[i];
-        if (column_alloc(&s->cols[col], COLUMNS[col].kind, s->cap, cap) < 0) {
+        if (column_alloc(&s->cols[col], COLUMNS[col].kind, cap) < 0) {
             s->status = ST_NOMEM;
             return -1;
         }
@@ -1242,6 +1250,8 @@ static PyObject *build_result(Scanner *s)
     for (int col = 0; col < NCOLS; col++) {
         Column *c = &s->cols[col];
         PyObject *v;
+        if (c->active && c->filled < s->n) /* the rows after its last value */
+            set_missing(c, c->filled, s->n);
         if (!c->active) {
             v = Py_NewRef(Py_None);
         } else if (!(v = column_value(c, COLUMNS[col].kind, s->n))) {

@@ -29,6 +29,7 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.errors import TraceError
+from torchscope.process_memory import return_free_memory
 from torchscope.trace import batch as raw
 from torchscope.trace.columns import (
     Ids,
@@ -448,6 +449,7 @@ def _build(
             kept_text = None
         del batches  # ``chunks`` alone holds them now, and is deleted before linking
     del data
+    return_free_memory()  # the scanner's buffers and (when not kept) the JSON text
     ids = Ids()
     ev_parts: list[pl.DataFrame] = []
     mem_parts: list[pl.DataFrame] = []
@@ -488,6 +490,7 @@ def _build(
     if kept_text is not None and ev.height and (ev["kind"] == "other").any():
         ev = _attach_raw_args(ev, kept_text, n_spans)
     del kept_text  # the JSON text is not needed any more: free it before linking
+    return_free_memory()
     timings.mark("columns")
 
     ev, memory, flow_df = derive(ev, memory, flow_df)
