@@ -7,8 +7,9 @@ phases), which both free large C allocations just before building large Polars o
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
+from collections.abc import Callable
+from functools import cache
 
 
 def rss_mb() -> float | None:
@@ -31,10 +32,22 @@ def return_free_memory() -> None:
     rarely shrinks, and Polars allocates from its own (jemalloc), so neither Python nor Polars
     reuses them and the peak becomes their sum instead of about the larger.
     """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, looked up once; None where there is none (musl, macOS, Windows).
+
+    The C library already loaded into the process is asked for it (``CDLL(None)``), not found by
+    name: ``ctypes.util.find_library`` runs ``ldconfig`` and cost 8 ms per call.
+    """
     if not sys.platform.startswith("linux"):
-        return
+        return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # musl or no libc: nothing to do
-        pass
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # musl: no malloc_trim
+        return None
+    return trim
