@@ -30,6 +30,7 @@ import torch
 
 from torchscope import models
 from torchscope.accuracy import compare, dump
+from torchscope.accuracy.torch_metrics import C_LOOP
 
 # the tests' small inputs, and larger ones where compute, not per-output metrics, dominates
 CASES: list[tuple[str, tuple[int, ...]]] = [
@@ -107,7 +108,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; target bfloat16, reference CPU float64"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; target bfloat16, reference CPU float64;"
+        f" live metrics by {'the C loop (torchscope.accuracy._fused)' if C_LOOP else 'torch ops (no C extension)'}"
     )
     header = (
         f"{'model':<18} {'input':<12} {'ops':>5} {'plain':>8} {'ref':>8} {'live':>8} {'dump':>8}  "

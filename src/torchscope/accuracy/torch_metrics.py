@@ -29,6 +29,9 @@ try:
 except ImportError:  # built only where a C compiler was at install time
     _fused = None  # type: ignore[assignment]
 
+# whether live compare measures CPU outputs with the C loop (benchmarks print it)
+C_LOOP = _fused is not None
+
 # element kinds of _fused's buffers
 _KINDS = {torch.float64: 0, torch.float32: 1, torch.bfloat16: 2}
 
