@@ -78,9 +78,10 @@ static double sum_squares(const void *y, int ky, Py_ssize_t n, double *buf)
  * lets the compiler reassociate), so it vectorizes. The three maxima (of |d|, |d| / max(|r|,
  * TINY) and |d| / bound) rarely change once a few blocks are in: the loop counts the elements
  * that beat the current ones, by multiplication, and only a block with such an element is
- * walked again to divide. On x86-64 Linux with GCC an AVX2 build sits beside the baseline one,
- * picked at load time by the CPU (about 1.2 ns per element instead of 2.2 on our CI machine). */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+ * walked again to divide. On x86-64 glibc Linux with GCC (target clones need glibc's ifunc), an
+ * AVX2 build sits beside the baseline one, picked at load time by the CPU (about 1.2 ns per
+ * element instead of 2.2 on our CI machine). */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 static void block_pass(const double *x, const double *y, Py_ssize_t m, double rms, double rtol,
