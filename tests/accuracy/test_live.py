@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from faults import fault
 from workloads import build, step
@@ -149,3 +150,30 @@ def test_ops_on_meta_tensors_are_skipped() -> None:
         ("aten::mul", "ok"),
     ]
     assert r.ops[1].note == "meta tensors hold no values" and r.first_divergence is None
+
+
+def test_the_c_loop_and_the_torch_path_reach_the_same_findings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live compare with its C metric loop and with the torch/numpy paths (an install without a
+    compiler): the same verdict per op, the same root, and the same numbers to float32 rounding."""
+    from torchscope.accuracy import torch_metrics
+
+    if torch_metrics._fused is None:  # pragma: no cover - CI builds the extension
+        pytest.skip("the optional C extension torchscope.accuracy._fused did not build")
+    with_c = live("transformer_block", torch.bfloat16, broken="gelu_backward")
+    monkeypatch.setattr(torch_metrics, "_fused", None)
+    without_c = live("transformer_block", torch.bfloat16, broken="gelu_backward")
+    assert [(o.op, o.status) for o in with_c] == [(o.op, o.status) for o in without_c]
+    first_c, first_torch = with_c.first_divergence, without_c.first_divergence
+    assert first_c is not None and first_torch is not None
+    assert (first_c.index, first_c.op, first_c.direction) == (
+        first_torch.index,
+        "aten::gelu_backward",
+        "backward",
+    )
+    for a, b in zip(with_c.compared, without_c.compared, strict=True):
+        for ma, mb in zip(a.outputs, b.outputs, strict=True):
+            assert (ma.mismatched, ma.allclose, ma.numel) == (mb.mismatched, mb.allclose, mb.numel), a.op
+            # the torch path measures bfloat16 targets in float32, the C loop in float64
+            assert abs((ma.rel_l2_error or 0) - (mb.rel_l2_error or 0)) <= 1e-5 * max(
+                mb.rel_l2_error or 0, 1e-3
+            )
