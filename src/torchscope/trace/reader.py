@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import ast
 import gzip
+import mmap
 import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 import numpy as np
@@ -88,6 +89,11 @@ class Timings:
 LAST_TIMINGS: dict[str, float] = {}
 
 
+# The JSON text: bytes, or a read-only map of a file we own (live capture's saved cycle). The C
+# scanner and slicing take either; the msgspec paths get bytes (``_as_bytes``).
+Text: TypeAlias = bytes | mmap.mmap
+
+
 # -- public API ------------------------------------------------------------------------------
 def read_bytes(path: str | Path) -> bytes:
     """The JSON text of ``path``, inflated when it is gzip (by magic number, not by name)."""
@@ -128,7 +134,7 @@ def read_chrome(path: str | Path, on_phase: Callable[[str], None] | None = None)
     derive), for progress displays.
     """
     timings = Timings(on_phase)
-    box = [read_bytes(path)]  # handed over, so the text can be freed as soon as it is decoded
+    box: list[Text] = [read_bytes(path)]  # handed over, so the text can be freed as soon as it is decoded
     timings.mark("inflate")
     trace = _read(box, str(path), timings)
     if trace.events.height == 0 and trace.memory.height == 0:
@@ -139,11 +145,20 @@ def read_chrome(path: str | Path, on_phase: Callable[[str], None] | None = None)
     return trace
 
 
-def read_chrome_document(data: bytes | str | dict[str, Any] | list[Any] | Any, source: str = "") -> Trace:
-    """Read a Kineto JSON document (bytes, text, a parsed dict, or a bare event list)."""
+def read_chrome_document(
+    data: bytes | mmap.mmap | str | dict[str, Any] | list[Any] | Any, source: str = ""
+) -> Trace:
+    """Read a Kineto JSON document (bytes, text, a parsed dict, or a bare event list).
+
+    A ``mmap.mmap`` is read in place (no copy of the text); the caller keeps it open until this
+    returns and must own the file: a map of a file another process truncates faults.
+    """
     timings = Timings()
+    raw: Text
     if isinstance(data, str):
         raw = data.encode()
+    elif isinstance(data, mmap.mmap):
+        raw = data
     elif isinstance(data, (bytes, bytearray, memoryview)):
         raw = bytes(data)
     else:
@@ -155,7 +170,7 @@ def read_chrome_document(data: bytes | str | dict[str, Any] | list[Any] | Any, s
 
 
 # -- decoding ---------------------------------------------------------------------------------
-def _read(box: list[bytes], source: str, timings: Timings) -> Trace:
+def _read(box: list[Text], source: str, timings: Timings) -> Trace:
     """Read the JSON text in ``box`` (taken out of it, so that it can be freed early)."""
     warnings: list[str] = []
     top: dict[str, Any] = {}
@@ -175,7 +190,7 @@ def _read(box: list[bytes], source: str, timings: Timings) -> Trace:
 CHUNK_BYTES = 8 * 1024 * 1024
 
 
-def _read_whole(data: bytes) -> bool:
+def _read_whole(data: Text) -> bool:
     """Whether ``data`` is small enough to decode in one piece (up to 8 x CHUNK_BYTES)."""
     return len(data) <= 8 * CHUNK_BYTES
 
@@ -223,7 +238,7 @@ def _decode_chunks(
     yield events
 
 
-def _decode_piece(data: bytes, lo: int, hi: int, source: str, warnings: list[str]) -> list[Event]:
+def _decode_piece(data: Text, lo: int, hi: int, source: str, warnings: list[str]) -> list[Event]:
     """The events of ``data[lo:hi]``, a run of comma-separated events cut from the list."""
     piece = b"[" + data[lo:hi] + b"]"
     try:
@@ -234,8 +249,14 @@ def _decode_piece(data: bytes, lo: int, hi: int, source: str, warnings: list[str
         raise TraceError(source, f"not valid JSON ({exc})") from None
 
 
+def _as_bytes(data: Text) -> bytes:
+    """``data`` as bytes: itself, or a copy of a map (for msgspec, whose raw values would keep
+    pointers into the map)."""
+    return data if isinstance(data, bytes) else data[:]
+
+
 def _scanned_batches(
-    data: bytes, source: str, warnings: list[str], top: dict[str, Any]
+    data: Text, source: str, warnings: list[str], top: dict[str, Any]
 ) -> Iterator[pl.DataFrame] | None:
     """The batches our C scanner reads, or None when it is not built or declines the document.
 
@@ -275,7 +296,7 @@ def _scanned_batches(
 _TOP_KEYS = tuple(k for k in Document.__struct_fields__ if k != "traceEvents")
 
 
-def _top_values(data: bytes, keys: dict[str, tuple[int, int]], top: dict[str, Any]) -> None:
+def _top_values(data: Text, keys: dict[str, tuple[int, int]], top: dict[str, Any]) -> None:
     """The kept top-level keys, decoded from the spans the scanner found in ``data``."""
     for key in _TOP_KEYS:
         if key in keys:
@@ -306,7 +327,7 @@ def _layout(data: bytes) -> tuple[int, list[tuple[int, int]], bool] | None:
     return (start, cuts, bare) if cuts else None
 
 
-def _cut_points(data: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
+def _cut_points(data: Text, lo: int, hi: int) -> list[tuple[int, int]]:
     """Event boundaries about CHUNK_BYTES apart in the list content ``data[lo:hi]``.
 
     Kineto writes one event per line: ``},`` then a newline and the same indentation before
@@ -432,14 +453,13 @@ _ARGS_DECODER = msgspec.json.Decoder(Args, strict=False)
 
 
 # -- columns ------------------------------------------------------------------------------------
-def _build(
-    box: list[bytes], top: dict[str, Any], warnings: list[str], timings: Timings, source: str
-) -> Trace:
+def _build(box: list[Text], top: dict[str, Any], warnings: list[str], timings: Timings, source: str) -> Trace:
     data = box.pop()
     chunks: Iterator[pl.DataFrame] | None = _scanned_batches(data, source, warnings, top)
     if chunks is None:
+        data = _as_bytes(data)
         chunks = (raw.from_events(events) for events in _decode_chunks(data, source, warnings, top))
-    kept_text: bytes | None = data  # for the verbatim args of events we do not model
+    kept_text: Text | None = data  # for the verbatim args of events we do not model
     if _read_whole(data):
         # one piece: decode it first, then free the JSON text before the columns are built,
         # unless events of categories we do not model need their verbatim args from it
@@ -488,7 +508,7 @@ def _build(
     threads = threads_frame(pl.concat(meta_parts).unique(["what", "pid", "tid"], keep="last"), ev, ids)
     del chunks
     if kept_text is not None and ev.height and (ev["kind"] == "other").any():
-        ev = _attach_raw_args(ev, kept_text, n_spans)
+        ev = _attach_raw_args(ev, _as_bytes(kept_text), n_spans)
     del kept_text  # the JSON text is not needed any more: free it before linking
     return_free_memory()
     timings.mark("columns")

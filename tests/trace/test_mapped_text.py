@@ -1,0 +1,92 @@
+"""Reading a trace through a read-only map of its file (``mmap``), as live capture does.
+
+The map must give the Trace the bytes give on every path: the scanner taking the whole file,
+the scanner in pieces, the scanner declining to msgspec (a duration written as a string), and
+events of an unknown category whose verbatim args are read from the text; and the map must be
+closable afterwards (nothing of the Trace may point into it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import mmap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from torchscope.trace import Trace, reader
+
+from .conftest import TRACES
+from .test_fuzz import SMALL
+
+
+@contextmanager
+def mapped(tmp_path: Path, data: bytes) -> Iterator[mmap.mmap]:
+    path = tmp_path / "cycle.pt.trace.json"
+    path.write_bytes(data)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+        yield text  # closing it raises BufferError if anything still exports its buffer
+
+
+def _both(tmp_path: Path, data: bytes) -> tuple[Trace, Trace]:
+    from_bytes = reader.read_chrome_document(data, "cycle")
+    with mapped(tmp_path, data) as text:
+        from_map = reader.read_chrome_document(text, "cycle")
+    return from_bytes, from_map
+
+
+def _small() -> bytes:
+    return gzip.decompress((TRACES / SMALL).read_bytes())
+
+
+def test_a_mapped_trace_reads_like_its_bytes(tmp_path: Path) -> None:
+    from_bytes, from_map = _both(tmp_path, _small())
+    assert from_map.events.height == 870
+    assert from_map.equals(from_bytes) and from_map.meta.warnings == from_bytes.meta.warnings
+
+
+def test_a_mapped_trace_read_in_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _small()
+    whole = reader.read_chrome_document(data, "cycle")
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 4096)
+    with mapped(tmp_path, data) as text:
+        pieces = reader.read_chrome_document(text, "cycle")
+    assert pieces.equals(whole)
+
+
+def test_a_mapped_trace_the_scanner_declines_goes_through_msgspec(tmp_path: Path) -> None:
+    doc = json.loads(_small())
+    event = doc["traceEvents"][5]
+    event["dur"] = "7"  # a duration written as a string: msgspec parses it, the scanner declines
+    data = json.dumps(doc).encode()
+    if reader._scan is not None:
+        assert reader._scan.scan_trace(data) is None
+    from_bytes, from_map = _both(tmp_path, data)
+    assert from_map.equals(from_bytes)
+    ev = from_map.events
+    assert ev.filter((ev["name"] == event["name"]) & (ev["dur_ns"] == 7000)).height == 1
+
+
+def test_verbatim_args_of_unknown_categories_come_from_a_map(tmp_path: Path) -> None:
+    doc = {
+        "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1, "dur": 5},
+            {
+                "ph": "X",
+                "cat": "vendor_thing",
+                "name": "dma",
+                "pid": 1,
+                "tid": 1,
+                "ts": 2,
+                "dur": 1,
+                "args": {"queue": 3, "note": "kept as written"},
+            },
+        ]
+    }
+    from_bytes, from_map = _both(tmp_path, json.dumps(doc).encode())
+    assert from_map.equals(from_bytes)
+    other = from_map.events.filter(from_map.events["kind"] == "other")
+    assert json.loads(other["args"][0]) == {"queue": 3, "note": "kept as written"}
