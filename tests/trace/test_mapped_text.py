@@ -90,3 +90,16 @@ def test_verbatim_args_of_unknown_categories_come_from_a_map(tmp_path: Path) -> 
     assert from_map.equals(from_bytes)
     other = from_map.events.filter(from_map.events["kind"] == "other")
     assert json.loads(other["args"][0]) == {"queue": 3, "note": "kept as written"}
+
+
+def test_live_capture_reads_its_saved_cycle_through_a_map(tmp_path: Path) -> None:
+    from torchscope.capture.kineto import LIVE_SOURCE, _read_saved
+    from torchscope.errors import TraceError
+
+    data = _small()
+    path = tmp_path / "cycle-1.pt.trace.json"
+    path.write_bytes(data)
+    assert _read_saved(path).equals(reader.read_chrome_document(data, LIVE_SOURCE))
+    path.write_bytes(b"")  # an empty file cannot be mapped: read, and named as what it is
+    with pytest.raises(TraceError, match="live capture: file is empty"):
+        _read_saved(path)

@@ -35,13 +35,15 @@ LIVE_SOURCE = "live capture"
 def _read_saved(path: Path) -> Trace:
     """Read a cycle Kineto saved into our scratch directory, through a read-only map of the file
     (no copy of the text: read + scan of a 46 MB cycle took 0.065 s instead of 0.085 s). We own
-    the file, so nobody truncates it under the map; an empty file cannot be mapped."""
+    the file, so nobody truncates it under the map."""
     from torchscope.trace.reader import read_chrome_document
 
     with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return read_chrome_document(b"", LIVE_SOURCE)
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+        try:
+            text = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # an empty file, or a file system that cannot map files
+            return read_chrome_document(f.read(), LIVE_SOURCE)
+        with text:
             return read_chrome_document(text, LIVE_SOURCE)
 
 
