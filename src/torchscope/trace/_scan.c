@@ -838,7 +838,8 @@ static int resize(void **buf, Py_ssize_t cap, size_t item)
     return 0;
 }
 
-/* Grows a column's buffers to `cap` rows (their content is set by column_for / fill_missing). */
+/* Grows a column's buffers to `cap` rows (rows get their values or "missing" in column_for
+ * and build_result). */
 static int column_alloc(Column *c, Kind kind, Py_ssize_t cap)
 {
     int need_codes = kind == K_STR || kind == K_RAW || kind == K_INTSTR;
