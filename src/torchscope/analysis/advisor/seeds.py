@@ -192,10 +192,11 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
                 spans = iv.merge(rs, rs + m["dur_ns"].to_numpy())
                 k = np.searchsorted(spans[0], pst, side="right") - 1
                 inside |= (ptid == tid) & (k >= 0) & (pst < spans[1][np.maximum(k, 0)])
-            culprits = _python_culprits(ctx, py.filter(pl.Series(inside)), covered)
-            if culprits and all(_TORCH_BUILTIN.match(c) for c in culprits):
-                # only torch's own methods, between their Python call and their op (argument
-                # parsing, dispatch, or the OS running something else): nothing to move
+            culprits, plumbing = _python_culprits(ctx, py.filter(pl.Series(inside)), covered)
+            if (plumbing and not culprits) or (culprits and all(_TORCH_BUILTIN.match(c) for c in culprits)):
+                # only the profiler's own frames, or torch's own methods between their Python
+                # call and their op (argument parsing, dispatch, or the OS running something
+                # else): nothing the user can move
                 continue
         label = "the steps" if region == "ProfilerStep#*" else f"'{region}'"
         if culprits:
@@ -244,13 +245,20 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
 _ADDR = re.compile(r" at 0x[0-9a-fA-F]+")
 # a torch method or function called from Python, as Kineto names its Python frame
 _TORCH_BUILTIN = re.compile(r"<built-in (method|function) \w+ of (Tensor|type) object>$")
+# the profiler's own Python (record_function's __enter__/__exit__, the profile object's step and
+# stop, our wrapper): its time is the cost of measuring, never the user's code. On a loaded
+# machine a record_function __exit__ can outlast the user's own hot spot and would be named first.
+_PROFILER_PLUMBING = re.compile(r"(^|/)(torch/autograd/profiler(_util)?\.py|torch/profiler/|torchscope/capture/)")
 
 
-def _python_culprits(ctx: Context, py: pl.DataFrame, covered: iv.Spans, top: int = 3) -> list[str]:
+def _python_culprits(
+    ctx: Context, py: pl.DataFrame, covered: iv.Spans, top: int = 3
+) -> tuple[list[str], bool]:
     """The calls the user wrote that spent the time: top-level Python frames of the region,
-    ranked by their time outside torch ops, each with the hottest frame beneath it."""
+    ranked by their time outside torch ops, each with the hottest frame beneath it. The
+    profiler's own frames are left out; the flag says whether any were."""
     if py.height == 0:
-        return []
+        return [], False
     ev = ctx.trace.events
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
     rows = py["id"].to_numpy().astype(np.int64)
@@ -272,8 +280,12 @@ def _python_culprits(ctx: Context, py: pl.DataFrame, covered: iv.Spans, top: int
             break
         root = np.where(step, p, root)
     out: list[str] = []
+    plumbing = False
     for i in np.argsort(-outside):
         if not top_level[i] or outside[i] <= 0:
+            continue
+        if _PROFILER_PLUMBING.search(str(names_[int(rows[i])])):
+            plumbing = True
             continue
         mine = np.flatnonzero(root == rows[i])
         hot = rows[mine[np.argmax(self_ns[mine])]] if mine.size else rows[i]
@@ -283,7 +295,7 @@ def _python_culprits(ctx: Context, py: pl.DataFrame, covered: iv.Spans, top: int
         out.append(label)
         if len(out) >= top:
             break
-    return out
+    return out, plumbing
 
 
 def double_precision(ctx: Context) -> list[Finding]:
