@@ -11,7 +11,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from torchscope.process_memory import one_polars_arena
+
 __version__ = "0.1.0"
+
+one_polars_arena()  # before anything of ours imports polars (see its docstring)
 
 # public name -> module that defines it
 _LAZY: dict[str, str] = {

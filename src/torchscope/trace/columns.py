@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from torchscope.process_memory import return_free_memory
 from torchscope.trace import dialect
 from torchscope.trace.batch import COMMON_ARGS, DEVICE_ARGS, MEMORY_ARGS, device_rows, is_i64, memory_rows
 from torchscope.trace.schema import MEMORY_SCHEMA, THREADS_SCHEMA, conform
@@ -115,7 +116,9 @@ def span_frames(
     """The events table (complete and instant events) and the memory table ([memory] instants).
 
     ``rows`` are the batch rows of those events (None: all of them). Only the columns each
-    table needs are gathered, so no copy of the whole batch is made.
+    table needs are gathered, so no copy of the whole batch is made. The batch's time and
+    track columns are dropped from it once converted (the caller selects flows and metadata
+    first): on ``nccl_rank1_of_2_profile_memory.json.gz`` that took 30 MB off the load's peak.
     """
 
     def take(*names: str) -> pl.DataFrame:
@@ -134,6 +137,8 @@ def span_frames(
         warnings.append(f"{missing_ids} pid/tid values were missing; read as 0")
     pid = _ids(spans, "pid", ids)
     tid = _ids(spans, "tid", ids)
+    del spans
+    _drop_consumed(batch, ("ts", "ts_int", "dur", "dur_int", "pid", "pid_text", "tid", "tid_text"))
 
     is_x = (ph == "X").to_numpy()
     bad_dur = is_x & ~ok_dur
@@ -179,6 +184,15 @@ def span_frames(
     )
     df = df.drop("stream", "stream_id", "external_id_2021").rename({"device": "a_device"})
     return _classify(df), memory
+
+
+def _drop_consumed(batch: pl.DataFrame, names: tuple[str, ...]) -> None:
+    """Drop raw columns already converted from the batch (in place), so their memory is free
+    while the events table is built: the batch is the reader's largest object at that point."""
+    for name in names:
+        if name in batch.columns:
+            batch.drop_in_place(name)
+    return_free_memory()
 
 
 def may_keep_raw_args(batch: pl.DataFrame) -> bool:
