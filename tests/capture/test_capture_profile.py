@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import re
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -260,17 +261,38 @@ def test_long_scheduled_run_keeps_only_the_current_cycle(net: Any) -> None:
     assert sizes[-1] - sizes[9] < 25
 
 
-def test_acc_events_keeps_every_cycle(net: Any) -> None:
+def _one_step_cycles(net: Any, steps: int) -> profile:
+    """A run of ``steps`` steps, each other one recorded, every cycle kept (``acc_events``)."""
     prof = profile(schedule=schedule(wait=0, warmup=1, active=1), acc_events=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with prof:
-            for _ in range(6):
+            for _ in range(steps):
                 net()
                 prof.step()
+    return prof
+
+
+def test_acc_events_keeps_every_cycle(net: Any) -> None:
+    prof = _one_step_cycles(net, 6)
     # three recorded cycles, plus the warm-up that stop() closes (empty, as with torch)
     assert [t.ops.height > 0 for t in prof.traces()] == [True, True, True, False]
     assert {r.key: r.count for r in prof.key_averages()}["aten::addmm"] == 6
+
+
+def test_kinetos_results_are_freed_while_the_trace_is_read(net: Any) -> None:
+    """After stop() a cycle keeps Kineto's results until its Trace is read, and frees them on a
+    thread beside the scanner; cycles of a run that goes on free theirs after on_trace_ready."""
+    prof = _one_step_cycles(net, 4)
+    held = [c._kineto is not None for c in prof._cycles]
+    assert held == [False, False, True]  # two cycles ended in the run, the last one by stop()
+    rows = {r.key: r.count for r in prof.key_averages()}
+    assert rows["aten::addmm"] == 4
+    assert prof._cycles[-1]._kineto is None
+    for thread in threading.enumerate():
+        if thread.name == "torchscope-release":
+            thread.join(timeout=30)
+    assert not any(t.name == "torchscope-release" for t in threading.enumerate())
 
 
 def test_loaded_cuda_trace_gets_cuda_columns(traces_dir: Path) -> None:

@@ -411,12 +411,16 @@ class profile:
         self._cycles.append(cycle)
 
     def _trace_ready(self) -> None:
-        if self.on_trace_ready is None:
-            return
         try:
-            self.on_trace_ready(self)
+            if self.on_trace_ready is not None:
+                self.on_trace_ready(self)
         except Exception as exc:
             self._callback_error = exc
+        finally:
+            if self._started and self._cycles:
+                # the run goes on: Kineto's results of a cycle nobody read are freed now, so
+                # memory stays flat; after stop() they wait for the read that usually follows
+                self._cycles[-1].release_kineto()
 
     def _raise_callback_error(self) -> None:
         if self._callback_error is not None:

@@ -73,10 +73,20 @@ _ANY_DECODER = msgspec.json.Decoder()
 class Timings:
     """Wall time per phase of one read (for ``benchmarks/load.py``), and progress callbacks."""
 
-    def __init__(self, on_phase: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_phase: Callable[[str], None] | None = None,
+        on_phase_start: Callable[[str], None] | None = None,
+    ) -> None:
         self.phases: dict[str, float] = {}
         self._t = time.perf_counter()
         self._on_phase = on_phase
+        self._on_phase_start = on_phase_start
+
+    def starting(self, phase: str) -> None:
+        """Say that ``phase`` begins now (``on_phase_start``)."""
+        if self._on_phase_start is not None:
+            self._on_phase_start(phase)
 
     def mark(self, phase: str) -> None:
         now = time.perf_counter()
@@ -146,14 +156,18 @@ def read_chrome(path: str | Path, on_phase: Callable[[str], None] | None = None)
 
 
 def read_chrome_document(
-    data: bytes | mmap.mmap | str | dict[str, Any] | list[Any] | Any, source: str = ""
+    data: bytes | mmap.mmap | str | dict[str, Any] | list[Any] | Any,
+    source: str = "",
+    on_phase_start: Callable[[str], None] | None = None,
 ) -> Trace:
     """Read a Kineto JSON document (bytes, text, a parsed dict, or a bare event list).
 
     A ``mmap.mmap`` is read in place (no copy of the text); the caller keeps it open until this
     returns and must own the file: a map of a file another process truncates faults.
+    ``on_phase_start`` is called with "decode" just before the scanner starts: it runs without
+    the GIL, so work handed to another thread then runs beside it.
     """
-    timings = Timings()
+    timings = Timings(on_phase_start=on_phase_start)
     raw: Text
     if isinstance(data, str):
         raw = data.encode()
@@ -455,6 +469,7 @@ _ARGS_DECODER = msgspec.json.Decoder(Args, strict=False)
 # -- columns ------------------------------------------------------------------------------------
 def _build(box: list[Text], top: dict[str, Any], warnings: list[str], timings: Timings, source: str) -> Trace:
     data = box.pop()
+    timings.starting("decode")
     chunks: Iterator[pl.DataFrame] | None = _scanned_batches(data, source, warnings, top)
     if chunks is None:
         data = _as_bytes(data)
