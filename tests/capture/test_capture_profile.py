@@ -295,6 +295,22 @@ def test_kinetos_results_are_freed_while_the_trace_is_read(net: Any) -> None:
     assert not any(t.name == "torchscope-release" for t in threading.enumerate())
 
 
+def test_results_are_freed_in_place_where_no_thread_can_start(
+    net: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At interpreter shutdown (an atexit handler reading the profile) threads cannot start:
+    the read still succeeds and Kineto's results are freed by the reading thread."""
+    with profile() as prof:
+        net()
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    assert {r.key: r.count for r in prof.key_averages()}["aten::addmm"] == 2
+    assert prof._cycles[-1]._kineto is None
+
+
 def test_loaded_cuda_trace_gets_cuda_columns(traces_dir: Path) -> None:
     trace = read_chrome(traces_dir / "cuda" / "alexnet_benchmark.json.gz")
     ka = key_averages(trace)

@@ -66,7 +66,12 @@ def _release_beside_the_scanner(results: Any) -> None:
         holder.clear()
         return_free_memory()
 
-    threading.Thread(target=release, name="torchscope-release", daemon=True).start()
+    try:
+        threading.Thread(target=release, name="torchscope-release", daemon=True).start()
+    except RuntimeError:  # no new threads (interpreter shutting down): free them here instead
+        holder.clear()
+        return_free_memory()
+        return
     go.set()  # the caller enters the scanner next, and lets the GIL go there
 
 
