@@ -25,8 +25,9 @@ def one_polars_arena() -> None:
     of a second, so with the default arenas that garbage sits in several of them at once and
     sets the peak. One arena reuses it: the peak of loading
     ``nccl_rank1_of_2_profile_memory.json.gz`` fell from 239 to 225 MB and of a whole report
-    from ~265 to ~230 MB, with load and report times unchanged on this 2-core machine (the
-    threads of a Polars query are few and allocate mostly from their caches, which stay).
+    from ~265 to ~230 MB, with load and report times unchanged on a 2-core machine. Small
+    allocations still come from each thread's own cache; on many cores the large ones of a
+    parallel query share the one arena's lock, which is why a user's setting is left alone.
 
     Does nothing when polars is already loaded (too late) or the user set the variable (their
     choice wins; set it to e.g. ``narenas:8`` to undo this).
