@@ -10,10 +10,11 @@ from torchscope.trace import progress
 
 
 def test_bar_appears_only_after_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(progress, "DELAY_S", 0.05)
+    monkeypatch.setattr(progress, "DELAY_S", 30.0)  # far beyond any pause of a busy machine
     with progress.LoadProgress("big.json", enabled=True) as quick:
         pass
     assert not quick.shown
+    monkeypatch.setattr(progress, "DELAY_S", 0.05)
     with progress.LoadProgress("big.json", total=3, enabled=True) as slow:
         deadline = time.monotonic() + 20  # the timer thread imports rich: slow on a busy machine
         while not slow.shown and time.monotonic() < deadline:
