@@ -124,13 +124,14 @@ def _masking_run(tmp: Path, fixed: bool) -> Trace:
 
 
 def test_item_and_argwhere_give_host_device_sync_and_python_outside_ops(tmp_path: Path) -> None:
-    found = _rules(_masking_run(tmp_path, fixed=False))
-    sync = found["host_device_sync"]
+    findings = advise(_masking_run(tmp_path, fixed=False))
+    sync = next(f for f in findings if f.rule == "host_device_sync")
     assert sync.evidence["by_name"] == {"aten::_local_scalar_dense": 1}
-    outside = found["python_outside_ops"]
-    assert outside.evidence["region"] == "LABEL2: masking"
-    assert "argwhere" in outside.evidence["python_functions"][0]
-    assert "argwhere" in outside.message
+    # the masking region's finding (a busy machine may add one for the linear pass as well)
+    outside = {f.evidence["region"]: f for f in findings if f.rule == "python_outside_ops"}
+    masking = outside["LABEL2: masking"]
+    assert "argwhere" in masking.evidence["python_functions"][0]
+    assert "argwhere" in masking.message
 
 
 def test_masking_in_torch_is_clean(tmp_path: Path) -> None:
