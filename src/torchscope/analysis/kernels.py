@@ -271,8 +271,17 @@ def idle_time(trace: Trace, consecutive_kernel_delay_ns: int = 30_000) -> pl.Dat
     A gap before a kernel is host wait when the kernel's launch began after the previous
     kernel on the stream ended; otherwise kernel wait when shorter than the delay; else other.
     A kernel that starts before the previous one on its stream ends (overlapping records, as on
-    MTIA, or clock skew) leaves no gap: it counts 0, never a negative wait.
+    MTIA, or clock skew) leaves no gap: it counts 0, never a negative wait. Computed once per
+    trace and delay (the report and the launch_bound rule both ask).
     """
+    return memo(
+        trace,
+        f"idle_time/{consecutive_kernel_delay_ns}",
+        lambda: _idle_time(trace, consecutive_kernel_delay_ns),
+    )
+
+
+def _idle_time(trace: Trace, consecutive_kernel_delay_ns: int) -> pl.DataFrame:
     d = device_in_scope(trace).sort("device", "stream", "start_ns")
     ev = trace.events
     li = d["launcher"].fill_null(-1).to_numpy().astype(np.int64)
