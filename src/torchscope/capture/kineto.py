@@ -69,8 +69,8 @@ def _release_beside_the_scanner(results: Any) -> None:
     try:
         threading.Thread(target=release, name="torchscope-release", daemon=True).start()
     except RuntimeError:  # no new threads (interpreter shutting down): free them here instead
-        holder.clear()
-        return_free_memory()
+        go.set()
+        release()
         return
     go.set()  # the caller enters the scanner next, and lets the GIL go there
 
