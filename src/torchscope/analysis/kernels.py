@@ -90,9 +90,9 @@ def kernel_stats(trace: Trace, by_op: bool = False) -> pl.DataFrame:
             (
                 (pl.col("occupancy_pct") * w).sum() / w.filter(pl.col("occupancy_pct").is_not_null()).sum()
             ).alias("occupancy_pct"),
-            names.TENSOR_CORE_KERNEL.first().alias("tensor_core"),
         )
-        .with_columns(pl.col("name").cast(pl.String))
+        # by the group's name, so the pattern meets each distinct name once
+        .with_columns(pl.col("name").cast(pl.String), names.TENSOR_CORE_KERNEL.alias("tensor_core"))
         .sort("total_ns", descending=True)
     )
 
@@ -194,11 +194,7 @@ def __with_launch(trace: Trace) -> pl.DataFrame:
     return dev.with_columns(
         pl.Series("runtime_start_ns", rs, dtype=pl.Int64),
         pl.Series("runtime_ns", rd, dtype=pl.Int64),
-        pl.Series(
-            "runtime_name",
-            ev["name"].cast(pl.String).to_numpy()[li] if li.size else np.array([], dtype=object),
-            dtype=pl.String,
-        ),
+        ev["name"].gather(li).cast(pl.String).alias("runtime_name"),
     ).with_columns(
         # HTA's definition (device start minus the launch call's end), clamped at 0 as HTA does:
         # a kernel that starts before its launch call returns has waited for nothing

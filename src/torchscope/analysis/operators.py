@@ -74,9 +74,10 @@ def operators(trace: Trace, by_input_shape: bool = False) -> pl.DataFrame:
             pl.col("dur_ns").sum().alias("host_total_ns"),
             pl.col("device_self_ns").sum(),
             pl.col("device_total_ns").sum(),
-            names.TENSOR_CORE_ELIGIBLE_OP.first().alias("tensor_core_eligible"),
         )
-        .with_columns(pl.col("name").cast(pl.String))
+        .with_columns(
+            pl.col("name").cast(pl.String), names.TENSOR_CORE_ELIGIBLE_OP.alias("tensor_core_eligible")
+        )
         .sort(["device_total_ns", "host_total_ns"], descending=True)
     )
 
