@@ -57,6 +57,13 @@ FAULTS: dict[str, tuple[str, Callable[..., torch.Tensor]]] = {
 def fault(name: str) -> Iterator[None]:
     """Override one ATen CPU kernel with its faulty version for the duration of the block."""
     op, fn = FAULTS[name]
+    with cpu_kernel(op, fn):
+        yield
+
+
+@contextmanager
+def cpu_kernel(op: str, fn: Callable[..., torch.Tensor]) -> Iterator[None]:
+    """``fn`` as the ATen CPU kernel of ``op`` for the duration of the block."""
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -111,18 +111,23 @@ class Tolerances:
         return not _matches(self.exclude, *names)
 
     def live(self, op: str, dtype: str, overload: str = "default", module: str = "") -> tuple[float, float]:
+        tol = self._override(op, overload, module)
+        return (float(tol[0]), float(tol[1])) if tol is not None else LIVE_DEFAULTS.get(dtype, (0.0, 0.0))
+
+    def overridden(self, op: str, overload: str = "default", module: str = "") -> bool:
+        """Whether the user set this op's tolerance (then it is used as given, never widened)."""
+        return self._override(op, overload, module) is not None
+
+    def _override(self, op: str, overload: str, module: str) -> tuple[float, float] | None:
         names = self._names(op, overload, module)
         for pattern, tol in self.overrides.items():
             if _matches((pattern,), *names):
-                return float(tol[0]), float(tol[1])
-        return LIVE_DEFAULTS.get(dtype, (0.0, 0.0))
+                return tol
+        return None
 
     def dump(self, op: str, dtype: str, overload: str = "default", module: str = "") -> float:
-        names = self._names(op, overload, module)
-        for pattern, tol in self.overrides.items():
-            if _matches((pattern,), *names):
-                return float(tol[0])
-        return DUMP_DEFAULTS.get(dtype, 0.0)
+        tol = self._override(op, overload, module)
+        return float(tol[0]) if tol is not None else DUMP_DEFAULTS.get(dtype, 0.0)
 
 
 def is_discontinuous(op: str) -> bool:
