@@ -20,7 +20,9 @@ def by_name(test: Callable[[pl.Expr], pl.Expr]) -> pl.Expr:
     every row cost 4-13 ms a use (nccl trace), several uses a report. Testing the distinct
     names and matching back by ``is_in`` costs ~1 ms. A null name gives null, as ``test`` would.
     """
-    distinct = pl.col("name").unique()
+    # maintain_order: ``distinct`` is evaluated twice (the values and the mask), and a plain
+    # unique() of a String column comes out in a different hash order each time
+    distinct = pl.col("name").unique(maintain_order=True)
     return pl.col("name").is_in(distinct.filter(test(distinct.cast(pl.String))).implode())
 
 
