@@ -103,7 +103,7 @@ def _compare(a: pl.DataFrame, b: pl.DataFrame, what: str) -> pl.DataFrame:
             .alias("status"),
         )
         .select("what", "name", "status", "a_calls", "b_calls", "a_ns", "b_ns", "delta_ns")
-        .sort(pl.col("delta_ns").abs(), descending=True)
+        .sort([pl.col("delta_ns").abs(), pl.col("name")], descending=[True, False])
     )
 
 
@@ -122,7 +122,7 @@ class TraceDiff:
         both = pl.concat([self.kernels, self.operators])
         return (
             both.with_columns(pl.col("delta_ns").abs().alias("_impact"))
-            .sort(["_impact", "what"], descending=[True, False])
+            .sort(["_impact", "what", "name"], descending=[True, False, False])
             .drop("_impact")
         )
 

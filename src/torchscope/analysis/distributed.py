@@ -82,7 +82,7 @@ def collective_stats(trace: Trace) -> pl.DataFrame:
         .with_columns((pl.col("algbw_gbps") * pl.Series(factor)).alias("busbw_gbps"))
         .with_columns(pl.when(pl.col("sized_ns") > 0).then(pl.col("bytes")).otherwise(None).alias("bytes"))
         .drop("sized_ns")
-        .sort("total_ns", descending=True)
+        .sort(["total_ns", "collective", "algorithm"], descending=[True, False, False])
     )
 
 

@@ -93,7 +93,7 @@ def kernel_stats(trace: Trace, by_op: bool = False) -> pl.DataFrame:
         )
         # by the group's name, so the pattern meets each distinct name once
         .with_columns(pl.col("name").cast(pl.String), names.TENSOR_CORE_KERNEL.alias("tensor_core"))
-        .sort("total_ns", descending=True)
+        .sort(["total_ns", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
     )
 
 
@@ -130,7 +130,9 @@ def kernel_type_breakdown(trace: Trace, include_memory: bool = False) -> pl.Data
                 rows.append((label, int(sums[c])))
     df = pl.DataFrame(rows, schema={"kernel_type": pl.String, "ns": pl.Int64}, orient="row")
     tot = df["ns"].sum() or 1
-    return df.with_columns((pl.col("ns") / tot * 100).alias("pct")).sort("ns", descending=True)
+    return df.with_columns((pl.col("ns") / tot * 100).alias("pct")).sort(
+        ["ns", "kernel_type"], descending=[True, False]
+    )
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,7 @@ def memory_peaks(trace: Trace) -> pl.DataFrame:
             pl.col("bytes").filter(pl.col("bytes") > 0).sum().alias("allocated_bytes"),
             (pl.col("bytes") > 0).sum().cast(pl.UInt32).alias("allocations"),
         )
-        .sort("peak_allocated_bytes", descending=True)
+        .sort(["peak_allocated_bytes", "device"], descending=[True, False])
     )
 
 
@@ -169,7 +169,7 @@ def allocations_by_op(trace: Trace) -> pl.DataFrame:
     return (
         self_df.join(tot_df, on="name", how="left")
         .with_columns(pl.col("total_allocated_bytes").fill_null(pl.col("self_allocated_bytes")))
-        .sort("total_allocated_bytes", descending=True)
+        .sort(["total_allocated_bytes", "name", "device"], descending=[True, False, False], nulls_last=True)
     )
 
 
@@ -183,5 +183,5 @@ def leak_candidates(trace: Trace) -> pl.DataFrame:
         ev.with_columns(nxt.alias("next_bytes"))
         .filter((pl.col("bytes") > 0) & (pl.col("next_bytes").is_null() | (pl.col("next_bytes") > 0)))
         .select("device", "ts_ns", "bytes", "addr", "op_name")
-        .sort("bytes", descending=True)
+        .sort(["bytes", "device", "ts_ns", "addr"], descending=[True, False, False, False])
     )

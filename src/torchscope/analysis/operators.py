@@ -78,7 +78,11 @@ def operators(trace: Trace, by_input_shape: bool = False) -> pl.DataFrame:
         .with_columns(
             pl.col("name").cast(pl.String), names.TENSOR_CORE_ELIGIBLE_OP.alias("tensor_core_eligible")
         )
-        .sort(["device_total_ns", "host_total_ns"], descending=True)
+        .sort(
+            ["device_total_ns", "host_total_ns", *keys],
+            descending=[True, True] + [False] * len(keys),
+            nulls_last=True,
+        )
     )
 
 
@@ -130,7 +134,7 @@ def call_stacks(trace: Trace, op_name: str | None = None, depth: int = 8) -> pl.
             pl.col("dur_ns").sum().alias("host_total_ns"),
             pl.col("self_ns").sum().alias("host_self_ns"),
         )
-        .sort("host_total_ns", descending=True)
+        .sort(["host_total_ns", "name", "stack"], descending=[True, False, False])
     )
 
 
@@ -283,5 +287,5 @@ def flops(trace: Trace) -> pl.DataFrame:
         )
         .with_columns((pl.col("flops") / (pl.col("time_ns") / 1e9)).alias("flops_per_s"))
         .select("name", "input_dims", "calls", "flops", "time_ns", "flops_per_s")
-        .sort("flops", descending=True)
+        .sort(["flops", "name", "input_dims"], descending=[True, False, False], nulls_last=True)
     )

@@ -133,7 +133,7 @@ def op_table(trace: Trace, limit: int = TABLE_ROWS) -> list[dict[str, Any]]:
             pl.col("name").cast(pl.String),
             pl.col("kind").cast(pl.String),
         )
-        .sort(["self_ns", "total_ns"], descending=True)
+        .sort(["self_ns", "total_ns", "name", "kind"], descending=[True, True, False, False])
         .head(limit)
     )
     return rows.to_dicts()
@@ -156,7 +156,8 @@ def kernel_table(trace: Trace, limit: int = TABLE_ROWS) -> list[dict[str, Any]]:
             pl.col("dur_ns").min().alias("min_ns"),
             pl.col("dur_ns").max().alias("max_ns"),
             pl.col("occupancy_pct").mean().alias("occupancy_pct"),
-            pl.col("launcher_op").drop_nulls().mode().first().alias("op"),
+            # the most frequent launcher; of several as frequent, the first by name (mode's order varies)
+            pl.col("launcher_op").drop_nulls().mode().sort().first().alias("op"),
             pl.col("device").first().alias("device"),
         )
         .with_columns(
@@ -165,7 +166,7 @@ def kernel_table(trace: Trace, limit: int = TABLE_ROWS) -> list[dict[str, Any]]:
             pl.col("name").cast(pl.String),
             pl.col("kind").cast(pl.String),
         )
-        .sort("total_ns", descending=True)
+        .sort(["total_ns", "name", "kind"], descending=[True, False, False])
         .head(limit)
     )
     return [_jsonable(r) for r in rows.to_dicts()]
@@ -232,7 +233,7 @@ def memory_view(trace: Trace, points: int = MEMORY_POINTS, limit: int = TABLE_RO
             (-pl.col("bytes").filter(pl.col("bytes") < 0)).sum().alias("freed_bytes"),
             pl.col("bytes").filter(pl.col("bytes") > 0).max().alias("largest_bytes"),
         )
-        .sort("allocated_bytes", descending=True)
+        .sort(["allocated_bytes", "name", "device_type", "device_id"], descending=[True, False, False, False])
         .head(limit)
     )
     return {"devices": devices, "ops": _jsonable(ops)}
@@ -431,7 +432,7 @@ def op_diff(a: dict[str, Any], b: dict[str, Any], limit: int = TABLE_ROWS) -> li
                 "delta_pct": round(100.0 * (sb - sa) / sa, 1) if sa else None,
             }
         )
-    out.sort(key=lambda r: -abs(r["delta_ns"]))
+    out.sort(key=lambda r: (-abs(r["delta_ns"]), r["name"]))
     return out[:limit]
 
 

@@ -198,7 +198,7 @@ def cpu_tensor_copied_to_device(ctx: Context) -> list[Finding]:
     hits = ops.filter(pl.col("id").is_in(tos_arr.tolist()) & pl.col("prev").is_in(FACTORY_OPS))
     if hits.height == 0:
         return []
-    made = hits.group_by("prev").len().sort("len", descending=True)
+    made = hits.group_by("prev").len().sort(["len", "prev"], descending=[True, False])
     return [
         Finding(
             rule="cpu_tensor_copied_to_device",

@@ -85,7 +85,7 @@ def host_device_sync(ctx: Context) -> list[Finding]:
     by = (
         sync.group_by(pl.col("name").cast(pl.String))
         .agg(pl.len().alias("calls"), pl.col("dur_ns").sum())
-        .sort("calls", descending=True)
+        .sort(["calls", "name"], descending=[True, False])
     )
     first = sync.sort("start_ns").row(0, named=True)
     what = ", ".join(f"{n} x{c}" for n, c, _ in by.head(3).iter_rows())
@@ -172,7 +172,7 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
         )
     groups = groups.filter(
         (pl.col("outside") >= min_share * pl.col("span")) & (pl.col("outside") >= min_trace_share * total)
-    ).sort("outside", descending=True)
+    ).sort(["outside", "region"], descending=[True, False])
     if groups.height == 0:
         return []
     covered = accounted_spans(ctx.trace)
@@ -248,7 +248,9 @@ _TORCH_BUILTIN = re.compile(r"<built-in (method|function) \w+ of (Tensor|type) o
 # the profiler's own Python (record_function's __enter__/__exit__, the profile object's step and
 # stop, our wrapper): its time is the cost of measuring, never the user's code. On a loaded
 # machine a record_function __exit__ can outlast the user's own hot spot and would be named first.
-_PROFILER_PLUMBING = re.compile(r"(^|/)(torch/autograd/profiler(_util)?\.py|torch/profiler/|torchscope/capture/)")
+_PROFILER_PLUMBING = re.compile(
+    r"(^|/)(torch/autograd/profiler(_util)?\.py|torch/profiler/|torchscope/capture/)"
+)
 
 
 def _python_culprits(
@@ -310,7 +312,7 @@ def double_precision(ctx: Context) -> list[Finding]:
     top = (
         dbl.group_by(pl.col("name").cast(pl.String))
         .agg(pl.col("self_ns").sum())
-        .sort("self_ns", descending=True)
+        .sort(["self_ns", "name"], descending=[True, False])
     )
     return [
         Finding(
