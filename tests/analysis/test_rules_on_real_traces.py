@@ -39,6 +39,8 @@ def test_v100_nccl_rank_is_launch_bound_and_communication_heavy(load_trace: Call
     assert ev["launch_bound"]["launched"] == 17832 and ev["launch_bound"]["short_kernels"] == 9688
     assert ev["communication_heavy"]["share"] == pytest.approx(0.2437, abs=1e-3)
     assert ev["enable_amp"]["compute_capability"] == "7.0"
+    # kernel time under mm/bmm/addmm/... ops (a row-by-row regex over the trace gives 0.423379)
+    assert ev["enable_amp"]["tensor_core_eligible_kernel_share"] == pytest.approx(0.423379, abs=1e-6)
     assert "tf32_matmul" not in ev  # a V100 has no TF32
     assert "memory_near_capacity" not in ev  # 6.6 GB peak of 32 GB
 
