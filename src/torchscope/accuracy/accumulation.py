@@ -49,9 +49,11 @@ class Widened:
 
 
 def _rms(x: Any) -> float | None:
+    """Root mean square, in float64 where the device has it (MPS has not: float32 suffices for a scale)."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0:
         return None
-    return float(x.detach().double().square().mean().sqrt())
+    acc = torch.float64 if x.device.type in ("cpu", "cuda") else torch.float32
+    return float(torch.linalg.vector_norm(x.detach(), dtype=acc)) / math.sqrt(x.numel())
 
 
 def _product(args: Sequence[Any], a: int, b: int, k: int | None = None) -> Accumulation | None:
