@@ -213,16 +213,18 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     cats = df["cat"].unique().to_list()
     kind_of = {c: dialect.CATEGORY_KIND.get(c.lower(), "other") for c in cats}
     on_device = [c for c in cats if c.lower() in dialect.DEVICE_CATEGORIES]
+    # mapped once, as a Series: inside the expression below it would be mapped twice (8 ms of 16)
+    by_cat = df["cat"].replace_strict(kind_of, default="other", return_dtype=pl.String)
     kind = (
         pl.when(pl.col("cat") == "")
         .then(pl.when(pl.col("ph") == "X").then(pl.lit("other")).otherwise(pl.lit("instant")))
-        .otherwise(pl.col("cat").replace_strict(kind_of, default="other"))
+        .otherwise(by_cat)
     )
     kind = (
         pl.when(pl.col("name").is_in(list(dialect.COLLECTIVE_NAMES)))
         .then(pl.lit("collective"))
         # 2021 traces file ProfilerStep#N under "Operator"; it is a record_function label
-        .when((kind == "cpu_op") & pl.col("name").str.starts_with("ProfilerStep#"))
+        .when((by_cat == "cpu_op") & pl.col("name").str.starts_with("ProfilerStep#"))
         .then(pl.lit("user_annotation"))
         .otherwise(kind)
     )
