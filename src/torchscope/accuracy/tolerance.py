@@ -12,6 +12,7 @@ op name (``"aten::softmax*"``) or on ``module/op`` (``"ff.*"``).
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -130,11 +131,14 @@ class Tolerances:
         return float(tol[0]) if tol is not None else DUMP_DEFAULTS.get(dtype, 0.0)
 
 
+# both are asked for every op a live compare sees, and a model has a few dozen op names: cached
+@functools.lru_cache(maxsize=4096)
 def is_discontinuous(op: str) -> bool:
     """True for ops whose outputs can jump under a tiny change of their inputs."""
     return _matches(DISCONTINUOUS_OP_PATTERNS, op)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_random(op: str) -> bool:
     """True for ops that draw random numbers (dropout, rand*, normal_, ...)."""
     return _matches(RANDOM_OP_PATTERNS, op)
