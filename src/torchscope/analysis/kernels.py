@@ -20,6 +20,8 @@ from torchscope.analysis.frames import kinds, memo
 from torchscope.trace.model import Trace
 
 DEVICE_KINDS = ["kernel", "memcpy", "memset"]
+# runtime calls that start a whole captured graph of device work
+GRAPH_LAUNCHES = ["cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "hipGraphLaunch"]
 
 
 def _device(trace: Trace) -> pl.DataFrame:
@@ -211,14 +213,14 @@ def __with_launch(trace: Trace) -> pl.DataFrame:
 class LaunchStats:
     """HTA's kernel launch statistics, summarized (ns)."""
 
-    launched: int  # device events with a known launching runtime call
+    launched: int  # device events with a known launching runtime call, graph launches aside
     short_kernels: int  # device time shorter than the host time spent launching it
     short_kernel_ns: int
     runtime_outliers: int  # launch calls longer than runtime_cutoff
     launch_delay_outliers: int  # kernels starting more than delay_cutoff after their launch returned
     median_launch_delay_ns: float | None  # of the delays clamped at 0 (see negative_launch_delays)
     p95_launch_delay_ns: float | None
-    per_kernel: pl.DataFrame  # name, stream, start_ns, dur_ns, runtime_ns, launch_delay_ns (>= 0, as HTA)
+    per_kernel: pl.DataFrame  # the same launches: name, stream, start_ns, dur_ns, runtime_ns, launch_delay_ns (>= 0, as HTA)
     # kernels that start before their launch call returns (a negative raw delay, counted as 0):
     # usual on an idle stream, and what a synchronous submit does
     negative_launch_delays: int = 0
@@ -229,12 +231,24 @@ class LaunchStats:
     synchronous_launches: int = 0
     # kernels shorter than their launch call, leaving out the synchronous ones
     short_async_kernels: int = 0
+    # device events run by a CUDA/HIP graph launch: one call starts many of them, so they have no
+    # launch of their own to measure and are left out of the numbers above (HTA leaves them out too)
+    graph_launched: int = 0
 
 
 def launch_stats(
     trace: Trace, runtime_cutoff_ns: int = 50_000, delay_cutoff_ns: int = 100_000
 ) -> LaunchStats:
-    d = _with_launch(trace)
+    """HTA's launch statistics over the device events launched one call each.
+
+    Work started by a graph launch (``cudaGraphLaunch``) is counted in ``graph_launched`` only:
+    its one call starts hundreds of kernels, so comparing each kernel with that call's length
+    or end would call graph-captured kernels "shorter than their launch" and delayed, the very
+    cure ``launch_bound`` recommends.
+    """
+    launched = _with_launch(trace)
+    graph = launched["runtime_name"].is_in(GRAPH_LAUNCHES)
+    d = launched.filter(~graph)
     short = d.filter(pl.col("dur_ns") < pl.col("runtime_ns"))
     delay = d["launch_delay_ns"]
     sync = (d["start_ns"] + d["dur_ns"]) <= (d["runtime_start_ns"] + d["runtime_ns"])
@@ -260,6 +274,7 @@ def launch_stats(
         clock_skewed=int((d["start_ns"] < d["runtime_start_ns"]).sum()),
         synchronous_launches=int(sync.sum()),
         short_async_kernels=int(((d["dur_ns"] < d["runtime_ns"]) & ~sync).sum()),
+        graph_launched=int(graph.sum()),
     )
 
 
@@ -314,9 +329,15 @@ def _idle_time(trace: Trace, consecutive_kernel_delay_ns: int) -> pl.DataFrame:
     return out
 
 
-def queue_length(trace: Trace) -> pl.DataFrame:
-    """Per device and stream: work launched but not yet started (HTA's queue length): max, mean, time-weighted mean."""
+def queue_length(trace: Trace, graph_launches: bool = True) -> pl.DataFrame:
+    """Per device and stream: work launched but not yet started (HTA's queue length): max, mean, time-weighted mean.
+
+    Work a graph launch (``cudaGraphLaunch``) submits is queued from that call on, so it counts
+    (``graph_launches=False`` leaves it out, as HTA does).
+    """
     d = _with_launch(trace)
+    if not graph_launches:
+        d = d.filter(~pl.col("runtime_name").is_in(GRAPH_LAUNCHES))
     if d.height == 0:
         return pl.DataFrame(
             schema={
@@ -331,7 +352,9 @@ def queue_length(trace: Trace) -> pl.DataFrame:
     downs = d.select("device", "stream", pl.col("start_ns").alias("t"), pl.lit(-1).alias("delta"))
     s = (
         pl.concat([ups, downs])
-        .sort("device", "stream", "t", "delta")
+        # a launch and a start at the same instant: the launch first, as HTA orders them (with
+        # microsecond clocks "same instant" is common, and the queue then peaks one higher)
+        .sort(["device", "stream", "t", "delta"], descending=[False, False, False, True])
         .with_columns(pl.col("delta").cum_sum().over("device", "stream").alias("q"))
         .with_columns((pl.col("t").shift(-1).over("device", "stream") - pl.col("t")).fill_null(0).alias("dt"))
     )

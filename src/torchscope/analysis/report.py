@@ -143,6 +143,7 @@ def report_trace(trace: Trace, top: int = 50) -> dict[str, Any]:
                 "negative_launch_delays": ls.negative_launch_delays,
                 "clock_skewed_launches": ls.clock_skewed,
                 "synchronous_launches": ls.synchronous_launches,
+                "graph_launched": ls.graph_launched,
             },
             K.IDLE_TIME: records(idle_time(trace)),
             K.QUEUE_LENGTH: records(queue_length(trace)),
