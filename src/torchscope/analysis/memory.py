@@ -9,11 +9,12 @@ allocations that were never freed inside the profiled window (leak candidates).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
+from torchscope.analysis import names
 from torchscope.analysis.frames import memo
 from torchscope.trace.model import Trace
-from torchscope.trace.tree import subtree_sum
 
 DEVICE_TYPE_NAMES = {
     0: "CPU",
@@ -122,53 +123,112 @@ def memory_peaks(trace: Trace) -> pl.DataFrame:
     )
 
 
+_BY_OP_SCHEMA = {
+    "name": pl.String,
+    "device": pl.String,
+    "allocations": pl.Int64,
+    "self_allocated_bytes": pl.Int64,
+    "self_freed_bytes": pl.Int64,
+    "self_net_bytes": pl.Int64,
+    "total_allocations": pl.Int64,
+    "total_allocated_bytes": pl.Int64,
+    "total_net_bytes": pl.Int64,
+}
+
+
+def _totals_by_name(
+    op: npt.NDArray[np.int64],
+    nbytes: npt.NDArray[np.int64],
+    parent: npt.NDArray[np.int64],
+    name_id: npt.NDArray[np.int64],
+    skip: npt.NDArray[np.bool_],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """For each name on the memory events' op stacks: allocations, allocated and net bytes.
+
+    An event counts once per name on its stack, however often the name nests there
+    (``aten::div`` inside ``aten::div`` counts its allocation once for ``aten::div``, as the
+    plugin does). Ops marked in ``skip`` are not credited. Returns the name ids and the sums.
+    """
+    rows, cur = np.arange(op.size), op
+    pairs_row, pairs_op = [], []
+    while cur.size:  # every (event, op on its stack) pair, one stack level at a time
+        pairs_row.append(rows)
+        pairs_op.append(cur)
+        up = parent[cur]
+        keep = up >= 0
+        rows, cur = rows[keep], up[keep]
+    r, o = np.concatenate(pairs_row), np.concatenate(pairs_op)
+    credited = ~skip[o]
+    r, ids = r[credited], name_id[o[credited]]
+    width = int(ids.max()) + 1 if ids.size else 1
+    _, first = np.unique(r * width + ids, return_index=True)
+    r, ids = r[first], ids[first]
+    b = nbytes[r]
+    names_present = np.unique(ids)
+    at = np.searchsorted(names_present, ids)
+    sums = [np.zeros(names_present.size, np.int64) for _ in range(3)]
+    np.add.at(sums[0], at, (b > 0).astype(np.int64))
+    np.add.at(sums[1], at, np.where(b > 0, b, 0))
+    np.add.at(sums[2], at, b)
+    return names_present, sums[0], sums[1], sums[2]
+
+
 def allocations_by_op(trace: Trace) -> pl.DataFrame:
-    """Per op name and device: allocations, allocated and freed bytes, self and including children."""
-    mem = trace.memory.filter(pl.col("op").fill_null(-1) >= 0)
-    ev = trace.events
+    """Per op name and device: what the op allocated and freed itself, and including its children.
+
+    The TensorBoard plugin's memory view: ``allocations``/``self_*`` count the op's own
+    ``[memory]`` events, ``total_*`` add those of every op nested in it, on the same device, each
+    event once per name (``aten::conv2d`` allocates nothing itself and everything through its
+    children, so it is listed with its totals). ``record_function`` labels are listed too (the
+    DataLoader's ``__next__``, ``Optimizer.step``), ``ProfilerStep#N`` is not. Sorted by total
+    allocated bytes.
+    """
+    mem = memory_events(trace).filter(pl.col("op").fill_null(-1) >= 0)
     if mem.height == 0:
-        return pl.DataFrame(
-            schema={
-                "name": pl.String,
-                "device": pl.String,
-                "allocations": pl.UInt32,
-                "self_allocated_bytes": pl.Int64,
-                "self_freed_bytes": pl.Int64,
-                "self_net_bytes": pl.Int64,
-                "total_allocated_bytes": pl.Int64,
-            }
-        )
+        return pl.DataFrame(schema=_BY_OP_SCHEMA)
+    ev = trace.events
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
-    op = mem["op"].to_numpy().astype(np.int64)
-    b = mem["bytes"].to_numpy()
-    pos = np.where(b > 0, b, 0)
-    # each allocation counts for its op and every op around it
-    owned = op >= 0
-    tot = subtree_sum(
-        np.bincount(op[owned], weights=pos[owned], minlength=ev.height).astype(np.int64), parent
-    )
     names_ = ev["name"].cast(pl.String)
-    self_df = (
-        memory_events(trace)
-        .filter(pl.col("op").fill_null(-1) >= 0)
-        .group_by("op_name", "device")
+    _, name_id = np.unique(ev["name"].to_physical().to_numpy(), return_inverse=True)
+    first_of = np.full(int(name_id.max()) + 1 if name_id.size else 0, -1, np.int64)
+    first_of[name_id[::-1]] = np.arange(name_id.size)[::-1]  # an event of each name id
+    is_step = ev.select(names.PROFILER_STEP.fill_null(False)).to_series().to_numpy()
+    totals = []
+    for (device,), rows in mem.partition_by("device", as_dict=True, maintain_order=True).items():
+        ids, count, allocated, net = _totals_by_name(
+            rows["op"].to_numpy().astype(np.int64),
+            rows["bytes"].to_numpy().astype(np.int64),
+            parent,
+            name_id.astype(np.int64),
+            is_step,
+        )
+        totals.append(
+            pl.DataFrame(
+                {
+                    "name": names_.gather(first_of[ids]),
+                    "device": pl.Series([device] * ids.size, dtype=pl.String),
+                    "total_allocations": count,
+                    "total_allocated_bytes": allocated,
+                    "total_net_bytes": net,
+                }
+            )
+        )
+    own = (
+        mem.filter(~is_step[mem["op"].to_numpy().astype(np.int64)])
+        .group_by(pl.col("op_name").alias("name"), "device")
         .agg(
-            (pl.col("bytes") > 0).sum().cast(pl.UInt32).alias("allocations"),
+            (pl.col("bytes") > 0).sum().cast(pl.Int64).alias("allocations"),
             pl.col("bytes").filter(pl.col("bytes") > 0).sum().alias("self_allocated_bytes"),
             (-pl.col("bytes").filter(pl.col("bytes") < 0)).sum().alias("self_freed_bytes"),
             pl.col("bytes").sum().alias("self_net_bytes"),
         )
-        .rename({"op_name": "name"})
-    )
-    touched = np.flatnonzero(tot)
-    tot_df = (
-        pl.DataFrame({"name": names_.gather(touched), "total_allocated_bytes": tot[touched]})
-        .group_by("name")
-        .agg(pl.col("total_allocated_bytes").sum())
     )
     return (
-        self_df.join(tot_df, on="name", how="left")
-        .with_columns(pl.col("total_allocated_bytes").fill_null(pl.col("self_allocated_bytes")))
+        pl.concat(totals)
+        .join(own, on=["name", "device"], how="full", coalesce=True)
+        .with_columns(pl.exclude("name", "device").fill_null(0))
+        .select(list(_BY_OP_SCHEMA))
+        .cast(_BY_OP_SCHEMA)  # type: ignore[arg-type]
         .sort(["total_allocated_bytes", "name", "device"], descending=[True, False, False], nulls_last=True)
     )
 
