@@ -7,6 +7,7 @@ recommendations. We must agree within 1% on both sample traces.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -114,6 +115,30 @@ def test_operator_view_matches_the_plugin(pair: tuple[str, Trace, Any]) -> None:
             "name"
         ]
     assert compared >= len(theirs) - 1
+
+
+def test_operator_view_by_input_shape_matches_the_plugin(pair: tuple[str, Trace, Any]) -> None:
+    """The same per op name and input shapes: calls and host/device time of every one of the
+    plugin's ~570 rows (``aten::div``, which calls itself, aside as above)."""
+    from torchscope.analysis.operators import operators
+
+    def shape(text: str | None) -> str:
+        return json.dumps(json.loads((text or "[]").replace("'", '"')), separators=(",", ":"))
+
+    _, trace, run = pair
+    theirs = {(o.name, shape(str(o.input_shape))): o for o in run.op_list_groupby_name_input}
+    compared = 0
+    for row in operators(trace, by_input_shape=True).iter_rows(named=True):
+        o = theirs.get((row["name"], shape(row["input_dims"])))
+        if o is None or row["name"] == "aten::div":
+            continue
+        compared += 1
+        key = (row["name"], row["input_dims"])
+        assert row["calls"] == o.calls, key
+        assert row["host_total_ns"] / 1e3 == pytest.approx(o.host_duration, rel=0.01, abs=1), key
+        assert row["host_self_ns"] / 1e3 == pytest.approx(o.self_host_duration, rel=0.01, abs=1), key
+        assert row["device_total_ns"] / 1e3 == pytest.approx(o.device_duration, rel=0.01, abs=1), key
+    assert compared >= len(theirs) - 2 and compared > 500
 
 
 def test_kernel_view_matches_the_plugin(pair: tuple[str, Trace, Any]) -> None:
