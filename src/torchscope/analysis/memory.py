@@ -15,6 +15,7 @@ import polars as pl
 from torchscope.analysis import names
 from torchscope.analysis.frames import memo
 from torchscope.trace.model import Trace
+from torchscope.trace.tree import subtree_sum
 
 DEVICE_TYPE_NAMES = {
     0: "CPU",
@@ -136,6 +137,20 @@ _BY_OP_SCHEMA = {
 }
 
 
+def _has_same_name_ancestor(
+    rows: npt.NDArray[np.int64], parent: npt.NDArray[np.int64], name_id: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """For each of ``rows``: whether an op above it has its name (``aten::div`` in ``aten::div``)."""
+    dup = np.zeros(rows.size, bool)
+    at, cur = np.arange(rows.size), parent[rows]
+    while at.size:
+        live = cur >= 0
+        at, cur = at[live], cur[live]
+        dup[at[name_id[cur] == name_id[rows[at]]]] = True
+        cur = parent[cur]
+    return dup
+
+
 def _totals_by_name(
     op: npt.NDArray[np.int64],
     nbytes: npt.NDArray[np.int64],
@@ -147,30 +162,23 @@ def _totals_by_name(
 
     An event counts once per name on its stack, however often the name nests there
     (``aten::div`` inside ``aten::div`` counts its allocation once for ``aten::div``, as the
-    plugin does). Ops marked in ``skip`` are not credited. Returns the name ids and the sums.
+    plugin does): each op's subtree is summed, then only the outermost op of each name on a
+    stack is credited (any inner one lies inside its subtree). Ops in ``skip`` are not credited.
+    Returns the name ids and the three sums.
     """
-    rows, cur = np.arange(op.size), op
-    pairs_row, pairs_op = [], []
-    while cur.size:  # every (event, op on its stack) pair, one stack level at a time
-        pairs_row.append(rows)
-        pairs_op.append(cur)
-        up = parent[cur]
-        keep = up >= 0
-        rows, cur = rows[keep], up[keep]
-    r, o = np.concatenate(pairs_row), np.concatenate(pairs_op)
-    credited = ~skip[o]
-    r, ids = r[credited], name_id[o[credited]]
-    width = int(ids.max()) + 1 if ids.size else 1
-    _, first = np.unique(r * width + ids, return_index=True)
-    r, ids = r[first], ids[first]
-    b = nbytes[r]
-    names_present = np.unique(ids)
-    at = np.searchsorted(names_present, ids)
-    sums = [np.zeros(names_present.size, np.int64) for _ in range(3)]
-    np.add.at(sums[0], at, (b > 0).astype(np.int64))
-    np.add.at(sums[1], at, np.where(b > 0, b, 0))
-    np.add.at(sums[2], at, b)
-    return names_present, sums[0], sums[1], sums[2]
+    sums = []
+    for values in ((nbytes > 0).astype(np.int64), np.where(nbytes > 0, nbytes, 0), nbytes):
+        own = np.zeros(parent.size, np.int64)
+        np.add.at(own, op, values)
+        sums.append(subtree_sum(own, parent))
+    touched = np.flatnonzero((sums[0] > 0) | (sums[2] != 0))
+    touched = touched[~skip[touched]]
+    touched = touched[~_has_same_name_ancestor(touched, parent, name_id)]
+    ids, at = np.unique(name_id[touched], return_inverse=True)
+    out = [np.zeros(ids.size, np.int64) for _ in sums]
+    for total, s in zip(out, sums, strict=True):
+        np.add.at(total, at, s[touched])
+    return ids, out[0], out[1], out[2]
 
 
 def allocations_by_op(trace: Trace) -> pl.DataFrame:
@@ -189,7 +197,8 @@ def allocations_by_op(trace: Trace) -> pl.DataFrame:
     ev = trace.events
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
     names_ = ev["name"].cast(pl.String)
-    _, name_id = np.unique(ev["name"].to_physical().to_numpy(), return_inverse=True)
+    # the categorical codes serve as name ids (no sort of every event's name)
+    name_id = ev["name"].cast(pl.Categorical).to_physical().to_numpy().astype(np.int64)
     first_of = np.full(int(name_id.max()) + 1 if name_id.size else 0, -1, np.int64)
     first_of[name_id[::-1]] = np.arange(name_id.size)[::-1]  # an event of each name id
     is_step = ev.select(names.PROFILER_STEP.fill_null(False)).to_series().to_numpy()
@@ -199,7 +208,7 @@ def allocations_by_op(trace: Trace) -> pl.DataFrame:
             rows["op"].to_numpy().astype(np.int64),
             rows["bytes"].to_numpy().astype(np.int64),
             parent,
-            name_id.astype(np.int64),
+            name_id,
             is_step,
         )
         totals.append(
