@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import polars as pl
 import pytest
 
 from torchscope.analysis.advisor import RULES, advise
@@ -17,7 +18,7 @@ def _found(trace: Trace) -> dict[str, dict[str, object]]:
 
 
 def test_rule_ids_are_stable_and_unique() -> None:
-    assert len(set(RULE_IDS)) == len(RULES) == 18
+    assert len(set(RULE_IDS)) == len(RULES) == 19
     assert RULE_IDS[:6] == (
         "dataloader_bottleneck",
         "enable_amp",
@@ -62,3 +63,25 @@ def test_factory_tensors_moved_to_the_device(load_trace: Callable[[str], Trace])
         "aten::_local_scalar_dense": 30,
         "cudaDeviceSynchronize": 1,
     }
+
+
+def test_cuda_start_up_inside_the_window_is_named(load_trace: Callable[[str], Trace]) -> None:
+    """``alexnet_benchmark`` profiled the program's first CUDA calls: context creation inside
+    ``cudaDeviceGetStreamPriorityRange`` (29.9 s) and ``cudaFree`` dominate its 43 s window. The
+    advice says so first, rather than only calling the device idle."""
+    findings = advise(load_trace("cuda/alexnet_benchmark.json.gz"))
+    assert findings[0].rule == "startup_in_window"
+    ev = findings[0].evidence
+    assert ev["share"] == pytest.approx(0.97, abs=0.01)
+    assert list(ev["seconds_by_call"])[:2] == ["cudaDeviceGetStreamPriorityRange", "cudaFree"]
+    assert ev["seconds_by_call"]["cudaDeviceGetStreamPriorityRange"] == pytest.approx(29.93, abs=0.01)
+    assert "schedule(wait=1, warmup=1, active=3)" in findings[0].fix
+
+
+def test_long_calls_with_the_device_busy_are_not_start_up(load_trace: Callable[[str], Trace]) -> None:
+    """MTIA's ``runFunction`` submits synchronously: 27 calls of >= 100 ms (5.0 s) that wait for
+    the device to run the job. They are waits, not start-up."""
+    trace = load_trace("other_devices/mtia_training_large.json.gz")
+    long_calls = trace.events.filter((pl.col("kind") == "runtime") & (pl.col("dur_ns") >= 100_000_000))
+    assert long_calls.height == 27
+    assert "startup_in_window" not in _found(trace)

@@ -6,6 +6,7 @@ import polars as pl
 
 from torchscope.analysis import names
 from torchscope.analysis.advisor.base import Context, Finding
+from torchscope.analysis.advisor.window import STARTUP_SHARE, startup_share
 from torchscope.analysis.frames import kinds
 from torchscope.analysis.memory import memory_peaks
 
@@ -127,12 +128,17 @@ def low_device_utilization(ctx: Context) -> list[Finding]:
         return []
     ids = ", ".join(str(d.device) for d in low)
     worst = min(d.utilization for d in low)
+    message = f"Device {ids} {'is' if len(low) == 1 else 'are'} busy only {worst:.0%} of the step time."
+    # idleness that start-up explains is startup_in_window's finding, and ranks before this one
+    startup = startup_share(ctx)
+    if startup >= STARTUP_SHARE:
+        message += f" Start-up takes {startup:.0%} of that time (see startup_in_window)."
     return [
         Finding(
             rule="low_device_utilization",
-            message=f"Device {ids} {'is' if len(low) == 1 else 'are'} busy only {worst:.0%} of the step time.",
+            message=message,
             fix="Give the device more work per launch: increase the batch size, or remove host-side stalls (see the other findings).",
             evidence={"utilization": {str(d.device): d.utilization for d in low}},
-            impact=1 - worst,
+            impact=(1 - worst) * (1 - startup if startup >= STARTUP_SHARE else 1.0),
         )
     ]

@@ -1,8 +1,8 @@
-"""The rule list, in a stable order: the plugin's, torch's pattern matcher's, HTA's, the seeds'."""
+"""The rule list, in a stable order: the plugin's, torch's pattern matcher's, HTA's, the seeds', ours."""
 
 from __future__ import annotations
 
-from torchscope.analysis.advisor import patterns, plugin, seeds
+from torchscope.analysis.advisor import patterns, plugin, seeds, window
 from torchscope.analysis.advisor.base import Rule
 
 RULES: tuple[Rule, ...] = (
@@ -24,6 +24,7 @@ RULES: tuple[Rule, ...] = (
     seeds.host_device_sync,
     seeds.python_outside_ops,
     seeds.double_precision,
+    window.startup_in_window,
 )
 
 RULE_IDS: tuple[str, ...] = tuple(r.__name__ for r in RULES)
