@@ -106,6 +106,30 @@ def test_diff_names_the_changed_ops(
     assert (tmp_path / "d.html").is_file()
 
 
+def test_diff_of_two_runs_of_several_ranks(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Directories of ranks are compared per step, averaged over ranks (the analyses' diff);
+    a run against itself changes nothing, and against one of its ranks, that rank's share."""
+    from torchscope.analysis.diff import diff_traces
+    from torchscope.trace.loader import load
+
+    runs = traces_dir / "multirank"
+    assert main(["diff", str(runs), str(runs), "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["report"]["step_us"]["ratio"] == 1.0 and len(same["ops"]) > 100
+    assert all(r["delta_ns"] == 0 for r in same["ops"])
+    one = runs / "rank-1.json.gz"
+    assert main(["diff", str(runs), str(one), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    expected = diff_traces(load(runs), load(one)).operators.row(0, named=True)
+    assert (got["ops"][0]["name"], got["ops"][0]["delta_ns"]) == (expected["name"], expected["delta_ns"])
+    assert main(["diff", str(runs), str(one)]) == 0
+    assert "averaged over ranks" in capsys.readouterr().out
+    assert main(["diff", str(runs), str(one), "--html", str(tmp_path / "d.html")]) == 2
+    assert "--html draws the diff of two single traces" in capsys.readouterr().err
+
+
 def test_export_stacks_sum_to_host_self_time(traces_dir: Path, tmp_path: Path) -> None:
     import torchscope
 
