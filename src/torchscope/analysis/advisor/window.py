@@ -29,6 +29,8 @@ STARTUP_SHARE = 0.25
 def _in_steps(ctx: Context, starts: np.ndarray) -> np.ndarray:
     steps = ctx.overview.steps
     s = steps["start_ns"].to_numpy()
+    if s.size == 0:
+        return np.zeros(starts.size, bool)
     e = s + steps["dur_ns"].to_numpy()
     at = np.searchsorted(s, starts, side="right") - 1
     return (at >= 0) & (starts < e[np.maximum(at, 0)])
