@@ -192,11 +192,12 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
                 spans = iv.merge(rs, rs + m["dur_ns"].to_numpy())
                 k = np.searchsorted(spans[0], pst, side="right") - 1
                 inside |= (ptid == tid) & (k >= 0) & (pst < spans[1][np.maximum(k, 0)])
-            culprits, plumbing = _python_culprits(ctx, py.filter(pl.Series(inside)), covered)
-            if (plumbing and not culprits) or (culprits and all(_TORCH_BUILTIN.match(c) for c in culprits)):
-                # only the profiler's own frames, or torch's own methods between their Python
-                # call and their op (argument parsing, dispatch, or the OS running something
-                # else): nothing the user can move
+            culprits, plumbing, torchs_own = _python_culprits(ctx, py.filter(pl.Series(inside)), covered)
+            if (plumbing and not culprits) or (culprits and all(torchs_own)):
+                # only the profiler's own frames, or torch's own code: its methods between their
+                # Python call and their op (argument parsing, dispatch), its Python plumbing
+                # (nn.Module.__getattr__, is_scripting), or the OS running something else
+                # meanwhile: nothing the user can move
                 continue
         label = "the steps" if region == "ProfilerStep#*" else f"'{region}'"
         if culprits:
@@ -245,6 +246,20 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
 _ADDR = re.compile(r" at 0x[0-9a-fA-F]+")
 # a torch method or function called from Python, as Kineto names its Python frame
 _TORCH_BUILTIN = re.compile(r"<built-in (method|function) \w+ of (Tensor|type) object>$")
+# a frame of torch's own Python source ("…/site-packages/torch/nn/modules/module.py(1954): __getattr__")
+_TORCH_SOURCE = re.compile(r"(^|/)torch/[\w/]+\.py\(\d+\): ")
+
+
+# Kineto's frame for an nn.Module call ("nn.Module: Linear_0"): whose code it is, torch's or the
+# user's, shows in the frames it ran
+_MODULE_FRAME = "nn.Module: "
+
+
+def _is_torch_frame(frame: str) -> bool:
+    """A torch method called from Python, or a frame of torch's own Python source."""
+    return bool(_TORCH_BUILTIN.match(frame) or _TORCH_SOURCE.search(frame))
+
+
 # the profiler's own Python (record_function's __enter__/__exit__, the profile object's step and
 # stop, our wrapper): its time is the cost of measuring, never the user's code. On a loaded
 # machine a record_function __exit__ can outlast the user's own hot spot and would be named first.
@@ -255,12 +270,13 @@ _PROFILER_PLUMBING = re.compile(
 
 def _python_culprits(
     ctx: Context, py: pl.DataFrame, covered: iv.Spans, top: int = 3
-) -> tuple[list[str], bool]:
+) -> tuple[list[str], bool, list[bool]]:
     """The calls the user wrote that spent the time: top-level Python frames of the region,
     ranked by their time outside torch ops, each with the hottest frame beneath it. The
-    profiler's own frames are left out; the flag says whether any were."""
+    profiler's own frames are left out; the flag says whether any were. The last list says, for
+    each culprit, whether it is torch's own code (its methods, its source, its nn modules)."""
     if py.height == 0:
-        return [], False
+        return [], False, []
     ev = ctx.trace.events
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
     rows = py["id"].to_numpy().astype(np.int64)
@@ -282,22 +298,35 @@ def _python_culprits(
             break
         root = np.where(step, p, root)
     out: list[str] = []
+    torchs_own: list[bool] = []
     plumbing = False
     for i in np.argsort(-outside):
         if not top_level[i] or outside[i] <= 0:
             continue
-        if _PROFILER_PLUMBING.search(str(names_[int(rows[i])])):
+        name = str(names_[int(rows[i])])
+        if _PROFILER_PLUMBING.search(name):
             plumbing = True
             continue
         mine = np.flatnonzero(root == rows[i])
+        if name.startswith(_MODULE_FRAME):
+            # a module call names the code it ran, and is torch's when its forward is in torch's
+            # source (nn.Linear) rather than the user's (their own block)
+            mine = mine[rows[mine] != rows[i]]
+            forwards = rows[par == rows[i]]
+            own = any(_TORCH_SOURCE.search(str(names_[int(c)])) for c in forwards)
         hot = rows[mine[np.argmax(self_ns[mine])]] if mine.size else rows[i]
-        label = _ADDR.sub("", str(names_[int(rows[i])]))
+        label = _ADDR.sub("", name)
         if hot != rows[i]:
             label += f" (in {_ADDR.sub('', str(names_[int(hot)]))})"
+        if not name.startswith(_MODULE_FRAME):
+            own = _is_torch_frame(_ADDR.sub("", name)) and _is_torch_frame(
+                _ADDR.sub("", str(names_[int(hot)]))
+            )
         out.append(label)
+        torchs_own.append(own)
         if len(out) >= top:
             break
-    return out, plumbing
+    return out, plumbing, torchs_own
 
 
 def double_precision(ctx: Context) -> list[Finding]:
