@@ -31,6 +31,7 @@ from typing import Any
 
 from torchscope.errors import TraceError
 from torchscope.process_memory import return_free_memory, rss_mb
+from torchscope.trace.json_repair import escape_raw_strings
 from torchscope.trace.model import Trace
 
 LIVE_SOURCE = "live capture"
@@ -125,15 +126,13 @@ class Cycle:
             target.parent.mkdir(parents=True, exist_ok=True)
         gz = target.name.endswith(".gz")
         if self.path is not None:
-            if gz:
-                with open(self.path, "rb") as src, gzip.open(target, "wb", compresslevel=6) as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-            else:
-                shutil.copyfile(self.path, target)
-            return
-        import msgspec
+            # Kineto's file, less the raw string values it sometimes leaves unescaped (without
+            # the repair one stray quote makes the whole file unreadable to Perfetto and HTA)
+            data, _ = escape_raw_strings(self.path.read_bytes())
+        else:
+            import msgspec
 
-        data = msgspec.json.encode(self.document or {"traceEvents": []})
+            data = msgspec.json.encode(self.document or {"traceEvents": []})
         if gz:
             with gzip.open(target, "wb", compresslevel=6) as dst:
                 dst.write(data)

@@ -42,6 +42,7 @@ from torchscope.trace.columns import (
 )
 from torchscope.trace.derive import derive
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
+from torchscope.trace.json_repair import describe, escape_raw_strings
 from torchscope.trace.model import Trace, TraceMeta
 from torchscope.trace.schema import (
     EVENTS_SCHEMA,
@@ -244,7 +245,7 @@ def _decode_chunks(
     except msgspec.ValidationError:
         rest, events = _lenient(tail, source, warnings)
     except msgspec.DecodeError as exc:
-        raise TraceError(source, f"not valid JSON ({exc})") from None
+        rest, events = _decode(_repaired(tail, source, warnings, exc), source, warnings)
     del tail
     if head_doc is not None:
         top.update(_top_fields(head_doc))
@@ -260,7 +261,17 @@ def _decode_piece(data: Text, lo: int, hi: int, source: str, warnings: list[str]
     except msgspec.ValidationError:
         return _lenient(piece, source, warnings)[1]
     except msgspec.DecodeError as exc:
+        return _decode(_repaired(piece, source, warnings, exc), source, warnings)[1]
+
+
+def _repaired(data: bytes, source: str, warnings: list[str], exc: msgspec.DecodeError) -> bytes:
+    """``data`` with the string values Kineto wrote unescaped repaired (``json_repair``), and a
+    warning that says so; the one-line error for ``exc`` when there was nothing to repair."""
+    fixed, values = escape_raw_strings(data)
+    if not values:
         raise TraceError(source, f"not valid JSON ({exc})") from None
+    warnings.append(describe(values))
+    return fixed
 
 
 def _as_bytes(data: Text) -> bytes:
@@ -387,7 +398,7 @@ def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, An
     except msgspec.ValidationError:
         return _lenient(data, source, warnings)
     except msgspec.DecodeError as exc:
-        raise TraceError(source, f"not valid JSON ({exc})") from None
+        return _decode(_repaired(data, source, warnings, exc), source, warnings)
     if doc.traceEvents is None:
         raise TraceError(source, "not a trace: no 'traceEvents' key")
     return _top_fields(doc), doc.traceEvents
@@ -398,7 +409,7 @@ def _lenient(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, A
     try:
         doc = _ANY_DECODER.decode(data)
     except msgspec.DecodeError as exc:
-        raise TraceError(source, f"not valid JSON ({exc})") from None
+        return _lenient(_repaired(data, source, warnings, exc), source, warnings)
     top: dict[str, Any] = {}
     if isinstance(doc, dict):
         if "traceEvents" not in doc:
