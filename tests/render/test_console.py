@@ -26,3 +26,27 @@ def test_summary_shows_ops_kernels_and_escapes_markup() -> None:
     assert "[bold red]rich markup[/bold red]" in text  # printed literally, not styled
     assert "<script>window.__pwned=1</script>" in text
     assert "top kernels" in text and "peak allocated 4.00 KiB" in text
+
+
+def _top_ops_header(path: Path) -> list[str]:
+    console = Console(record=True, width=200)
+    print_summary(build_payload(torchscope.load(path)), console)
+    lines = console.export_text().splitlines()
+    header = lines[lines.index(next(x for x in lines if x.startswith("top ops by self time"))) + 2]
+    return header.replace("┃", " ").split()
+
+
+def test_device_column_only_where_the_trace_has_device_work(traces_dir: Path) -> None:
+    assert _top_ops_header(traces_dir / "cpu" / "cpu_only_gloo_rank34.pt.trace.json.gz") == [
+        "name",
+        "calls",
+        "self",
+        "total",
+    ]
+    assert _top_ops_header(traces_dir / "cuda" / "nccl_rank0_of_2.json.gz")[-1] == "device"
+
+
+def test_breakdown_heading_is_one_line_on_a_narrow_terminal(traces_dir: Path) -> None:
+    console = Console(record=True, width=80)
+    print_summary(build_payload(torchscope.load(traces_dir / "cuda" / "nccl_rank0_of_2.json.gz")), console)
+    assert "where the time goes (3 steps, average 222.368 ms per step)" in console.export_text().splitlines()

@@ -128,9 +128,9 @@ def _print_run(run: dict[str, Any], console: Console, *, top: int) -> None:
     if avg and avg.get("Total"):
         total = avg["Total"]
         label = f"{len(steps)} steps" if ov.get("steps_from_trace") else "the whole run as one step"
-        t = Table(
-            title=f"where the time goes ({label}, average {fmt_ns(total)} per step)", title_justify="left"
-        )
+        # the heading is printed on its own: as a title it wrapped to the narrow table's width
+        console.print(f"[italic]where the time goes ({label}, average {fmt_ns(total)} per step)[/italic]")
+        t = Table()
         t.add_column("category")
         t.add_column("per step", justify="right")
         t.add_column("share", justify="right")
@@ -140,23 +140,15 @@ def _print_run(run: dict[str, Any], console: Console, *, top: int) -> None:
         console.print(t)
     ops = run.get("ops") or []
     if ops:
+        # a column of zeros says nothing: device time only where the trace has device work
+        with_device = any(r.get("device_self_ns") for r in ops)
         t = Table(title="top ops by self time", title_justify="left")
-        for col, just in (
-            ("name", "left"),
-            ("calls", "right"),
-            ("self", "right"),
-            ("total", "right"),
-            ("device", "right"),
-        ):
+        columns = [("name", "left"), ("calls", "right"), ("self", "right"), ("total", "right")]
+        for col, just in columns + ([("device", "right")] if with_device else []):
             t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
         for r in ops[:top]:
-            t.add_row(
-                _esc(r["name"]),
-                f"{r['calls']:,}",
-                fmt_ns(r["self_ns"]),
-                fmt_ns(r["total_ns"]),
-                fmt_ns(r.get("device_self_ns")),
-            )
+            cells = [_esc(r["name"]), f"{r['calls']:,}", fmt_ns(r["self_ns"]), fmt_ns(r["total_ns"])]
+            t.add_row(*cells, *([fmt_ns(r.get("device_self_ns"))] if with_device else []))
         console.print(t)
     kernels = run.get("kernels") or []
     if kernels:
