@@ -258,3 +258,18 @@ def test_accuracy_table_uses_full_width_when_piped(
     assert lines[0].startswith("accuracy (live): ") and lines[0].endswith("0 skipped")
     assert "│ aten::addmm " in out and "│ aten::mm " in out
     assert "COLUMNS" not in __import__("os").environ
+
+
+def test_piped_diff_keeps_each_op_name_on_one_line(
+    traces_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Piped output is not folded to 80 columns (rich's default split "aten::empty_strided")."""
+    a, b = (
+        traces_dir / "cuda/diff_control_rank3_of_8.json.gz",
+        traces_dir / "cuda/diff_test_rank1_of_2.json.gz",
+    )
+    assert main(["diff", str(a), str(b), "--top", "10"]) == 0
+    rows = [line.split("│") for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    names = [cells[1].strip() for cells in rows]
+    assert names[:4] == ["aten::copy_", "aten::empty_strided", "aten::mm", "CompiledFunction"]
+    assert "CompiledFunctionBackward" in names and all(name for name in names)

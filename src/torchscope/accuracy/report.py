@@ -121,10 +121,13 @@ def _top_table(title: str, records: list[OpResult]) -> Any:
 def print_result(result: AccuracyResult, top: int = 10) -> None:
     """The findings on the terminal: summary, first divergence, top ops, modules; and for dumps
     with module records, the first divergent module and the worst module calls."""
-    from rich.console import Console
+    import sys
+
     from rich.markup import escape
 
-    console = Console()
+    from torchscope.render.console import terminal
+
+    console = terminal(sys.stdout)
     s = result.summary()
     calls = (
         f"; {s['module_calls']} module calls, {s['module_calls_diverged']} over tolerance"

@@ -50,13 +50,12 @@ class DiffCommand:
         if args.json:
             print_json(diff)
             return EXIT_OK
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
-        from torchscope.render.console import fmt_ns
+        from torchscope.render.console import fmt_ns, terminal
 
-        console = Console(file=sys.stdout)
+        console = terminal(sys.stdout)
         if diff["summary_a"] is not None:
             sa, sb = diff["summary_a"], diff["summary_b"]
             console.print(

@@ -54,10 +54,9 @@ class ReportCommand:
         if args.json:
             print_json(machine_report(payload, html_path))
         else:
-            from rich.console import Console
+            from torchscope.render.console import print_summary, terminal
 
-            console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 140)
-            from torchscope.render.console import print_summary
+            console = terminal(sys.stdout)
 
             print_summary(payload, console, top=args.top)
             if html_path is not None:

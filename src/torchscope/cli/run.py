@@ -130,9 +130,9 @@ notes:
         if args.json:
             print(json.dumps(facts), file=sys.stderr)
         elif not args.no_summary:
-            from rich.console import Console
+            from torchscope.render.console import terminal
 
-            console = Console(file=sys.stderr, width=None if sys.stderr.isatty() else 140)
+            console = terminal(sys.stderr)
             if payload is not None:
                 from torchscope.render.console import print_summary
 

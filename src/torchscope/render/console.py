@@ -6,10 +6,19 @@ never disagree. Rich tables, widths that fit the terminal, units on every number
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
+
+# Piped output has no width to fit: rich's default of 80 columns folded op names mid-word
+# ("aten::empty_strid" / "ed"), so a pipe or a file gets this width and a terminal its own.
+PIPE_WIDTH = 140
+
+
+def terminal(file: IO[str]) -> Console:
+    """A console on ``file``: the terminal's width, or ``PIPE_WIDTH`` when it is not a terminal."""
+    return Console(file=file, width=None if file.isatty() else PIPE_WIDTH)
 
 
 def fmt_ns(ns: float | None) -> str:
