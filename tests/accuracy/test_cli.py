@@ -58,3 +58,16 @@ def test_run_script_and_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert meta["modules"] > 0 and meta["level"] == "module"
     assert cli(["accuracy", "run", str(tmp_path / "missing.py")]) == 2
     assert "no such script" in capsys.readouterr().err
+
+
+def test_terminal_table_names_directions_and_keeps_rows_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["accuracy", "run", "--model", "transformer_block", "--dtype", "bfloat16", "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+    top = [r for r in rows if len(r) == 9]  # the "top ops by error" table: one line per op
+    assert (
+        len(top) == 5
+        and {r[3] for r in top} <= {"fwd", "bwd"}
+        and all(r[1].startswith("aten::") for r in top)
+    )
+    assert "no first divergence" in out

@@ -93,6 +93,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+_SHORT_DIRECTION = {"forward": "fwd", "backward": "bwd"}  # the usual abbreviations, not "for"/"bac"
+
+
 def _top_table(title: str, records: list[OpResult]) -> Any:
     """A Rich table of ops (or module calls), worst first."""
     from rich.markup import escape
@@ -108,7 +111,7 @@ def _top_table(title: str, records: list[OpResult]) -> Any:
             str(o.index),
             escape(o.op),
             escape(o.module),
-            o.direction[:3],
+            _SHORT_DIRECTION.get(o.direction, o.direction),
             _fmt(w.max_abs_error if w else None),
             _fmt(w.max_rel_error if w else None),
             _fmt(w.rel_l2_error if w else None),
