@@ -85,13 +85,16 @@ class Cycle:
         path: Path | None = None,
         document: dict[str, Any] | None = None,
         kineto_results: Any = None,
+        keep_kineto: bool = False,
     ) -> None:
         self.path = path
         self.document = document
         self._trace: Trace | None = None
         # Kineto's C++ results, already saved to ``path``: freed while the Trace is read (or by
-        # ``release_kineto``), so that freeing them overlaps the read instead of preceding it
+        # ``release_kineto``), so that freeing them overlaps the read instead of preceding it;
+        # kept until ``discard`` when torch's memory profiler needs them (``keep_kineto``)
         self._kineto = kineto_results
+        self._keep_kineto = keep_kineto
         # how this cycle ended: Kineto's own stop, our save, RSS while Kineto held the results
         self.stats: dict[str, float | None] = {}
 
@@ -109,13 +112,19 @@ class Cycle:
         return self._trace
 
     def _release_while_decoding(self, phase: str) -> None:
-        if phase == "decode" and self._kineto is not None:
+        if phase == "decode" and self._kineto is not None and not self._keep_kineto:
             results, self._kineto = self._kineto, None
             _release_beside_the_scanner(results)
 
-    def release_kineto(self) -> None:
-        """Free Kineto's results now, if they are still held (a cycle nobody read)."""
-        if self._kineto is not None:
+    @property
+    def kineto_results(self) -> Any:
+        """Kineto's results of this cycle while they are held (see ``keep_kineto``), else None."""
+        return self._kineto
+
+    def release_kineto(self, *, even_if_kept: bool = False) -> None:
+        """Free Kineto's results now, if they are still held (a cycle nobody read); results kept
+        for the memory profiler go only with ``even_if_kept``."""
+        if self._kineto is not None and (even_if_kept or not self._keep_kineto):
             self._kineto = None
             return_free_memory()
 
@@ -141,7 +150,7 @@ class Cycle:
 
     def discard(self) -> None:
         """Delete the saved file (the Trace, if read, stays usable)."""
-        self.release_kineto()
+        self.release_kineto(even_if_kept=True)
         if self.path is not None:
             self.path.unlink(missing_ok=True)
 
@@ -168,6 +177,14 @@ class KinetoSession:
         self._scratch = scratch
         self._profiler = autograd_profiler.profile(use_kineto=True, **options)
         self.use_device: str | None = self._profiler.use_device
+        # torch's memory profiler (``export_memory_timeline``) reads Kineto's results, and only
+        # with these three options: then, as torch does, we keep them until the next cycle
+        self._keep_kineto = all(options.get(k) for k in ("record_shapes", "profile_memory", "with_stack"))
+
+    @property
+    def trace_id(self) -> str:
+        """The cycle's trace id (torch's ``get_trace_id``), made when the session is prepared."""
+        return str(self._profiler.trace_id)
 
     def prepare(self) -> None:
         self._profiler._prepare_trace()
@@ -187,7 +204,7 @@ class KinetoSession:
         if results is None:
             raise TraceError(LIVE_SOURCE, "Kineto returned no results for this cycle")
         results.save(str(path))
-        cycle = Cycle(path=path, kineto_results=results)
+        cycle = Cycle(path=path, kineto_results=results, keep_kineto=self._keep_kineto)
         del results
         cycle.stats = {
             "kineto_stop_s": t1 - t0,

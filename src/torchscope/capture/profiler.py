@@ -199,6 +199,7 @@ class profile:
             self._kineto_options["activity_filters"] = filters
         self._scratch = _Scratch()
         self._session: KinetoSession | PortableSession | None = None
+        self._trace_id: str | None = None  # the latest Kineto session's (``get_trace_id``)
         self._cycles: list[Cycle] = []
         self._metadata: dict[str, str] = {}
 
@@ -358,6 +359,8 @@ class profile:
             for cycle in self._cycles:
                 cycle.discard()
             self._cycles = []
+        for cycle in self._cycles:  # Kineto's results: of the latest cycle only, as torch keeps
+            cycle.release_kineto(even_if_kept=True)
         if self.backend == "portable":
             self._session = PortableSession(
                 self.record_shapes, self.with_stack, self.profile_memory, self.with_modules
@@ -369,6 +372,8 @@ class profile:
         if self not in _RECORDING:
             _RECORDING.append(self)
         self._session.prepare()
+        if isinstance(self._session, KinetoSession):
+            self._trace_id = self._session.trace_id
 
     def start_trace(self) -> None:
         """Start recording the events."""
@@ -507,6 +512,43 @@ class profile:
         """Metadata to add when recording starts."""
         self._metadata[key] = value
 
+    def set_custom_trace_id_callback(self, callback: Callable[[], str]) -> None:
+        """Set the trace id generator, called when each cycle is prepared (as torch's)."""
+        self._kineto_options["custom_trace_id_callback"] = callback
+
+    def get_trace_id(self) -> str | None:
+        """The trace id of the latest Kineto cycle (None before the first one, as torch's)."""
+        return self._trace_id
+
+    def export_memory_timeline(self, path: str, device: str | None = None) -> None:
+        """torch's memory timeline (``.html`` plot, ``.json``/``.json.gz`` points by category,
+        ``.raw.json.gz`` events), made by torch's own memory profiler from Kineto's results.
+
+        Its categories (parameters, gradients, activations, optimizer state, ...) come from
+        torch's data-flow analysis of the op tree, which the trace file does not carry, so we
+        call torch's code rather than redo it; for that the cycle keeps Kineto's results when
+        ``record_shapes``, ``profile_memory`` and ``with_stack`` are all on (torch's requirement).
+        Deprecated in torch as it is here.
+        """
+        warnings.warn(
+            "`export_memory_timeline` is deprecated and will be removed in a future version. "
+            "Please use `torch.cuda.memory._record_memory_history` and "
+            "`torch.cuda.memory._export_memory_snapshot` instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        required = ("record_shapes", "profile_memory", "with_stack")
+        missing = [f"{name}=True" for name in required if not getattr(self, name)]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} required for memory profiling.")
+        results = self._require_cycle("export_memory_timeline()")[-1].kineto_results
+        if results is None:
+            raise ProfilerStateError(
+                "export_memory_timeline(): this cycle has no Kineto results"
+                + (" (the portable backend records none)" if self.backend == "portable" else "")
+            )
+        write_memory_timeline(results, path, device or _default_memory_device(self.use_device))
+
     def toggle_collection_dynamic(self, enable: bool, activities: Iterable[ProfilerActivity]) -> None:
         if self._session is not None and isinstance(self._session, KinetoSession):
             self._session._profiler.toggle_collection_dynamic(enable, activities)
@@ -514,3 +556,35 @@ class profile:
     def __repr__(self) -> str:
         state = "recording" if self._session is not None else ("started" if self._started else "idle")
         return f"<torchscope.profile {state}, step {self.step_num}, {len(self._cycles)} cycle(s) held>"
+
+
+def _default_memory_device(use_device: str | None) -> str:
+    """torch's default for ``export_memory_timeline``: the first device, CUDA's when present."""
+    if use_device and use_device != "cuda":
+        return use_device + ":0"
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def write_memory_timeline(results: Any, path: str, device: str) -> None:
+    """Write torch's memory timeline of Kineto's ``results`` to ``path``, by its suffix."""
+    import gzip
+    import tempfile
+
+    from torch.profiler._memory_profiler import MemoryProfile, MemoryProfileTimeline
+
+    timeline = MemoryProfileTimeline(MemoryProfile(results))
+    if path.endswith(".html"):
+        timeline.export_memory_timeline_html(path, device)
+        return
+    if not path.endswith(".gz"):
+        timeline.export_memory_timeline(path, device)
+        return
+    write = (
+        timeline.export_memory_timeline_raw
+        if path.endswith("raw.json.gz")
+        else timeline.export_memory_timeline
+    )
+    with tempfile.TemporaryDirectory(prefix="torchscope-") as scratch:  # torch writes plain JSON only
+        plain = Path(scratch) / "timeline.json"
+        write(str(plain), device)
+        Path(path).write_bytes(gzip.compress(plain.read_bytes()))
