@@ -27,6 +27,8 @@ _LAZY: dict[str, str] = {
     "supported_activities": "torchscope.capture.profiler",
     "tensorboard_trace_handler": "torchscope.capture.handlers",
     "ExecutionTraceObserver": "torchscope.capture.profiler",
+    "DeviceType": "torchscope.capture.profiler",
+    "kineto_available": "torchscope.capture.profiler",
     "load": "torchscope.trace.loader",
     "Trace": "torchscope.trace.model",
     "TraceSet": "torchscope.trace.model",
@@ -35,6 +37,7 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
+    "DeviceType",
     "ExecutionTraceObserver",
     "ProfilerAction",
     "ProfilerActivity",
@@ -43,6 +46,7 @@ __all__ = [
     "TraceMeta",
     "TraceSet",
     "__version__",
+    "kineto_available",
     "load",
     "profile",
     "record_function",

@@ -109,3 +109,16 @@ def test_trace_ids() -> None:
 def test_every_public_method_of_torchs_profile_is_here() -> None:
     public = {name for name in dir(torch_profiler.profile) if not name.startswith("_")}
     assert public - set(dir(torchscope.profile)) == set()
+
+
+def test_every_public_name_of_torch_profiler_imports_from_torchscope() -> None:
+    """``from torch.profiler import X`` -> ``from torchscope import X`` works for every X."""
+    assert [name for name in torch_profiler.__all__ if not hasattr(torchscope, name)] == []
+    for same in (
+        "DeviceType",
+        "ProfilerActivity",
+        "kineto_available",
+        "record_function",
+        "ExecutionTraceObserver",
+    ):
+        assert getattr(torchscope, same) is getattr(torch_profiler, same)

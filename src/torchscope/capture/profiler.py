@@ -29,7 +29,7 @@ import polars as pl
 import torch
 from torch._C._profiler import ProfilerActivity, _ExperimentalConfig
 from torch.autograd.profiler import record_function
-from torch.profiler import ExecutionTraceObserver
+from torch.profiler import DeviceType, ExecutionTraceObserver, kineto_available
 
 from torchscope.analysis.key_averages import KeyAverages, key_averages
 from torchscope.capture.events import FunctionEvent, build_events, export_stacks
@@ -39,10 +39,12 @@ from torchscope.errors import ProfilerStateError
 from torchscope.trace.model import Trace
 
 __all__ = [
+    "DeviceType",
     "ExecutionTraceObserver",
     "ProfilerAction",
     "ProfilerActivity",
     "TraceReadyError",
+    "kineto_available",
     "profile",
     "record_function",
     "supported_activities",
