@@ -7,12 +7,14 @@ import gzip
 import json
 import re
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.profiler as torch_profiler
+from torch.autograd.profiler_util import _format_time
 from torch.profiler._memory_profiler import Action, Category
 
 import torchscope
@@ -122,3 +124,64 @@ def test_every_public_name_of_torch_profiler_imports_from_torchscope() -> None:
         "ExecutionTraceObserver",
     ):
         assert getattr(torchscope, same) is getattr(torch_profiler, same)
+
+
+def _forward_backward(profile: Any) -> Any:
+    torch.manual_seed(0)
+    model = mlp((16, 32, 8))
+    x = torch.randn(4, 16)
+    with profile(record_shapes=True, with_flops=True) as prof:
+        model(x).sum().backward()
+    return prof
+
+
+def _described(events: Any) -> Counter[tuple[Any, ...]]:
+    """What torch's events say of each op, sequence numbers taken from the run's first one."""
+    first = min((e.sequence_nr for e in events if e.sequence_nr >= 0), default=0)
+    return Counter(
+        (
+            e.name,
+            e.sequence_nr - first if e.sequence_nr >= 0 else -1,
+            repr(e.input_shapes),
+            repr(e.concrete_inputs),
+            repr(e.input_dtypes),
+            e.flops,
+            e.fwd_thread,
+            e.device_type,
+            len(e.kernels),
+        )
+        for e in events
+    )
+
+
+def test_events_carry_torchs_attributes() -> None:
+    _forward_backward(torch_profiler.profile)  # warm up
+    theirs, ours = (
+        _forward_backward(torch_profiler.profile).events(),
+        _forward_backward(torchscope.profile).events(),
+    )
+    assert len(ours) == len(theirs) == 104
+    assert _described(ours) == _described(theirs)
+    addmm = next(e for e in ours if e.name == "aten::addmm")
+    assert addmm.concrete_inputs == [None, None, None, 1, 1] and addmm.flops == 4096
+    backward = next(e for e in ours if e.name == "AddmmBackward0")
+    assert backward.fwd_thread == next(e for e in theirs if e.name == "AddmmBackward0").fwd_thread
+    # the formatted times are torch's formatter applied to our numbers
+    for row in [*ours[:20], *list(ours.key_averages())[:20]]:
+        assert row.cpu_time_total_str == _format_time(row.cpu_time_total)
+        assert row.self_cpu_time_total_str == _format_time(row.self_cpu_time_total)
+        assert row.device_time_str == _format_time(row.device_time)
+
+
+def test_event_list_methods_are_torchs() -> None:
+    theirs, ours = (
+        _forward_backward(torch_profiler.profile).events(),
+        _forward_backward(torchscope.profile).events(),
+    )
+    # one row per event, torch's columns
+    assert ours.table(row_limit=5).splitlines()[1] == theirs.table(row_limit=5).splitlines()[1]
+    assert len(ours.table(row_limit=1000).splitlines()) == len(theirs.table(row_limit=1000).splitlines())
+    assert ours.total_average().count == theirs.total_average().count == 104
+    assert ours.self_cpu_time_total == pytest.approx(sum(e.self_cpu_time_total for e in ours))
+    assert {r.key for r in ours.key_averages()} == {r.key for r in theirs.key_averages()}
+    assert ours.supported_export_stacks_metrics() == theirs.supported_export_stacks_metrics()

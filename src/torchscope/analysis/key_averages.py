@@ -38,6 +38,7 @@ from typing import Any, overload
 import numpy as np
 import polars as pl
 
+from torchscope.render.torch_table import format_time
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS
 from torchscope.trace.tree import subtree_sum
@@ -71,6 +72,18 @@ CPU_MEMORY_DEVICES = (0, 2, 5)  # CPU, MKLDNN, IDEEP
 DEVICE_MEMORY_DEVICES = (1, 6, 12, 20)  # CUDA, HIP, XPU, PrivateUse1
 
 # the frame one row per key holds; times in microseconds like torch's attributes
+# the summed times (us) and memory (bytes) of a row, in the table's order
+METRIC_COLUMNS = (
+    "cpu_time_total",
+    "self_cpu_time_total",
+    "device_time_total",
+    "self_device_time_total",
+    "cpu_memory_usage",
+    "self_cpu_memory_usage",
+    "device_memory_usage",
+    "self_device_memory_usage",
+)
+
 AVERAGES_SCHEMA: dict[str, pl.DataType] = {
     "key": pl.String(),
     "overload_name": pl.String(),
@@ -381,8 +394,49 @@ class CudaAliases:
         return self.self_device_memory_usage
 
 
+class FormattedTimes:
+    """torch's ``*_str`` properties (``cpu_time_total_str``, ...), shared by rows and events."""
+
+    cpu_time_total: float
+    self_cpu_time_total: float
+    device_time_total: float
+    self_device_time_total: float
+
+    @property
+    def cpu_time(self) -> float:  # pragma: no cover - every subclass defines its own
+        raise NotImplementedError
+
+    @property
+    def device_time(self) -> float:  # pragma: no cover - every subclass defines its own
+        raise NotImplementedError
+
+    @property
+    def cpu_time_str(self) -> str:
+        return format_time(self.cpu_time)
+
+    @property
+    def device_time_str(self) -> str:
+        return format_time(self.device_time)
+
+    @property
+    def cpu_time_total_str(self) -> str:
+        return format_time(self.cpu_time_total)
+
+    @property
+    def device_time_total_str(self) -> str:
+        return format_time(self.device_time_total)
+
+    @property
+    def self_cpu_time_total_str(self) -> str:
+        return format_time(self.self_cpu_time_total)
+
+    @property
+    def self_device_time_total_str(self) -> str:
+        return format_time(self.self_device_time_total)
+
+
 @dataclass(frozen=True)
-class KeyAverage(CudaAliases):
+class KeyAverage(CudaAliases, FormattedTimes):
     """One row of ``key_averages()``: torch's ``FunctionEventAvg`` attribute names, times in us."""
 
     key: str
@@ -405,6 +459,16 @@ class KeyAverage(CudaAliases):
     node_id: int = -1
     is_async: bool = False
     is_remote: bool = False
+    use_device: str | None = None
+    is_legacy: bool = False  # torch's legacy (pre-Kineto) profiler: never
+    scope: int = 0  # torch's RecordScope.FUNCTION
+
+    @property
+    def device_type(self) -> Any:
+        """torch's ``DeviceType`` of the row (needs torch: rows of loaded traces rarely ask)."""
+        from torch.autograd import DeviceType
+
+        return DeviceType.CUDA if self.is_device else DeviceType.CPU
 
     @property
     def cpu_time(self) -> float:
@@ -419,11 +483,11 @@ class KeyAverage(CudaAliases):
     cuda_time = device_time
 
 
-def _row(values: dict[str, Any]) -> KeyAverage:
+def _row(values: dict[str, Any], use_device: str | None = None) -> KeyAverage:
     """A row as torch shows it: ``input_shapes`` a list when grouped by shape, else ``""``."""
     shapes = values["input_shapes"]
     values = {**values, "input_shapes": parse_shapes(shapes) if shapes else ""}
-    return KeyAverage(**values)
+    return KeyAverage(**values, use_device=use_device)
 
 
 class KeyAverages:
@@ -447,7 +511,7 @@ class KeyAverages:
 
     def __iter__(self) -> Iterator[KeyAverage]:
         for row in self.frame.iter_rows(named=True):
-            yield _row(row)
+            yield _row(row, self.use_device)
 
     @overload
     def __getitem__(self, index: int) -> KeyAverage: ...
@@ -460,7 +524,7 @@ class KeyAverages:
             index += self.frame.height
         if not 0 <= index < self.frame.height:
             raise IndexError(index)
-        return _row(self.frame.row(index, named=True))
+        return _row(self.frame.row(index, named=True), self.use_device)
 
     def total_average(self) -> KeyAverage:
         """All rows summed into one ``Total`` row (torch's ``EventList.total_average``)."""
@@ -469,7 +533,7 @@ class KeyAverages:
             for c in self.frame.columns
             if c.endswith(("_total", "_usage")) or c in ("count", "flops")
         ).row(0, named=True)
-        return KeyAverage(key="Total", input_shapes="", **sums)
+        return KeyAverage(key="Total", input_shapes="", use_device=self.use_device, **sums)
 
     @property
     def self_cpu_time_total(self) -> float:
@@ -613,14 +677,7 @@ def key_averages(
         pl.col("name").cast(pl.String).alias("key"),
         pl.lit("").alias("overload_name"),
         "count",
-        "cpu_time_total",
-        "self_cpu_time_total",
-        "device_time_total",
-        "self_device_time_total",
-        "cpu_memory_usage",
-        "self_cpu_memory_usage",
-        "device_memory_usage",
-        "self_device_memory_usage",
+        *METRIC_COLUMNS,
         pl.col("input_shapes") if group_by_input_shape else pl.lit("").alias("input_shapes"),
         pl.col("stack") if group_by_stack_n > 0 else pl.lit([], dtype=pl.List(pl.String)).alias("stack"),
         "flops",

@@ -10,14 +10,28 @@ table. ``export_stacks`` writes the collapsed-stack format of flamegraph tools
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import polars as pl
 
-from torchscope.analysis.key_averages import CudaAliases, event_frame, parse_shapes
+from torchscope.analysis.key_averages import (
+    AVERAGES_SCHEMA,
+    METRIC_COLUMNS,
+    CudaAliases,
+    FormattedTimes,
+    KeyAverage,
+    KeyAverages,
+    _flops_of,
+    event_frame,
+    parse_shapes,
+)
 from torchscope.trace.model import Trace
+from torchscope.trace.schema import DEVICE_KINDS
 
 STACK_METRICS = (
     "self_cpu_time_total",
@@ -39,8 +53,16 @@ class Interval:
         return self.end - self.start
 
 
+class Kernel(NamedTuple):
+    """Device work an op launched, as torch's ``profiler_util.Kernel`` (duration in us)."""
+
+    name: str
+    device: int
+    duration: float
+
+
 @dataclass(eq=False)
-class FunctionEvent(CudaAliases):
+class FunctionEvent(CudaAliases, FormattedTimes):
     """One profiled event with torch's ``FunctionEvent`` attribute names (times in us)."""
 
     id: int
@@ -68,6 +90,21 @@ class FunctionEvent(CudaAliases):
     is_async: bool = False
     is_remote: bool = False
     overload_name: str = ""
+    sequence_nr: int = -1  # autograd's: a forward op and its backward share it
+    fwd_thread: int | None = None
+    external_id: int = 0
+    device_index: int = 0
+    concrete_inputs: list[Any] = field(default_factory=list)
+    input_dtypes: list[Any] = field(default_factory=list)
+    flops: int = 0
+    kernels: list[Kernel] = field(default_factory=list)
+    is_python_function: bool = False
+    is_legacy: bool = False
+    scope: int = 0
+    # torch fills these only while printing a table
+    self_cpu_percent: float = -1
+    total_cpu_percent: float = -1
+    total_device_percent: float = -1
 
     @property
     def key(self) -> str:
@@ -80,6 +117,8 @@ class FunctionEvent(CudaAliases):
     @property
     def device_time(self) -> float:
         return self.device_time_total
+
+    cuda_time = device_time  # torch's older name
 
     @property
     def device_type(self) -> Any:
@@ -96,16 +135,77 @@ class FunctionEvent(CudaAliases):
         )
 
 
-def build_events(trace: Trace, *, use_device: str | None = None) -> list[FunctionEvent]:
+def _json_list(text: str | None) -> list[Any]:
+    try:
+        value = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
+
+
+def _scalar(text: Any) -> Any:
+    """A "Concrete Inputs" entry as torch gives it: None for a tensor (Kineto writes ""), the
+    value for a scalar or scalar list (Kineto writes its text: "1", "0.5", "True", "[32, 16]")."""
+    if not isinstance(text, str):
+        return text
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    if text.startswith("["):  # a scalar list: "[32, 16]"
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _kernels_by_op(trace: Trace) -> dict[int, list[Kernel]]:
+    """The device work each op launched (torch lists it on the op as ``kernels``)."""
+    ev = trace.events
+    device = ev.filter(pl.col("kind").is_in(DEVICE_KINDS) & (pl.col("op") >= 0))
+    out: dict[int, list[Kernel]] = {}
+    for op, name, index, dur in device.select(
+        "op", pl.col("name").cast(pl.String), "device", "dur_ns"
+    ).iter_rows():
+        out.setdefault(op, []).append(Kernel(name, index, dur / 1000.0))
+    return out
+
+
+def build_events(
+    trace: Trace, *, use_device: str | None = None, with_flops: bool = False
+) -> list[FunctionEvent]:
     """Every event torch's ``events()`` would list, linked to its parent and children."""
     frame = event_frame(trace, with_stack_n=_STACK_DEPTH)
     if frame.height == 0:
         return []
     t0 = int(frame["start_ns"].min())  # type: ignore[arg-type]
+    ids = frame["id"].to_numpy()
+    real = pl.Series(ids >= 0)
+    rows_of = np.where(ids >= 0, ids, 0)
+
+    def attribute(column: str, default: Any) -> pl.Series:
+        """The Trace's ``column`` for each row (``default`` where missing or synthetic)."""
+        values = trace.events[column].gather(rows_of)
+        return pl.select(pl.when(real).then(values).otherwise(None).fill_null(default)).to_series()
+
     rows = frame.with_columns(
         ((pl.col("start_ns") - t0) / 1000.0).alias("start_us"),
         ((pl.col("start_ns") + pl.col("dur_ns") - t0) / 1000.0).alias("end_us"),
+        attribute("seq", -1).alias("seq"),
+        attribute("fwd_tid", 0).alias("fwd_tid"),
+        attribute("external_id", 0).alias("external_id"),
+        attribute("device", -1).alias("device"),
+        attribute("concrete_inputs", "").alias("concrete"),
+        attribute("input_types", "").alias("types"),
+        _flops_of(frame, trace) if with_flops else pl.lit(0, pl.Int64).alias("flops"),
     )
+    kernels = _kernels_by_op(trace)
     events: list[FunctionEvent] = []
     by_id: dict[int, FunctionEvent] = {}
     parents: list[int] = []
@@ -129,6 +229,14 @@ def build_events(trace: Trace, *, use_device: str | None = None) -> list[Functio
             is_device=r["is_device"],
             is_user_annotation=r["is_user_annotation"],
             use_device=use_device,
+            sequence_nr=r["seq"],
+            fwd_thread=r["fwd_tid"],
+            external_id=r["external_id"],
+            device_index=max(r["device"], 0),
+            concrete_inputs=[_scalar(v) for v in _json_list(r["concrete"])],
+            input_dtypes=_json_list(r["types"]),
+            flops=r["flops"],
+            kernels=kernels.get(r["id"], []) if not r["is_device"] else [],
         )
         events.append(ev)
         if r["id"] >= 0:
@@ -140,6 +248,63 @@ def build_events(trace: Trace, *, use_device: str | None = None) -> list[Functio
             ev.cpu_parent = parent
             parent.cpu_children.append(ev)
     return events
+
+
+class EventList(list[FunctionEvent]):
+    """``prof.events()``: the events, with torch's ``EventList`` methods (``table``,
+    ``key_averages``, ``total_average``, ``self_cpu_time_total``, the exports), which ask the
+    profiler that made the list."""
+
+    def __init__(self, events: Iterable[FunctionEvent], profiler: Any) -> None:
+        super().__init__(events)
+        self._profiler = profiler
+
+    def key_averages(
+        self,
+        group_by_input_shape: bool = False,
+        group_by_stack_n: int = 0,
+        group_by_overload_name: bool = False,
+    ) -> KeyAverages:
+        return self._profiler.key_averages(  # type: ignore[no-any-return]
+            group_by_input_shape, group_by_stack_n, group_by_overload_name
+        )
+
+    def _as_rows(self) -> KeyAverages:
+        """One row per event (count 1), in the columns the averages have."""
+        columns: dict[str, list[Any]] = {name: [] for name in AVERAGES_SCHEMA}
+        for ev in self:
+            columns["key"].append(ev.name)
+            columns["overload_name"].append(ev.overload_name)
+            columns["count"].append(1)
+            for name in (*METRIC_COLUMNS, "stack", "flops", "is_device", "is_user_annotation"):
+                columns[name].append(getattr(ev, name))
+            columns["input_shapes"].append(json.dumps(ev.input_shapes) if ev.input_shapes else "")
+            columns["is_top_level"].append(ev.cpu_parent is None)
+        frame = pl.DataFrame(columns, schema=AVERAGES_SCHEMA)
+        p = self._profiler
+        return KeyAverages(
+            frame, use_device=p.use_device, profile_memory=p.profile_memory, with_flops=p.with_flops
+        )
+
+    def table(self, sort_by: str | None = None, row_limit: int = 100, **options: Any) -> str:
+        """torch's table with one row per event (``EventList.table``), same options."""
+        return self._as_rows().table(sort_by=sort_by, row_limit=row_limit, **options)
+
+    def total_average(self) -> KeyAverage:
+        return self._as_rows().total_average()
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        return float(sum(ev.self_cpu_time_total for ev in self))
+
+    def export_chrome_trace(self, path: str) -> None:
+        self._profiler.export_chrome_trace(path)
+
+    def export_stacks(self, path: str, metric: str) -> None:
+        self._profiler.export_stacks(path, metric)
+
+    def supported_export_stacks_metrics(self) -> list[str]:
+        return list(STACK_METRICS)
 
 
 def export_stacks(traces: list[Trace], path: Path, metric: str) -> None:

@@ -32,7 +32,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import DeviceType, ExecutionTraceObserver, kineto_available
 
 from torchscope.analysis.key_averages import KeyAverages, key_averages
-from torchscope.capture.events import FunctionEvent, build_events, export_stacks
+from torchscope.capture.events import EventList, build_events, export_stacks
 from torchscope.capture.kineto import Cycle, KinetoSession, PortableSession, _Scratch
 from torchscope.capture.schedule import ProfilerAction, as_action, default_schedule
 from torchscope.errors import ProfilerStateError
@@ -468,12 +468,18 @@ class profile:
             with_flops=self.with_flops,
         )
 
-    def events(self) -> list[FunctionEvent]:
-        """Every event as an object with torch's ``FunctionEvent`` attribute names."""
-        out: list[FunctionEvent] = []
-        for trace in self.traces():
-            out.extend(build_events(trace, use_device=self.use_device))
-        return out
+    def events(self) -> EventList:
+        """Every event as an object with torch's ``FunctionEvent`` attribute names, in a list
+        with torch's ``EventList`` methods."""
+        traces = self.traces()
+        return EventList(
+            (
+                ev
+                for t in traces
+                for ev in build_events(t, use_device=self.use_device, with_flops=self.with_flops)
+            ),
+            self,
+        )
 
     @property
     def self_cpu_time_total(self) -> float:
