@@ -148,10 +148,11 @@ class _SlowDataset(torch.utils.data.Dataset):  # type: ignore[misc]
         return torch.randn(64), torch.tensor(i % 10)
 
 
-def test_single_process_dataloader_is_the_bottleneck(tmp_path: Path) -> None:
+def _loader_findings(tmp_path: Path, num_workers: int) -> dict[str, Any]:
+    """Train an MLP on the slow dataset under a schedule; the advisor's findings by rule."""
     model = mlp((64, 128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = torch.utils.data.DataLoader(_SlowDataset(), batch_size=8, num_workers=0)
+    loader = torch.utils.data.DataLoader(_SlowDataset(), batch_size=8, num_workers=num_workers)
 
     path = tmp_path / "loader.json"
     sched = torch.profiler.schedule(wait=1, warmup=1, active=5)
@@ -168,13 +169,28 @@ def test_single_process_dataloader_is_the_bottleneck(tmp_path: Path) -> None:
             prof.step()
     trace = torchscope.load(path)
     assert isinstance(trace, Trace)
+    assert overview(trace).steps["step"].to_list() == [2, 3, 4, 5, 6]  # the schedule's active steps
     found = _rules(trace)
     dl = found["dataloader_bottleneck"]
     b = overview(trace).breakdown_ns  # the finding quotes the overview's DataLoader share
     assert dl.evidence["share"] == pytest.approx(b["DataLoader"] / b["Total"])
-    assert overview(trace).steps["step"].to_list() == [2, 3, 4, 5, 6]  # the schedule's active steps
-    assert "num_workers" in dl.fix
+    return found
+
+
+def test_single_process_dataloader_is_the_bottleneck(tmp_path: Path) -> None:
+    found = _loader_findings(tmp_path, num_workers=0)
+    dl = found["dataloader_bottleneck"]
+    assert dl.evidence["loader"] == "main process" and "Set num_workers > 0" in dl.fix
     assert "dataloader_num_workers" in found
+
+
+def test_workers_that_do_not_keep_up_get_advice_for_workers(tmp_path: Path) -> None:
+    """With num_workers=2 already, "set num_workers > 0" would be advice the user followed."""
+    found = _loader_findings(tmp_path, num_workers=2)
+    dl = found["dataloader_bottleneck"]
+    assert dl.evidence["loader"] == "workers" and "already loads in worker processes" in dl.message
+    assert "Set num_workers > 0" not in dl.fix and "raise num_workers" in dl.fix
+    assert "dataloader_num_workers" not in found
 
 
 def _region_trace(python_frame: str, *more: tuple[str, int, int]) -> Trace:

@@ -191,3 +191,19 @@ def test_steps_run_from_one_optimizer_step_to_the_next_and_setup_is_no_step(
 
     convs = ev.filter(pl.col("name").cast(pl.String) == "aten::conv2d").group_by("step").len().sort("step")
     assert convs["step"].to_list() == [0, 1, 2, 3] and convs["len"].to_list() == [20, 20, 20, 20]
+
+
+def test_advice_names_the_python_the_sampler_caught(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No Python stacks were recorded (the run's default), yet the advice names np.argwhere:
+    the sampler caught it inside the region the trace says is outside every op."""
+    out = tmp_path / "mask"
+    assert main(["run", "--out", str(out), str(SCRIPTS / "masking.py")]) == 0
+    findings = [r for r in _report(out)["report"]["recommendations"] if r["rule"] == "python_outside_ops"]
+    masking = next(f for f in findings if f["evidence"]["region"] == "LABEL2: masking")
+    assert masking["evidence"]["sampled"] is True and masking["evidence"]["python_stacks"] is False
+    assert masking["evidence"]["python_functions"][0].startswith("argwhere (numeric.py:")
+    assert "the sampler caught most of it in argwhere" in masking["message"]
+    assert "torchscope run" not in masking["fix"]  # no advice to use the tool the user is using
+    assert "the sampler caught most of it in argwhere" in capsys.readouterr().err

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from torchscope.runner.sampler import HotSpots, covered_by
-from torchscope.runner.session import RunOptions, RunResult
+from torchscope.runner.sampler import HotSpots, covered_by, hot_frame
+from torchscope.runner.session import SETUP_SPAN, TAIL_SPAN, RunOptions, RunResult
 from torchscope.trace.model import Trace, TraceSet
 
 
@@ -39,34 +39,114 @@ def _clock_offset(trace: Trace, marks: list[tuple[int, int]], samples: HotSpots)
     return None
 
 
+def _on_trace_clock(trace: Trace, result: RunResult) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The samples' midpoints on ``trace``'s clock, whether each falls inside the trace, and
+    whether an op was running on the script's thread then; None when the clocks do not meet."""
+    hs = result.hotspots
+    if hs is None or hs.samples == 0:
+        return None
+    offset = _clock_offset(trace, result.step_marks, hs)
+    if offset is None:
+        return None
+    ops = trace.events.filter((pl.col("kind") == "cpu_op") & (pl.col("tid") == hs.native_id))
+    if ops.height == 0:
+        ops = trace.events.filter(pl.col("kind") == "cpu_op")
+    t = hs.midpoints_ns + offset
+    lo = int(trace.events["start_ns"].min())  # type: ignore[arg-type]
+    hi = int((trace.events["start_ns"] + trace.events["dur_ns"]).max())  # type: ignore[arg-type]
+    inside = (t >= lo) & (t <= hi)
+    starts = ops["start_ns"].to_numpy()
+    return t, inside, inside & covered_by(t, starts, starts + ops["dur_ns"].to_numpy())
+
+
 def hotspot_rows(traces: list[Trace], result: RunResult, limit: int = 30) -> list[dict[str, Any]]:
     """The hot-spot table with ``outside_ops_pct`` where the samples fall inside a recorded trace."""
     hs = result.hotspots
     if hs is None or hs.samples == 0:
         return []
-    mids = hs.midpoints_ns
-    covered = np.zeros(mids.shape, dtype=bool)
-    known = np.zeros(mids.shape, dtype=bool)
+    covered = np.zeros(hs.samples, dtype=bool)
+    known = np.zeros(hs.samples, dtype=bool)
     for trace in traces:
-        offset = _clock_offset(trace, result.step_marks, hs)
-        if offset is None:
-            continue
-        ops = trace.events.filter((pl.col("kind") == "cpu_op") & (pl.col("tid") == hs.native_id))
-        if ops.height == 0:
-            ops = trace.events.filter(pl.col("kind") == "cpu_op")
-        t = mids + offset
-        lo = int(trace.events["start_ns"].min())  # type: ignore[arg-type]
-        hi = int((trace.events["start_ns"] + trace.events["dur_ns"]).max())  # type: ignore[arg-type]
-        inside = (t >= lo) & (t <= hi)
-        starts = ops["start_ns"].to_numpy()
-        covered |= inside & covered_by(t, starts, starts + ops["dur_ns"].to_numpy())
-        known |= inside
+        placed = _on_trace_clock(trace, result)
+        if placed is not None:
+            known |= placed[1]
+            covered |= placed[2]
     if not known.any():
         return hs.table(None, limit)
     # Only samples inside a recorded window say anything about coverage.
     window = HotSpots(hs.interval_ns, hs.native_id, hs.times_ns[known], hs.stack_ids[known], hs.stacks)
     rows = window.table(covered[known], limit)
     return rows
+
+
+def _region_windows(trace: Trace, region: str, tid: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (ns) of each call of ``region`` as the advisor names it (``ProfilerStep#*``
+    for the steps), on the script's thread when it has any there."""
+    if region == "ProfilerStep#*":
+        steps = trace.steps
+        return steps["start_ns"].to_numpy(), (steps["start_ns"] + steps["dur_ns"]).to_numpy()
+    ev = trace.events.filter(pl.col("name").cast(pl.String) == region)
+    mine = ev.filter(pl.col("tid") == tid)
+    ev = mine if mine.height else ev
+    return ev["start_ns"].to_numpy(), (ev["start_ns"] + ev["dur_ns"]).to_numpy()
+
+
+def _sampled_culprits(traces: list[Trace], result: RunResult, region: str, limit: int = 3) -> list[str]:
+    """The functions the sampler caught while ``region`` ran and no op did, most time first
+    (each with at least a tenth of that time), as ``name (file:line)``."""
+    hs = result.hotspots
+    if hs is None:
+        return []
+    weights = hs.weights_ns.astype(np.float64)
+    by_func: dict[Any, float] = {}
+    for trace in traces:
+        placed = _on_trace_clock(trace, result)
+        if placed is None:
+            continue
+        t, _, covered = placed
+        starts, ends = _region_windows(trace, region, hs.native_id)
+        outside = covered_by(t, starts, ends) & ~covered
+        for sid, w in zip(hs.stack_ids[outside].tolist(), weights[outside].tolist(), strict=True):
+            stack = hs.stacks[sid]
+            if stack:
+                func = hot_frame(stack)
+                by_func[func] = by_func.get(func, 0.0) + w
+    total = sum(by_func.values())
+    ranked = sorted(by_func.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [
+        f"{name} ({Path(filename).name}:{line})"
+        for (filename, name, line), ns in ranked[:limit]
+        if ns >= 0.1 * total
+    ]
+
+
+# the spans the runner adds around the steps, as a sentence says them
+_OUR_SPANS = {SETUP_SPAN: "the setup before the first step", TAIL_SPAN: "the work after the last step"}
+
+
+def name_sampled_culprits(payload: dict[str, Any], traces: list[Trace], result: RunResult) -> None:
+    """Give ``python_outside_ops`` findings the trace could not explain (no Python stacks were
+    recorded) the functions the run's sampler caught there: the advice then names the code,
+    instead of telling a ``torchscope run`` user to profile with ``torchscope run``."""
+    report = payload.get("report") or {}
+    for finding in report.get("recommendations") or []:
+        evidence = finding.get("evidence") or {}
+        if finding.get("rule") != "python_outside_ops" or evidence.get("python_functions"):
+            continue
+        culprits = _sampled_culprits(traces, result, str(evidence.get("region")))
+        if not culprits:
+            continue
+        head = finding["message"].split("; ", 1)[0]
+        finding["message"] = f"{head}; the sampler caught most of it in {', '.join(culprits)}."
+        finding["fix"] = (
+            "Those functions are in the Python hot spots (their 'outside ops' column): move their work into "
+            "torch ops, or out of the step, or off the critical path (a DataLoader worker, a background thread)."
+        )
+        evidence["python_functions"] = culprits
+        evidence["sampled"] = True
+        label = _OUR_SPANS.get(str(evidence.get("region")))
+        if label:
+            finding["message"] = finding["message"].replace(f"'{evidence['region']}'", label)
 
 
 def load_traces(paths: list[Path]) -> list[Trace]:
@@ -123,6 +203,7 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
     )
     payload = build_payload(subject, title=title, extra=extra)
     payload["warnings"].extend(result.problems)
+    name_sampled_culprits(payload, traces, result)
     return payload
 
 

@@ -11,20 +11,47 @@ from torchscope.analysis.frames import kinds
 from torchscope.analysis.memory import memory_peaks
 
 
+def _loader_kind(ctx: Context) -> str:
+    """Which DataLoader iterator the trace shows: "workers", "main process" or "unknown"."""
+    if ctx.names.str.contains("_MultiProcessingDataLoaderIter").any():
+        return "workers"
+    if ctx.names.str.contains("_SingleProcessDataLoaderIter").any():
+        return "main process"
+    return "unknown"
+
+
 def dataloader_bottleneck(ctx: Context) -> list[Finding]:
     b = ctx.overview.breakdown_ns
     share = b["DataLoader"] / (b["Total"] or 1.0)
     if share <= 0.05:
         return []
+    loader = _loader_kind(ctx)
+    if loader == "workers":  # "set num_workers > 0" would tell the user what they already did
+        where = " although it already loads in worker processes"
+        fix = (
+            "The workers do not keep up: raise num_workers, set persistent_workers=True (else "
+            "workers start again every epoch) and prefetch_factor, pin_memory=True for device "
+            "copies; or make the Dataset's __getitem__ cheaper (decode and augment less, or on the device)."
+        )
+    else:
+        where = " (it loads in the main process)" if loader == "main process" else ""
+        fix = (
+            "Set num_workers > 0 (and pin_memory=True, persistent_workers=True) on the DataLoader "
+            "so batches load in parallel with the step."
+        )
     return [
         Finding(
             rule="dataloader_bottleneck",
-            message=f"{share:.1%} of the step time is in the DataLoader ({b['DataLoader'] / 1e3:.0f} us of {b['Total'] / 1e3:.0f} us per step).",
-            fix="Set num_workers > 0 (and pin_memory=True, persistent_workers=True) on the DataLoader so batches load in parallel with the step.",
+            message=(
+                f"{share:.1%} of the step time is in the DataLoader{where} "
+                f"({b['DataLoader'] / 1e3:.0f} us of {b['Total'] / 1e3:.0f} us per step)."
+            ),
+            fix=fix,
             evidence={
                 "dataloader_us_per_step": b["DataLoader"] / 1e3,
                 "step_us": b["Total"] / 1e3,
                 "share": share,
+                "loader": loader,
             },
             impact=share,
         )
