@@ -140,22 +140,28 @@ def test_masking_in_torch_is_clean(tmp_path: Path) -> None:
 
 
 class _SlowDataset(torch.utils.data.Dataset):  # type: ignore[misc]
+    def __init__(self, items: int = 64, seconds_per_item: float = 0.004) -> None:
+        self.items = items
+        self.seconds_per_item = seconds_per_item
+
     def __len__(self) -> int:
-        return 64
+        return self.items
 
     def __getitem__(self, i: int) -> tuple[Any, Any]:
-        time.sleep(0.004)  # decoding / augmentation in Python
+        time.sleep(self.seconds_per_item)  # decoding / augmentation in Python
         return torch.randn(64), torch.tensor(i % 10)
 
 
-def _loader_findings(tmp_path: Path, num_workers: int) -> dict[str, Any]:
+def _loader_findings(
+    tmp_path: Path, num_workers: int, dataset: _SlowDataset, wait: int = 1
+) -> dict[str, Any]:
     """Train an MLP on the slow dataset under a schedule; the advisor's findings by rule."""
     model = mlp((64, 128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = torch.utils.data.DataLoader(_SlowDataset(), batch_size=8, num_workers=num_workers)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, num_workers=num_workers)
 
     path = tmp_path / "loader.json"
-    sched = torch.profiler.schedule(wait=1, warmup=1, active=5)
+    sched = torch.profiler.schedule(wait=wait, warmup=1, active=5)
     with profile(
         activities=[ProfilerActivity.CPU],
         schedule=sched,
@@ -169,7 +175,8 @@ def _loader_findings(tmp_path: Path, num_workers: int) -> dict[str, Any]:
             prof.step()
     trace = torchscope.load(path)
     assert isinstance(trace, Trace)
-    assert overview(trace).steps["step"].to_list() == [2, 3, 4, 5, 6]  # the schedule's active steps
+    active = list(range(wait + 1, wait + 6))
+    assert overview(trace).steps["step"].to_list() == active  # the schedule's active steps
     found = _rules(trace)
     dl = found["dataloader_bottleneck"]
     b = overview(trace).breakdown_ns  # the finding quotes the overview's DataLoader share
@@ -178,15 +185,20 @@ def _loader_findings(tmp_path: Path, num_workers: int) -> dict[str, Any]:
 
 
 def test_single_process_dataloader_is_the_bottleneck(tmp_path: Path) -> None:
-    found = _loader_findings(tmp_path, num_workers=0)
+    found = _loader_findings(tmp_path, num_workers=0, dataset=_SlowDataset())
     dl = found["dataloader_bottleneck"]
     assert dl.evidence["loader"] == "main process" and "Set num_workers > 0" in dl.fix
     assert "dataloader_num_workers" in found
 
 
 def test_workers_that_do_not_keep_up_get_advice_for_workers(tmp_path: Path) -> None:
-    """With num_workers=2 already, "set num_workers > 0" would be advice the user followed."""
-    found = _loader_findings(tmp_path, num_workers=2)
+    """With num_workers=2 already, "set num_workers > 0" would be advice the user followed.
+
+    Loading is sleep, not CPU: 320 ms a batch per worker, a batch every ~160 ms from two. The
+    model's step takes ~1 ms, and even ~80 ms on a machine whose cores are all busy (measured
+    beside two CPU burners), so each recorded step waits on the loader however busy the machine
+    is; they start after the batches prefetched at start-up are used up."""
+    found = _loader_findings(tmp_path, num_workers=2, dataset=_SlowDataset(96, 0.04), wait=5)
     dl = found["dataloader_bottleneck"]
     assert dl.evidence["loader"] == "workers" and "already loads in worker processes" in dl.message
     assert "Set num_workers > 0" not in dl.fix and "raise num_workers" in dl.fix
