@@ -76,7 +76,7 @@ class _Warnings(list[str]):
 
 def summary(trace: Trace) -> dict[str, Any]:
     ev = trace.events
-    counts = {str(k): int(n) for k, n in ev.group_by("kind").len().iter_rows()}
+    counts = {str(k): int(n) for k, n in ev.group_by("kind").len().sort("kind").iter_rows()}
     if ev.height:
         lo = int(ev["start_ns"].min())  # type: ignore[arg-type]
         hi = int((ev["start_ns"] + ev["dur_ns"]).max())  # type: ignore[arg-type]
@@ -181,7 +181,7 @@ def _decimate(ts: np.ndarray, val: np.ndarray, points: int) -> tuple[list[int], 
     keep = np.zeros(ts.size, dtype=bool)
     df = pl.DataFrame({"b": bucket, "v": val, "i": np.arange(ts.size)})
     g = df.group_by("b").agg(
-        pl.col("i").sort_by("v").last().alias("hi"), pl.col("i").sort_by("v").first().alias("lo")
+        pl.col("i").sort_by(["v", "i"]).last().alias("hi"), pl.col("i").sort_by(["v", "i"]).first().alias("lo")
     )
     keep[g["hi"].to_numpy()] = True
     keep[g["lo"].to_numpy()] = True

@@ -128,7 +128,7 @@ def _labels(trace: Trace) -> dict[int, str]:
     th = trace.threads
     out: dict[int, str] = {}
     for col_id, col_text in (("tid", "label"), ("pid", "process_label")):
-        rows = th.select(col_id, col_text).drop_nulls().unique()
+        rows = th.select(col_id, col_text).drop_nulls().unique(maintain_order=True)
         out.update(zip(rows[col_id].to_list(), rows[col_text].to_list(), strict=True))
     return out
 
