@@ -185,3 +185,23 @@ def test_event_list_methods_are_torchs() -> None:
     assert ours.self_cpu_time_total == pytest.approx(sum(e.self_cpu_time_total for e in ours))
     assert {r.key for r in ours.key_averages()} == {r.key for r in theirs.key_averages()}
     assert ours.supported_export_stacks_metrics() == theirs.supported_export_stacks_metrics()
+
+
+def test_every_parameter_of_torchs_api_is_accepted() -> None:
+    """profile(...), schedule(...), tensorboard_trace_handler(...) and .table(...) take every
+    parameter torch's take (ours may take more: ``backend``)."""
+    import inspect
+
+    from torch.autograd.profiler_util import EventList
+
+    from torchscope.analysis.key_averages import KeyAverages
+
+    pairs = [
+        (torch_profiler.profile.__init__, torchscope.profile.__init__),
+        (torch_profiler.schedule, torchscope.schedule),
+        (torch_profiler.tensorboard_trace_handler, torchscope.tensorboard_trace_handler),
+        (EventList.table, KeyAverages.table),
+    ]
+    for theirs, ours in pairs:
+        missing = set(inspect.signature(theirs).parameters) - set(inspect.signature(ours).parameters)
+        assert missing == set(), theirs
