@@ -361,3 +361,15 @@ def test_gzip_of_several_members_reads_whole(tmp_path: Path) -> None:
     path.write_bytes(gzip.compress(text[:40]) + gzip.compress(text[40:]))
     trace = read_chrome(path)
     assert trace.events["name"].cast(str).to_list() == ["aten::mm"]
+
+
+def test_a_byte_order_mark_is_read_past(traces_dir: Path, tmp_path: Path) -> None:
+    """Windows editors and PowerShell's Out-File start UTF-8 text with a BOM; plain or gzip."""
+    text = gzip.decompress((traces_dir / "cuda" / "nccl_rank0_of_2.json.gz").read_bytes())
+    plain, packed = tmp_path / "bom.json", tmp_path / "bom.json.gz"
+    plain.write_bytes(b"\xef\xbb\xbf" + text)
+    packed.write_bytes(gzip.compress(b"\xef\xbb\xbf" + text, mtime=0))
+    expected = read_chrome(traces_dir / "cuda" / "nccl_rank0_of_2.json.gz")
+    for path in (plain, packed):
+        got = read_chrome(path)
+        assert got.events.equals(expected.events) and got.meta.warnings == ()

@@ -117,10 +117,12 @@ def read_bytes(path: str | Path) -> bytes:
         raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
     if raw[:2] == b"\x1f\x8b":
         try:
-            return _gunzip(raw)
+            raw = _gunzip(raw)
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceError(str(p), f"corrupt or truncated gzip ({exc})") from None
-    return raw
+    # a UTF-8 byte order mark, as Windows editors and PowerShell's Out-File write: not JSON
+    # text, but nothing is lost by reading past it (a copy, on this rare path only)
+    return raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw
 
 
 def _gunzip(raw: bytes) -> bytes:
