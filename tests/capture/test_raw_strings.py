@@ -109,12 +109,17 @@ def test_valid_text_is_returned_as_it_is(recorded: tuple[Path, list[str]]) -> No
     assert escape_raw_strings(line) == (line, [])
 
 
-def test_a_file_broken_otherwise_still_names_the_problem(
-    recorded: tuple[Path, list[str]], tmp_path: Path
-) -> None:
+def test_a_file_broken_otherwise_still_names_the_problem(recorded: tuple[Path, list[str]], tmp_path: Path) -> None:
     good, names = recorded
     bad = _break(good, names, tmp_path / "bad.json")
+    text = bad.read_bytes()
+    # cut short as well: both repairs apply, and both are said
     cut = tmp_path / "cut.json"
-    cut.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])  # truncated after the repairs
-    with pytest.raises(TraceError, match=r"cut\.json: not valid JSON"):
-        torchscope.load(cut)
+    cut.write_bytes(text[: len(text) // 2 + len(text) // 4])
+    warnings = torchscope.load(cut).meta.warnings
+    assert any("written without JSON escaping" in w for w in warnings) and any("truncated" in w for w in warnings)
+    # a double comma is neither: the one-line error
+    double = tmp_path / "double.json"
+    double.write_bytes(text.replace(b'"ph": "X",', b'"ph": "X",,', 1))
+    with pytest.raises(TraceError, match=r"double\.json: not valid JSON"):
+        torchscope.load(double)

@@ -373,3 +373,34 @@ def test_a_byte_order_mark_is_read_past(traces_dir: Path, tmp_path: Path) -> Non
     for path in (plain, packed):
         got = read_chrome(path)
         assert got.events.equals(expected.events) and got.meta.warnings == ()
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["json", "gzip"])
+@pytest.mark.parametrize("pieces", [False, True], ids=["whole", "pieces"])
+def test_a_truncated_trace_keeps_its_complete_events(
+    traces_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, packed: bool, pieces: bool
+) -> None:
+    """A copy cut short, or a writer killed mid-file: the events before the cut are read, and
+    a warning says the file was cut (not silent, and not the whole run lost to one line)."""
+    from torchscope.trace import reader
+    from torchscope.trace.json_repair import cut_after_last_event
+
+    if pieces:  # the large-file path: the event list is decoded in pieces
+        monkeypatch.setattr(reader, "CHUNK_BYTES", 64 * 1024)
+    source = traces_dir / "cuda" / "nccl_rank0_of_2.json.gz"
+    whole = gzip.decompress(source.read_bytes())
+    path = tmp_path / ("cut.json.gz" if packed else "cut.json")
+    if packed:
+        blob = source.read_bytes()
+        path.write_bytes(blob[: len(blob) // 2])
+    else:
+        path.write_bytes(whole[: 2 * len(whole) // 3])
+    got = read_chrome(path)
+    assert any("truncated" in w for w in got.meta.warnings)
+    full = read_chrome(source)
+    assert full.events.height // 3 < got.events.height < full.events.height
+    # exactly the events written before the cut: what the same text, closed by hand, holds
+    inflated = reader.read_bytes(path, [])
+    closed = cut_after_last_event(inflated)
+    assert closed is not None
+    assert got.events.equals(read_chrome_document(closed[0]).events)

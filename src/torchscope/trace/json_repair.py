@@ -77,3 +77,34 @@ def describe(repaired: list[str]) -> str:
         f"repaired {len(repaired)} string value{'s' if len(repaired) != 1 else ''} written without"
         f" JSON escaping (a Kineto bug; first: {first!r})"
     )
+
+
+def cut_after_last_event(text: bytes, tries: int = 5) -> tuple[bytes, int] | None:
+    """A truncated trace (a process killed while writing it, a copy cut short) cut after its
+    last complete event and closed again, and how many bytes of ``text`` it keeps; None when
+    no cut makes it a document.
+
+    Events are separated by ``},`` and white space before the next ``{``; the same can occur
+    inside an event's ``args``, so up to ``tries`` such places, from the end, are tried until
+    one decodes.
+    """
+    bare = text[:64].lstrip().startswith(b"[")
+    if not bare and b'"traceEvents"' not in text[:1 << 20]:
+        return None
+    close = b"]" if bare else b"]}"
+    end = len(text)
+    for _ in range(tries):
+        k = text.rfind(b"},", 0, end)
+        if k < 0:
+            return None
+        after = text[k + 2 : k + 64].lstrip()
+        end = k
+        if not after.startswith(b"{") and after:
+            continue
+        candidate = text[: k + 1] + close
+        try:
+            json.loads(candidate)
+        except ValueError:
+            continue
+        return candidate, k + 1
+    return None

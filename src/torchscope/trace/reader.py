@@ -42,7 +42,7 @@ from torchscope.trace.columns import (
 )
 from torchscope.trace.derive import derive
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
-from torchscope.trace.json_repair import describe, escape_raw_strings
+from torchscope.trace.json_repair import cut_after_last_event, describe, escape_raw_strings
 from torchscope.trace.model import Trace, TraceMeta
 from torchscope.trace.schema import (
     EVENTS_SCHEMA,
@@ -106,8 +106,12 @@ Text: TypeAlias = bytes | mmap.mmap
 
 
 # -- public API ------------------------------------------------------------------------------
-def read_bytes(path: str | Path) -> bytes:
-    """The JSON text of ``path``, inflated when it is gzip (by magic number, not by name)."""
+def read_bytes(path: str | Path, warnings: list[str] | None = None) -> bytes:
+    """The JSON text of ``path``, inflated when it is gzip (by magic number, not by name).
+
+    A gzip stream cut short (a copy interrupted, a writer killed) is an error, unless
+    ``warnings`` is given: then what inflates is returned and a warning says the rest is lost.
+    """
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -119,7 +123,11 @@ def read_bytes(path: str | Path) -> bytes:
         try:
             raw = _gunzip(raw)
         except (OSError, EOFError, zlib.error) as exc:
-            raise TraceError(str(p), f"corrupt or truncated gzip ({exc})") from None
+            head = _inflate_truncated(raw) if warnings is not None else None
+            if head is None or warnings is None:
+                raise TraceError(str(p), f"corrupt or truncated gzip ({exc})") from None
+            warnings.append(f"the gzip stream is truncated: read the {len(head):,} bytes it inflates to")
+            raw = head
     # a UTF-8 byte order mark, as Windows editors and PowerShell's Out-File write: not JSON
     # text, but nothing is lost by reading past it (a copy, on this rare path only)
     return raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw
@@ -140,6 +148,16 @@ def _gunzip(raw: bytes) -> bytes:
     return text
 
 
+def _inflate_truncated(raw: bytes) -> bytes | None:
+    """What a gzip stream that ends early inflates to; None when it is corrupt instead."""
+    stream = zlib.decompressobj(wbits=31)
+    try:
+        text = stream.decompress(raw)
+    except zlib.error:
+        return None
+    return text if text and not stream.eof else None
+
+
 def read_chrome(path: str | Path, on_phase: Callable[[str], None] | None = None) -> Trace:
     """Read a Kineto/Chrome trace file (``.json`` or ``.json.gz``) into a Trace.
 
@@ -147,9 +165,10 @@ def read_chrome(path: str | Path, on_phase: Callable[[str], None] | None = None)
     derive), for progress displays.
     """
     timings = Timings(on_phase)
-    box: list[Text] = [read_bytes(path)]  # handed over, so the text can be freed as soon as it is decoded
+    warnings: list[str] = []
+    box: list[Text] = [read_bytes(path, warnings)]  # handed over: the text is freed once decoded
     timings.mark("inflate")
-    trace = _read(box, str(path), timings)
+    trace = _read(box, str(path), timings, warnings)
     if trace.events.height == 0 and trace.memory.height == 0:
         # a file that yields nothing to analyse is not a trace: say so rather than print empty
         # tables and exit 0 (a live document may be empty: an empty profiled region is fine)
@@ -187,9 +206,10 @@ def read_chrome_document(
 
 
 # -- decoding ---------------------------------------------------------------------------------
-def _read(box: list[Text], source: str, timings: Timings) -> Trace:
-    """Read the JSON text in ``box`` (taken out of it, so that it can be freed early)."""
-    warnings: list[str] = []
+def _read(box: list[Text], source: str, timings: Timings, warnings: list[str] | None = None) -> Trace:
+    """Read the JSON text in ``box`` (taken out of it, so that it can be freed early);
+    ``warnings`` may hold what reading the file already found."""
+    warnings = [] if warnings is None else warnings
     top: dict[str, Any] = {}
     try:
         trace = _build(box, top, warnings, timings, source)
@@ -267,13 +287,22 @@ def _decode_piece(data: Text, lo: int, hi: int, source: str, warnings: list[str]
 
 
 def _repaired(data: bytes, source: str, warnings: list[str], exc: msgspec.DecodeError) -> bytes:
-    """``data`` with the string values Kineto wrote unescaped repaired (``json_repair``), and a
-    warning that says so; the one-line error for ``exc`` when there was nothing to repair."""
+    """``data`` repaired (``json_repair``): string values Kineto wrote unescaped re-encoded, or
+    a truncated document cut after its last complete event, with a warning that says so; the
+    one-line error for ``exc`` when neither applies."""
     fixed, values = escape_raw_strings(data)
-    if not values:
-        raise TraceError(source, f"not valid JSON ({exc})") from None
-    warnings.append(describe(values))
-    return fixed
+    if values:
+        warnings.append(describe(values))
+        return fixed
+    if "truncated" in str(exc):
+        cut = cut_after_last_event(data)
+        if cut is not None:
+            warnings.append(
+                f"the file ends mid-event (truncated?): read the events in its first {cut[1]:,}"
+                f" of {len(data):,} bytes"
+            )
+            return cut[0]
+    raise TraceError(source, f"not valid JSON ({exc})") from None
 
 
 def _as_bytes(data: Text) -> bytes:
