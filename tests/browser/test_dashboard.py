@@ -94,6 +94,10 @@ def test_distributed_view_of_two_ranks(traces_dir: Path, tmp_path: Path, page: A
         "[data-testid=dist-table] tbody tr td:first-child", "tds => tds.map(t => t.textContent)"
     )
     assert sorted(rows) == ["rank0", "rank1"]
+    # keys read as words and values carry their units (were "computation_ns", "39619.9000")
+    text = page.inner_text("#view")
+    assert "computation" in text and "computation_ns" not in text and "mean_us" not in text
+    assert "39.620 ms" in text and "8.703 ms" in text  # rank 0's mean SendRecv; its wait for rank 1
     assert page.eval_on_selector_all("#run-select option", "os => os.map(o => o.textContent)") == [
         "rank0",
         "rank1",

@@ -48,6 +48,10 @@
   const fmtPct = (p) => (p === null || p === undefined ? "–" : Number(p).toFixed(1) + " %");
   const fmtInt = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
   const fmtFrac = (f) => (f === null || f === undefined ? "–" : (100 * f).toFixed(1) + " %");
+  // a plain number: whole ones grouped, fractions with three significant digits at most
+  const fmtNum = (v) => (Number.isInteger(v) ? fmtInt(v) : Math.abs(v) >= 100 ? fmtInt(Math.round(v)) : String(Number(v.toPrecision(3))));
+  // a JSON key as a column or legend label: the unit suffix goes (the formatted value shows it)
+  const pretty = (k) => String(k).replace(/_(ns|us|pct|bytes)$/, "").replace(/_/g, " ");
   function decode(b64, Type) {
     const bin = atob(b64 || "");
     const bytes = new Uint8Array(bin.length);
@@ -100,7 +104,7 @@
       if (v.length && v.every((x) => x && typeof x === "object" && !Array.isArray(x))) {
         const keys = [...new Set(v.flatMap((x) => Object.keys(x)))];
         const simple = keys.filter((k) => v.every((x) => x[k] === null || x[k] === undefined || typeof x[k] !== "object"));
-        const cols = simple.map((k) => ({ key: k, label: k, num: v.some((x) => typeof x[k] === "number"), fmt: numFmt(k) }));
+        const cols = simple.map((k) => ({ key: k, label: pretty(k), num: v.some((x) => typeof x[k] === "number"), fmt: numFmt(k) }));
         if (cols.length) return table(cols, v, { id: "generic-table" });
       }
       return h("pre", { class: "raw" }, JSON.stringify(v, null, 1).slice(0, 20000));
@@ -109,14 +113,15 @@
       if (depth > 3) return h("pre", { class: "raw" }, JSON.stringify(v, null, 1).slice(0, 20000));
       return h("dl", { class: "kv" }, Object.entries(v).flatMap(([k, x]) => [h("dt", {}, k), h("dd", {}, generic(x, depth + 1))]));
     }
-    if (typeof v === "number") return document.createTextNode(v % 1 ? v.toFixed(4) : fmtInt(v));
+    if (typeof v === "number") return document.createTextNode(fmtNum(v));
     return document.createTextNode(String(v));
   }
   function numFmt(key) {
     if (/_ns$|^ns$|time/.test(key)) return (v) => (typeof v === "number" ? fmtNs(v) : v ?? "–");
+    if (/_us$|^us$/.test(key)) return (v) => (typeof v === "number" ? fmtNs(v * 1e3) : v ?? "–");
     if (/bytes$/.test(key)) return (v) => (typeof v === "number" ? fmtBytes(v) : v ?? "–");
     if (/pct$|percent/.test(key)) return (v) => (typeof v === "number" ? fmtPct(v) : v ?? "–");
-    return (v) => (typeof v === "number" ? (v % 1 ? v.toFixed(4) : fmtInt(v)) : v ?? "–");
+    return (v) => (typeof v === "number" ? fmtNum(v) : v ?? "–");
   }
 
   // -- charts ----------------------------------------------------------------------------
@@ -139,14 +144,14 @@
         const hgt = ((r[c] || 0) / max) * (H - B - 10);
         if (hgt > 0) {
           const rect = s("rect", { x: L + i * bw + 1, y: y - hgt, width: Math.max(1, bw - 2), height: hgt, fill: COLORS[j % COLORS.length] });
-          rect.appendChild(s("title", {}, `${xKey} ${r[xKey]} · ${c}: ${opts.fmt(r[c])}`));
+          rect.appendChild(s("title", {}, `${xKey} ${r[xKey]} · ${pretty(c)}: ${opts.fmt(r[c])}`));
           svg.appendChild(rect);
           y -= hgt;
         }
       });
       if (n <= 40 || i % Math.ceil(n / 20) === 0) svg.appendChild(s("text", { x: L + i * bw + bw / 2, y: H - 8, "text-anchor": "middle" }, r[xKey]));
     });
-    return h("div", {}, legend(cats), svg);
+    return h("div", {}, legend(cats.map(pretty)), svg);
   }
   function hbars(items, fmt, id) {
     const W = 900, row = 20, L = 330, max = Math.max(1, ...items.map((x) => x.v));
