@@ -38,6 +38,9 @@ def test_memory_curve_keeps_the_peak(traces_dir: Path) -> None:
     assert max(cuda["allocated"]["bytes"]) == cuda["peak_allocated"]  # decimation kept the peak
     assert len(cuda["allocated"]["ts"]) <= 2 * 200 + 2
     assert cuda["allocations"] == int((mem["bytes"] > 0).sum())
+    # devices as torch spells them, not Kineto's type codes
+    assert cuda["label"] == f"CUDA {cuda['device_id']}"
+    assert {r["device"] for r in view["ops"]} == {"cpu", f"cuda:{cuda['device_id']}"}
 
 
 def test_timeline_arrays_round_trip(traces_dir: Path) -> None:

@@ -42,7 +42,8 @@ DEVICE_TYPE_NAMES = {
 }
 
 
-def _device_label() -> pl.Expr:
+def device_label() -> pl.Expr:
+    """``cpu``, ``cuda:1``, ``xpu:0``, ... from ``device_type`` and ``device_id`` (as torch spells devices)."""
     dt = (
         pl.col("device_type")
         .cast(pl.Int64)
@@ -69,7 +70,7 @@ def _memory_events(trace: Trace) -> pl.DataFrame:
         names_.gather(opi.clip(0, None)) if names_.len() else pl.Series([None] * mem.height, dtype=pl.String)
     )
     out = mem.with_columns(
-        _device_label(),
+        device_label(),
         pl.when(opi >= 0).then(op_name).otherwise(None).alias("op_name")
         if mem.height
         else pl.lit(None, pl.String).alias("op_name"),

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from torchscope.analysis.memory import DEVICE_TYPE_NAMES, device_label
 from torchscope.trace.model import Trace, TraceSet
 from torchscope.trace.tree import nearest_ancestor
 
@@ -207,7 +208,8 @@ def memory_view(trace: Trace, points: int = MEMORY_POINTS, limit: int = TABLE_RO
         t1, a1 = _decimate(ts, alloc, points)
         t2, r1 = _decimate(ts, reserved, points)
         peak_i = int(np.argmax(alloc)) if alloc.size else 0
-        label = "CPU" if int(dtype) == 0 else f"{'CUDA' if int(dtype) == 1 else f'device type {dtype}'} {did}"  # type: ignore[call-overload]
+        kind = DEVICE_TYPE_NAMES.get(int(dtype), f"device type {dtype}")  # type: ignore[call-overload]
+        label = kind if int(did) < 0 or int(dtype) == 0 else f"{kind} {did}"  # type: ignore[call-overload]
         devices.append(
             {
                 "device_type": int(dtype),  # type: ignore[call-overload]
@@ -226,7 +228,8 @@ def memory_view(trace: Trace, points: int = MEMORY_POINTS, limit: int = TABLE_RO
     ops = (
         mem.join(names, on="op", how="left")
         .with_columns(pl.col("name").fill_null("(no op)"))
-        .group_by("name", "device_type", "device_id")
+        .with_columns(device_label())
+        .group_by("name", "device", "device_type", "device_id")
         .agg(
             (pl.col("bytes") > 0).sum().alias("allocations"),
             pl.col("bytes").filter(pl.col("bytes") > 0).sum().alias("allocated_bytes"),
@@ -234,6 +237,7 @@ def memory_view(trace: Trace, points: int = MEMORY_POINTS, limit: int = TABLE_RO
             pl.col("bytes").filter(pl.col("bytes") > 0).max().alias("largest_bytes"),
         )
         .sort(["allocated_bytes", "name", "device_type", "device_id"], descending=[True, False, False, False])
+        .drop("device_type", "device_id")
         .head(limit)
     )
     return {"devices": devices, "ops": _jsonable(ops)}

@@ -304,7 +304,7 @@
     });
     out.push(h("h3", {}, "Allocations by op"));
     out.push(table([
-      { key: "name", label: "op", cls: "name" }, { key: "device_type", label: "device type", num: true }, { key: "device_id", label: "device", num: true },
+      { key: "name", label: "op", cls: "name" }, { key: "device", label: "device" },
       { key: "allocations", label: "allocations", num: true, fmt: fmtInt }, { key: "allocated_bytes", label: "allocated", num: true, fmt: fmtBytes },
       { key: "freed_bytes", label: "freed", num: true, fmt: fmtBytes }, { key: "largest_bytes", label: "largest", num: true, fmt: fmtBytes },
     ], m.ops, { id: "memory-table", sort: "allocated_bytes" }));
