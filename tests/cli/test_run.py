@@ -207,3 +207,38 @@ def test_advice_names_the_python_the_sampler_caught(
     assert "the sampler caught most of it in argwhere" in masking["message"]
     assert "torchscope run" not in masking["fix"]  # no advice to use the tool the user is using
     assert "the sampler caught most of it in argwhere" in capsys.readouterr().err
+
+
+def test_under_torchrun_each_rank_writes_its_own_run_directory(tmp_path: Path) -> None:
+    """``torchrun -m torchscope run`` profiles every rank: each writes OUT/rank-N (they used to
+    overwrite one another's files), rank 0 alone prints the summary and names the command for
+    all ranks, and the job directory reads as ranks of one job with rank 1 the straggler."""
+    import os
+
+    import torchscope
+    from torchscope.analysis.distributed import distributed
+
+    out = tmp_path / "job"
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}  # the two ranks talk over loopback only
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"),
+            *("-m", "torchscope", "run", "--out", str(out), str(SCRIPTS / "ddp_train.py")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "rank 0 trained" in done.stdout and "rank 1 trained" in done.stdout
+    for rank in (0, 1):
+        assert (out / f"rank-{rank}" / "traces" / f"rank-{rank}.run.pt.trace.json").is_file()
+        assert json.loads((out / f"rank-{rank}" / "run.json").read_text())["optimizer_steps"] == 6
+    assert done.stderr.count("where the time goes") == 1  # one summary for the job, rank 0's
+    assert f"torchscope report {out}" in " ".join(done.stderr.split())
+    job = torchscope.load(out)
+    assert list(job) == ["rank0", "rank1"]
+    assert [t.meta.world_size for t in job.values()] == [2, 2]
+    assert distributed(job).slowest_rank == 1

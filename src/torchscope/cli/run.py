@@ -64,6 +64,7 @@ notes:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from torchscope.runner.launch import launch_rank
         from torchscope.runner.session import ACTIVITIES, RunOptions, profile_target
         from torchscope.runner.target import Target
 
@@ -82,8 +83,14 @@ notes:
                 raise TraceError(
                     "--activities", f"unknown {', '.join(bad)}; choose from {', '.join(ACTIVITIES)}"
                 )
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path(args.out) if args.out else Path("torchscope-out") / f"{Path(name).stem or name}-{stamp}"
+        launch = launch_rank()
+        # under torchrun every rank must name the same job directory: the launcher's run id
+        # is the same in all of them, a time stamp may not be
+        stamp = (launch.run_id[:8] if launch and launch.run_id else None) or _dt.datetime.now().strftime(
+            "%Y%m%d-%H%M%S"
+        )
+        job = Path(args.out) if args.out else Path("torchscope-out") / f"{Path(name).stem or name}-{stamp}"
+        out = job / launch.directory if launch is not None else job
         options = RunOptions(
             out=out,
             activities=activities,
@@ -96,6 +103,7 @@ notes:
             stack=args.stack,
             record_shapes=not args.no_shapes,
             sample_interval_s=max(args.sample_ms, 0.0) / 1000.0,
+            launch=launch,
         )
         target = Target(name, script_args, is_module=args.module)
         result = profile_target(target, options)
@@ -127,9 +135,10 @@ notes:
             **files,
         }
         (options.out / "run.json").write_text(json.dumps(facts, indent=1), encoding="utf-8")
+        launch = options.launch
         if args.json:
             print(json.dumps(facts), file=sys.stderr)
-        elif not args.no_summary:
+        elif not args.no_summary and (launch is None or launch.rank == 0):  # one summary per job
             from torchscope.render.console import terminal
 
             console = terminal(sys.stderr)
@@ -144,6 +153,12 @@ notes:
                 + f" · run directory {options.out}"
                 + (f" · report {files['html']}" if "html" in files else "")
             )
+            if launch is not None:
+                console.print(
+                    f"[bold]torchscope run[/bold]: this is rank 0 of {launch.world_size}; each rank writes "
+                    f"{options.out.parent}/rank-N. All ranks together, once they finish: "
+                    f"torchscope report {options.out.parent}"
+                )
 
 
 COMMAND = RunCommand()

@@ -12,11 +12,13 @@ spans when the script steps an optimizer.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchscope.runner.launch import LaunchRank
 from torchscope.runner.sampler import HotSpots, Sampler
 from torchscope.runner.target import Target, execute
 
@@ -36,6 +38,7 @@ class RunOptions:
     stack: bool = False
     record_shapes: bool = True
     sample_interval_s: float = 0.001  # 0 turns the hot-spot sampler off
+    launch: LaunchRank | None = None  # this process's rank when torchrun (or alike) started several
 
     @property
     def scheduled(self) -> bool:
@@ -226,8 +229,11 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
 
     stopping: list[int] = []  # holds the optimizer step count once the script has ended
 
+    # a rank's files carry its rank: the loader keys a directory of ranks by it
+    prefix = f"{options.launch.directory}." if options.launch is not None else ""
+
     def on_ready(prof: Any) -> None:
-        name = f"step_{prof.step_num}" if options.scheduled else "run"
+        name = prefix + (f"step_{prof.step_num}" if options.scheduled else "run")
         path = traces_dir / f"{name}.pt.trace.json"
         prof.export_chrome_trace(str(path))  # the file first: it survives whatever follows
         written.append(path)
@@ -271,6 +277,14 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
     handle = register_optimizer_step_post_hook(hook)
     t0 = time.perf_counter()
     hook.start()
+    if options.launch is not None:
+        # the script initializes torch.distributed after recording starts, so the trace would
+        # not say its rank; the launcher's variables do (a cycle that starts after the script's
+        # init_process_group gets torch's own, fuller distributedInfo instead)
+        launch = options.launch
+        prof.add_metadata_json(
+            "distributedInfo", json.dumps({"rank": launch.rank, "world_size": launch.world_size})
+        )
     if sampler is not None:
         sampler.start()
     try:

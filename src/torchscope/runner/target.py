@@ -13,6 +13,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,13 @@ def _is_runner_frame(filename: str) -> bool:
     return filename in (__file__, runpy.__file__, "<frozen runpy>")
 
 
+# The script's module globals, kept until the interpreter exits as under plain ``python``:
+# runpy hands back a copy and drops the module, so the script's objects were destroyed the
+# moment it returned. A DDP model destroyed after the script's destroy_process_group() then hung
+# a torchrun rank in gloo's teardown (2 runs in 6); the user's objects now die at exit, as theirs.
+_SCRIPT_GLOBALS: list[dict[str, Any]] = []
+
+
 def execute(target: Target) -> Outcome:
     """Run ``target`` as ``__main__``; never raises for the script's own errors."""
     saved_argv, saved_path0 = list(sys.argv), (sys.path[0] if sys.path else None)
@@ -57,12 +65,12 @@ def execute(target: Target) -> Outcome:
         if target.is_module:
             sys.argv = [target.name, *target.args]
             sys.path.insert(0, str(Path.cwd()))
-            runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+            _SCRIPT_GLOBALS.append(runpy.run_module(target.name, run_name="__main__", alter_sys=True))
         else:
             script = Path(target.name)
             sys.argv = [str(script), *target.args]
             sys.path.insert(0, str(script.resolve().parent))
-            runpy.run_path(str(script), run_name="__main__")
+            _SCRIPT_GLOBALS.append(runpy.run_path(str(script), run_name="__main__"))
         return Outcome(0)
     except SystemExit as exc:
         return Outcome(_exit_code(exc.code))
