@@ -117,8 +117,16 @@ class _Masking(torch.nn.Module):  # type: ignore[misc]
 
 
 def _masking_run(tmp: Path, fixed: bool) -> Trace:
+    """The seed's masking code, profiled with stacks.
+
+    One intra-op thread: with two on a busy machine, a tiny ``out.sum`` waited ~8 ms at
+    OpenMP's barrier for a thread the OS had not scheduled (beside two CPU burners, 4 runs in
+    25), which made torch's own op, not ``np.argwhere``, most of the region. The mask is the
+    seed's size (64 x 256 x 256), so the host-side indexing dominates as it does there.
+    """
+    torch.set_num_threads(1)  # the autouse fixture restores the count
     model = _Masking(fixed)
-    x, mask = torch.rand(128, 512), torch.rand(128, 128, 128)
+    x, mask = torch.rand(128, 512), torch.rand(64, 256, 256)
     model(x, mask)  # warm up
     return _profiled(tmp, f"mask{int(fixed)}", lambda: model(x, mask), with_stack=True)
 
