@@ -205,3 +205,11 @@ def test_every_parameter_of_torchs_api_is_accepted() -> None:
     for theirs, ours in pairs:
         missing = set(inspect.signature(theirs).parameters) - set(inspect.signature(ours).parameters)
         assert missing == set(), theirs
+
+
+def test_kinetos_results_can_be_freed_when_the_timeline_is_not_wanted() -> None:
+    with torchscope.profile(**MEMORY) as prof:
+        torch.ones(8).sum()
+    assert prof._cycles[-1].kineto_results is not None
+    prof.free_kineto_results()  # what `torchscope run --memory --stack` does once it has the Trace
+    assert prof._cycles[-1].kineto_results is None and prof.trace().events.height > 0

@@ -520,6 +520,12 @@ class profile:
         """Metadata to add when recording starts."""
         self._metadata[key] = value
 
+    def free_kineto_results(self) -> None:
+        """Free the Kineto results the held cycles keep for ``export_memory_timeline`` (with
+        ``record_shapes``, ``profile_memory`` and ``with_stack`` on), when nobody will ask for it."""
+        for cycle in self._cycles:
+            cycle.release_kineto(even_if_kept=True)
+
     def set_custom_trace_id_callback(self, callback: Callable[[], str]) -> None:
         """Set the trace id generator, called when each cycle is prepared (as torch's)."""
         self._kineto_options["custom_trace_id_callback"] = callback

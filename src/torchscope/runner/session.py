@@ -241,6 +241,7 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
             _rename_tail(path, stopping[0], problems)
         try:
             trace = prof.trace()
+            prof.free_kineto_results()  # kept for export_memory_timeline, which the runner never calls
             traces.append(drop_tail_step(trace, stopping[0]) if stopping else trace)
         except Exception as exc:  # noqa: BLE001 - the file is on disk; the report says why
             problems.append(f"{path.name}: {type(exc).__name__}: {exc}")
