@@ -242,3 +242,28 @@ def test_under_torchrun_each_rank_writes_its_own_run_directory(tmp_path: Path) -
     assert list(job) == ["rank0", "rank1"]
     assert [t.meta.world_size for t in job.values()] == [2, 2]
     assert distributed(job).slowest_rank == 1
+
+
+@pytest.mark.parametrize("ending", ["", "sys.exit(3)", "raise RuntimeError('boom')"])
+def test_the_scripts_objects_live_until_exit_as_under_python(
+    tmp_path: Path, ending: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under plain python a script's globals die at exit; runpy dropped them as soon as the
+    script returned (or raised), running destructors early (a DDP model's, after
+    destroy_process_group, hung gloo's teardown under torchrun)."""
+    import gc
+
+    from torchscope.runner.target import Target, execute
+
+    died = tmp_path / "died"
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        "class Model:\n"
+        f"    def __del__(self, _open=open): _open({str(died)!r}, 'w').close()\n"
+        "model = Model()\n" + ending + "\n"
+    )
+    outcome = execute(Target(str(script), ()))
+    gc.collect()  # an exception's traceback holds the frames in a cycle only the collector frees
+    assert outcome.exit_code == {"": 0, "sys.exit(3)": 3}.get(ending, 1)
+    assert not died.exists()

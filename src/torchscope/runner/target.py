@@ -13,6 +13,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 
@@ -57,6 +58,21 @@ def _is_runner_frame(filename: str) -> bool:
 _SCRIPT_GLOBALS: list[dict[str, Any]] = []
 
 
+def _script_traceback(exc: BaseException) -> TracebackType | None:
+    """``exc``'s traceback from the script's first frame (ours and runpy's cut off)."""
+    tb = exc.__traceback__
+    while tb is not None and _is_runner_frame(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb
+
+
+def _keep_script_globals(exc: BaseException) -> None:
+    """A script that exits with ``sys.exit`` or an error keeps its globals until exit too."""
+    tb = _script_traceback(exc)
+    if tb is not None:
+        _SCRIPT_GLOBALS.append(tb.tb_frame.f_globals)
+
+
 def execute(target: Target) -> Outcome:
     """Run ``target`` as ``__main__``; never raises for the script's own errors."""
     saved_argv, saved_path0 = list(sys.argv), (sys.path[0] if sys.path else None)
@@ -73,15 +89,16 @@ def execute(target: Target) -> Outcome:
             _SCRIPT_GLOBALS.append(runpy.run_path(str(script), run_name="__main__"))
         return Outcome(0)
     except SystemExit as exc:
+        _keep_script_globals(exc)
         return Outcome(_exit_code(exc.code))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        _keep_script_globals(exc)
         traceback.print_exc()
         return Outcome(130, "KeyboardInterrupt")
     except BaseException as exc:  # noqa: BLE001 - the script's crash is reported, not ours
         # Print as the interpreter would, without our own frames on top.
-        tb = exc.__traceback__
-        while tb is not None and _is_runner_frame(tb.tb_frame.f_code.co_filename):
-            tb = tb.tb_next
+        tb = _script_traceback(exc)
+        _keep_script_globals(exc)
         traceback.print_exception(type(exc), exc, tb)
         return Outcome(1, f"{type(exc).__name__}: {exc}")
     finally:
