@@ -10,6 +10,7 @@ table. ``export_stacks`` writes the collapsed-stack format of flamegraph tools
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -135,6 +136,17 @@ class FunctionEvent(CudaAliases, FormattedTimes):
         )
 
 
+@functools.lru_cache(maxsize=4096)
+def _concrete(text: str) -> tuple[Any, ...]:
+    """A "Concrete Inputs" text as torch's values (parsed once per distinct text: most repeat)."""
+    return tuple(_scalar(v) for v in _json_list(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _types(text: str) -> tuple[Any, ...]:
+    return tuple(_json_list(text))
+
+
 def _json_list(text: str | None) -> list[Any]:
     try:
         value = json.loads(text) if text else []
@@ -233,8 +245,8 @@ def build_events(
             fwd_thread=r["fwd_tid"],
             external_id=r["external_id"],
             device_index=max(r["device"], 0),
-            concrete_inputs=[_scalar(v) for v in _json_list(r["concrete"])],
-            input_dtypes=_json_list(r["types"]),
+            concrete_inputs=list(_concrete(r["concrete"])),
+            input_dtypes=list(_types(r["types"])),
             flops=r["flops"],
             kernels=kernels.get(r["id"], []) if not r["is_device"] else [],
         )
