@@ -1,4 +1,5 @@
-"""Two-rank DDP training on the CPU (gloo) where rank 1 gets four times the data: a straggler.
+"""Two-rank DDP training on the CPU (gloo) where rank 1 gets sixteen times the data: a straggler
+no busy machine can hide (its computation is ~16x rank 0's).
 
 Run by ``torchrun --standalone --nproc_per_node 2 -m torchscope run ddp_train.py``.
 """
@@ -15,7 +16,7 @@ model = DistributedDataParallel(
 )
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(6):
-    x = torch.randn(64 * (1 + 3 * rank), 256)
+    x = torch.randn(64 * (1 + 15 * rank), 256)
     opt.zero_grad()
     model(x).sum().backward()
     opt.step()
