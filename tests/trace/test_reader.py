@@ -341,17 +341,30 @@ def test_absurdly_nested_json_is_a_trace_error() -> None:
         read_chrome_document(b"[" * 100_000 + b"]" * 100_000, "deep")
 
 
-def test_a_bad_rank_in_a_directory_names_its_file(
+def test_a_bad_file_in_a_directory_is_skipped_and_named(
     traces_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A rank broken beyond repair, or a config file beside the traces, must not lose the other
+    ranks: it is skipped, and the TraceSet (and every report of it) says which and why."""
+    from torchscope.render.payload import build_payload
     from torchscope.trace import loader
 
     (tmp_path / "rank-0.json.gz").symlink_to(traces_dir / "multirank" / "rank-0.json.gz")
     (tmp_path / "rank-1.json").write_text('{"traceEvents": [')
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')
     for threshold in (10**12, 0):  # threads, then worker processes
         monkeypatch.setattr(loader, "_PROCESS_THRESHOLD", threshold)
-        with pytest.raises(TraceError, match=r"rank-1\.json: not valid JSON"):
-            loader.load(tmp_path)
+        job = loader.load(tmp_path)
+        assert isinstance(job, TraceSet) and list(job) == ["rank0"]
+        assert job.skipped[0] == "skipped config.json: not a trace: no 'traceEvents' key"
+        assert job.skipped[1].startswith("skipped rank-1.json: not valid JSON")
+        assert build_payload(job, with_timeline=False)["warnings"][:2] == list(job.skipped)
+
+
+def test_a_directory_with_no_readable_trace_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "rank-1.json").write_text('{"traceEvents": [')
+    with pytest.raises(TraceError, match=r"rank-1\.json: not valid JSON"):
+        torchscope.load(tmp_path)
 
 
 def test_gzip_of_several_members_reads_whole(tmp_path: Path) -> None:

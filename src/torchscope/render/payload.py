@@ -456,6 +456,7 @@ def build_payload(
     warnings = _Warnings()
     items: list[tuple[str, Trace]]
     if isinstance(subject, TraceSet):
+        warnings.extend(subject.skipped)  # files of the directory that were not read, and why
         items = list(subject.items())
         source = subject.source
     else:

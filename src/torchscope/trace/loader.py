@@ -93,6 +93,7 @@ def load_dir(
             str(directory), "no trace files (*.json, *.json.gz) or saved traces in this directory"
         )
     traces: list[tuple[Path, Trace]] = []
+    skipped: list[tuple[Path, TraceError]] = []
     if files:
         # gzip'd traces inflate about 6x: estimate the JSON to decide how to parallelize
         total = sum(f.stat().st_size * (6 if f.name.endswith(".gz") else 1) for f in files)
@@ -110,19 +111,28 @@ def load_dir(
             else:
                 futures = [pool.submit(read, f) for f in files]
             for f, fut in zip(files, futures, strict=True):
-                traces.append((f, fut.result()))
+                try:
+                    traces.append((f, fut.result()))
+                except TraceError as exc:  # one bad file must not lose the others: said, not silent
+                    skipped.append((f, exc))
                 bar.advance(f.name)
     if stores:
         from torchscope.trace.store import load_trace
 
         traces.extend((d, load_trace(d)) for d in stores)
+    if not traces:  # nothing read: the first file's own error says why
+        raise skipped[0][1]
     keyed: dict[str, Trace] = {}
     for path, trace in traces:
         key = _key(path, trace, directory)
         if key in keyed:
             key = path.relative_to(directory).as_posix()
         keyed[key] = trace
-    return TraceSet(traces=dict(sorted(keyed.items(), key=lambda kv: _natural(kv[0]))), source=str(directory))
+    return TraceSet(
+        traces=dict(sorted(keyed.items(), key=lambda kv: _natural(kv[0]))),
+        source=str(directory),
+        skipped=tuple(f"skipped {f.relative_to(directory)}: {exc.problem}" for f, exc in skipped),
+    )
 
 
 def _read_in_child(path: Path, scratch: Path) -> Trace:

@@ -185,6 +185,9 @@ class TraceSet(Mapping[str, Trace]):
 
     traces: dict[str, Trace]
     source: str = ""
+    # files of the directory that were not read, one line each (the file and why): a config
+    # file beside the traces, a rank whose file is broken beyond repair
+    skipped: tuple[str, ...] = ()
 
     def __getitem__(self, key: str) -> Trace:
         return self.traces[key]
