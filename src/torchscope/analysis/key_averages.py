@@ -603,7 +603,7 @@ def infer_device(trace: Trace) -> str | None:
     return "cuda"
 
 
-def _flops_of(frame: pl.DataFrame, trace: Trace) -> pl.Series:
+def flops_of(frame: pl.DataFrame, trace: Trace) -> pl.Series:
     """Per-event FLOPs as torch's ``with_flops`` counts them, from the recorded input shapes
     and, for convolutions, the scalar arguments (stride, padding, dilation)."""
     from torchscope.analysis.operators import torch_flops
@@ -648,7 +648,7 @@ def key_averages(
     frames = []
     for t in traces:
         frame = event_frame(t, with_stack_n=group_by_stack_n, with_shapes=group_by_input_shape or with_flops)
-        flops = _flops_of(frame, t) if with_flops else pl.lit(0, pl.Int64).alias("flops")
+        flops = flops_of(frame, t) if with_flops else pl.lit(0, pl.Int64).alias("flops")
         frames.append(frame.with_columns(flops))
     events = pl.concat(frames) if len(frames) > 1 else frames[0]
     keys = ["name", "is_device", "is_user_annotation"]

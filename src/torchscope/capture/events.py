@@ -27,8 +27,8 @@ from torchscope.analysis.key_averages import (
     FormattedTimes,
     KeyAverage,
     KeyAverages,
-    _flops_of,
     event_frame,
+    flops_of,
     parse_shapes,
 )
 from torchscope.trace.model import Trace
@@ -215,7 +215,7 @@ def build_events(
         attribute("device", -1).alias("device"),
         attribute("concrete_inputs", "").alias("concrete"),
         attribute("input_types", "").alias("types"),
-        _flops_of(frame, trace) if with_flops else pl.lit(0, pl.Int64).alias("flops"),
+        flops_of(frame, trace) if with_flops else pl.lit(0, pl.Int64).alias("flops"),
     )
     kernels = _kernels_by_op(trace)
     events: list[FunctionEvent] = []
