@@ -35,6 +35,9 @@ from torchscope.trace.json_repair import escape_raw_strings
 from torchscope.trace.model import Trace
 
 LIVE_SOURCE = "live capture"
+# the options torch's memory profiler (``export_memory_timeline``) needs: with all of them on,
+# a cycle keeps Kineto's results for it, as torch does
+MEMORY_TIMELINE_OPTIONS = ("record_shapes", "profile_memory", "with_stack")
 
 
 def _read_saved(path: Path, on_phase_start: Callable[[str], None] | None = None) -> Trace:
@@ -177,9 +180,8 @@ class KinetoSession:
         self._scratch = scratch
         self._profiler = autograd_profiler.profile(use_kineto=True, **options)
         self.use_device: str | None = self._profiler.use_device
-        # torch's memory profiler (``export_memory_timeline``) reads Kineto's results, and only
-        # with these three options: then, as torch does, we keep them until the next cycle
-        self._keep_kineto = all(options.get(k) for k in ("record_shapes", "profile_memory", "with_stack"))
+        # torch's memory profiler reads Kineto's results: kept until the next cycle for it
+        self._keep_kineto = all(options.get(k) for k in MEMORY_TIMELINE_OPTIONS)
 
     @property
     def trace_id(self) -> str:

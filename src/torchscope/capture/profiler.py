@@ -33,7 +33,13 @@ from torch.profiler import DeviceType, ExecutionTraceObserver, kineto_available
 
 from torchscope.analysis.key_averages import KeyAverages, key_averages
 from torchscope.capture.events import EventList, build_events, export_stacks
-from torchscope.capture.kineto import Cycle, KinetoSession, PortableSession, _Scratch
+from torchscope.capture.kineto import (
+    MEMORY_TIMELINE_OPTIONS,
+    Cycle,
+    KinetoSession,
+    PortableSession,
+    _Scratch,
+)
 from torchscope.capture.schedule import ProfilerAction, as_action, default_schedule
 from torchscope.errors import ProfilerStateError
 from torchscope.trace.model import Trace
@@ -361,8 +367,7 @@ class profile:
             for cycle in self._cycles:
                 cycle.discard()
             self._cycles = []
-        for cycle in self._cycles:  # Kineto's results: of the latest cycle only, as torch keeps
-            cycle.release_kineto(even_if_kept=True)
+        self.free_kineto_results()  # of the latest cycle only, as torch keeps them
         if self.backend == "portable":
             self._session = PortableSession(
                 self.record_shapes, self.with_stack, self.profile_memory, self.with_modules
@@ -551,8 +556,7 @@ class profile:
             FutureWarning,
             stacklevel=2,
         )
-        required = ("record_shapes", "profile_memory", "with_stack")
-        missing = [f"{name}=True" for name in required if not getattr(self, name)]
+        missing = [f"{name}=True" for name in MEMORY_TIMELINE_OPTIONS if not getattr(self, name)]
         if missing:
             raise ValueError(f"{', '.join(missing)} required for memory profiling.")
         results = self._require_cycle("export_memory_timeline()")[-1].kineto_results

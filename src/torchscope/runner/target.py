@@ -66,9 +66,9 @@ def _script_traceback(exc: BaseException) -> TracebackType | None:
     return tb
 
 
-def _keep_script_globals(exc: BaseException) -> None:
-    """A script that exits with ``sys.exit`` or an error keeps its globals until exit too."""
-    tb = _script_traceback(exc)
+def _keep_script_globals(tb: TracebackType | None) -> None:
+    """A script that exits with ``sys.exit`` or an error keeps its globals (those of its first
+    frame in ``tb``, from ``_script_traceback``) until exit too."""
     if tb is not None:
         _SCRIPT_GLOBALS.append(tb.tb_frame.f_globals)
 
@@ -89,16 +89,16 @@ def execute(target: Target) -> Outcome:
             _SCRIPT_GLOBALS.append(runpy.run_path(str(script), run_name="__main__"))
         return Outcome(0)
     except SystemExit as exc:
-        _keep_script_globals(exc)
+        _keep_script_globals(_script_traceback(exc))
         return Outcome(_exit_code(exc.code))
     except KeyboardInterrupt as exc:
-        _keep_script_globals(exc)
+        _keep_script_globals(_script_traceback(exc))
         traceback.print_exc()
         return Outcome(130, "KeyboardInterrupt")
     except BaseException as exc:  # noqa: BLE001 - the script's crash is reported, not ours
         # Print as the interpreter would, without our own frames on top.
         tb = _script_traceback(exc)
-        _keep_script_globals(exc)
+        _keep_script_globals(tb)
         traceback.print_exception(type(exc), exc, tb)
         return Outcome(1, f"{type(exc).__name__}: {exc}")
     finally:
