@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from torchscope.analysis.memory import DEVICE_TYPE_NAMES, device_label
+from torchscope.analysis.memory import DEVICE_TYPE_NAMES, memory_events
 from torchscope.trace.model import Trace, TraceSet
 from torchscope.trace.tree import nearest_ancestor
 
@@ -224,11 +224,9 @@ def memory_view(trace: Trace, points: int = MEMORY_POINTS, limit: int = TABLE_RO
                 "from_deltas": bool(from_deltas),
             }
         )
-    names = trace.events.select(pl.col("id").alias("op"), NAME.alias("name"))
     ops = (
-        mem.join(names, on="op", how="left")
-        .with_columns(pl.col("name").fill_null("(no op)"))
-        .with_columns(device_label())
+        memory_events(trace)  # with each event's op name and device label (computed once per trace)
+        .with_columns(pl.col("op_name").fill_null("(no op)").alias("name"))
         .group_by("name", "device", "device_type", "device_id")
         .agg(
             (pl.col("bytes") > 0).sum().alias("allocations"),

@@ -39,6 +39,16 @@ def _clock_offset(trace: Trace, marks: list[tuple[int, int]], samples: HotSpots)
     return None
 
 
+# a trace with its samples placed: their midpoints on its clock, inside it or not, an op then or not
+Placed = tuple[Trace, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def place_samples(traces: list[Trace], result: RunResult) -> list[Placed]:
+    """The run's samples on each trace's clock, once for the hot-spot table and the advice;
+    traces whose clocks the samples do not meet are left out."""
+    return [(t, placed) for t in traces if (placed := _on_trace_clock(t, result)) is not None]
+
+
 def _on_trace_clock(trace: Trace, result: RunResult) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The samples' midpoints on ``trace``'s clock, whether each falls inside the trace, and
     whether an op was running on the script's thread then; None when the clocks do not meet."""
@@ -59,18 +69,16 @@ def _on_trace_clock(trace: Trace, result: RunResult) -> tuple[np.ndarray, np.nda
     return t, inside, inside & covered_by(t, starts, starts + ops["dur_ns"].to_numpy())
 
 
-def hotspot_rows(traces: list[Trace], result: RunResult, limit: int = 30) -> list[dict[str, Any]]:
+def hotspot_rows(placed: list[Placed], result: RunResult, limit: int = 30) -> list[dict[str, Any]]:
     """The hot-spot table with ``outside_ops_pct`` where the samples fall inside a recorded trace."""
     hs = result.hotspots
     if hs is None or hs.samples == 0:
         return []
     covered = np.zeros(hs.samples, dtype=bool)
     known = np.zeros(hs.samples, dtype=bool)
-    for trace in traces:
-        placed = _on_trace_clock(trace, result)
-        if placed is not None:
-            known |= placed[1]
-            covered |= placed[2]
+    for _, (_, inside, covered_here) in placed:
+        known |= inside
+        covered |= covered_here
     if not known.any():
         return hs.table(None, limit)
     # Only samples inside a recorded window say anything about coverage.
@@ -91,7 +99,7 @@ def _region_windows(trace: Trace, region: str, tid: int) -> tuple[np.ndarray, np
     return ev["start_ns"].to_numpy(), (ev["start_ns"] + ev["dur_ns"]).to_numpy()
 
 
-def _sampled_culprits(traces: list[Trace], result: RunResult, region: str, limit: int = 3) -> list[str]:
+def _sampled_culprits(placed: list[Placed], result: RunResult, region: str, limit: int = 3) -> list[str]:
     """The functions the sampler caught while ``region`` ran and no op did, most time first
     (each with at least a tenth of that time), as ``name (file:line)``."""
     hs = result.hotspots
@@ -99,11 +107,7 @@ def _sampled_culprits(traces: list[Trace], result: RunResult, region: str, limit
         return []
     weights = hs.weights_ns.astype(np.float64)
     by_func: dict[Any, float] = {}
-    for trace in traces:
-        placed = _on_trace_clock(trace, result)
-        if placed is None:
-            continue
-        t, _, covered = placed
+    for trace, (t, _, covered) in placed:
         starts, ends = _region_windows(trace, region, hs.native_id)
         outside = covered_by(t, starts, ends) & ~covered
         for sid, w in zip(hs.stack_ids[outside].tolist(), weights[outside].tolist(), strict=True):
@@ -124,7 +128,7 @@ def _sampled_culprits(traces: list[Trace], result: RunResult, region: str, limit
 _OUR_SPANS = {SETUP_SPAN: "the setup before the first step", TAIL_SPAN: "the work after the last step"}
 
 
-def name_sampled_culprits(payload: dict[str, Any], traces: list[Trace], result: RunResult) -> None:
+def name_sampled_culprits(payload: dict[str, Any], placed: list[Placed], result: RunResult) -> None:
     """Give ``python_outside_ops`` findings the trace could not explain (no Python stacks were
     recorded) the functions the run's sampler caught there: the advice then names the code,
     instead of telling a ``torchscope run`` user to profile with ``torchscope run``."""
@@ -133,7 +137,7 @@ def name_sampled_culprits(payload: dict[str, Any], traces: list[Trace], result: 
         evidence = finding.get("evidence") or {}
         if finding.get("rule") != "python_outside_ops" or evidence.get("python_functions"):
             continue
-        culprits = _sampled_culprits(traces, result, str(evidence.get("region")))
+        culprits = _sampled_culprits(placed, result, str(evidence.get("region")))
         if not culprits:
             continue
         head = finding["message"].split("; ", 1)[0]
@@ -185,7 +189,8 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
         else None,
         "traces": [str(p) for p in result.trace_paths],
     }
-    extra = {"run": run_info, "env": result.env, "hotspots": hotspot_rows(traces, result)}
+    placed = place_samples(traces, result)
+    extra = {"run": run_info, "env": result.env, "hotspots": hotspot_rows(placed, result)}
     title = f"torchscope run {result.target.display}"
     if not traces:
         payload = build_payload(TraceSet({}, source=str(options.out)), title=title, extra=extra)
@@ -203,7 +208,7 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
     )
     payload = build_payload(subject, title=title, extra=extra)
     payload["warnings"].extend(result.problems)
-    name_sampled_culprits(payload, traces, result)
+    name_sampled_culprits(payload, placed, result)
     return payload
 
 
