@@ -11,9 +11,12 @@ same collector (Kineto). For each, in a fresh process, it prints:
 * collection overhead: profiled / unprofiled step time (best 100-step chunk of each, so a busy
   machine disturbs it less).
 
-Then the ratios the issue sets targets for. Usage::
+Then the ratios the issue sets targets for. The profiler options users set (``record_shapes``,
+``profile_memory``, ``with_stack``) change what Kineto records and what post-processing decodes,
+so each can be measured on its own, or every combination in one go (``--each-option``). Usage::
 
     .venv/bin/python benchmarks/postprocess.py [--steps 1000] [--runs 1]
+        [--record-shapes] [--profile-memory] [--with-stack] [--each-option]
 """
 
 from __future__ import annotations
@@ -40,7 +43,10 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(tool: str, steps: int) -> dict[str, Any]:
+OPTIONS = ("record_shapes", "profile_memory", "with_stack")
+
+
+def child(tool: str, steps: int, options: dict[str, bool]) -> dict[str, Any]:
     """Run one measurement in this process; returns the numbers as a dict."""
     import torch
 
@@ -79,7 +85,7 @@ def child(tool: str, steps: int) -> dict[str, Any]:
     else:
         from torchscope import ProfilerActivity, profile  # type: ignore[assignment]
 
-    prof = profile(activities=[ProfilerActivity.CPU])
+    prof = profile(activities=[ProfilerActivity.CPU], **options)
     prof.start()
     profiled_step = min(chunk_times(n_chunks, per_chunk))
     t_end = time.perf_counter()
@@ -109,14 +115,17 @@ def child(tool: str, steps: int) -> dict[str, Any]:
     }
 
 
-def run(tool: str, steps: int) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", tool, "--steps", str(steps)]
+def run(tool: str, steps: int, options: dict[str, bool]) -> dict[str, Any]:
+    flags = [f"--{name.replace('_', '-')}" for name, on in options.items() if on]
+    cmd = [sys.executable, __file__, "--child", tool, "--steps", str(steps), *flags]
     env = dict(os.environ, KINETO_LOG_LEVEL="5")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def report(results: dict[str, dict[str, Any]]) -> None:
+def report(results: dict[str, dict[str, Any]], options: dict[str, bool]) -> None:
+    chosen = ", ".join(f"{k}=True" for k, on in options.items() if on) or "no options"
+    print(f"-- profile(activities=[CPU], {chosen})")
     print(
         f"{'':12}{'events':>8}{'end-to-end':>12}{'stop()':>8}{'Kineto stop':>13}"
         f"{'RSS w/ results':>16}{'peak RSS':>10}{'overhead':>10}"
@@ -146,18 +155,33 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=1000, help="profiled training steps (~160 events each)")
     ap.add_argument("--runs", type=int, default=1, help="repeat and keep each tool's best end-to-end")
+    for name in OPTIONS:
+        ap.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"profile(..., {name}=True)")
+    ap.add_argument(
+        "--each-option",
+        action="store_true",
+        help="measure no options, each option alone, and all of them at once (ignores the option flags)",
+    )
     ap.add_argument("--child", choices=["torch", "torchscope"], help=argparse.SUPPRESS)
     args = ap.parse_args()
+    chosen = {name: bool(getattr(args, name)) for name in OPTIONS}
     if args.child:
-        print(json.dumps(child(args.child, args.steps)))
+        print(json.dumps(child(args.child, args.steps, chosen)))
         return 0
-    results: dict[str, dict[str, Any]] = {}
-    for _ in range(args.runs):
-        for tool in ("torch", "torchscope"):
-            r = run(tool, args.steps)
-            if tool not in results or r["end_to_end_s"] < results[tool]["end_to_end_s"]:
-                results[tool] = r
-    report(results)
+    if args.each_option:
+        combos = [{n: False for n in OPTIONS}]
+        combos += [{n: n == one for n in OPTIONS} for one in OPTIONS]
+        combos.append({n: True for n in OPTIONS})
+    else:
+        combos = [chosen]
+    for options in combos:
+        results: dict[str, dict[str, Any]] = {}
+        for _ in range(args.runs):
+            for tool in ("torch", "torchscope"):
+                r = run(tool, args.steps, options)
+                if tool not in results or r["end_to_end_s"] < results[tool]["end_to_end_s"]:
+                    results[tool] = r
+        report(results, options)
     return 0
 
 
