@@ -226,7 +226,7 @@ class Module(Row, kw_only=True):
     device_us: float
 
 
-class Finding(msgspec.Struct, kw_only=True):
+class Finding(msgspec.Struct, kw_only=True, omit_defaults=True):
     rule: str
     message: str
     evidence: dict[str, Any]
