@@ -8,8 +8,8 @@ from rich.console import Console
 
 import torchscope
 from torchscope.render.console import fmt_bytes, fmt_ns, print_summary
-from torchscope.render.units import fmt_pct, fmt_us
 from torchscope.render.payload import build_payload
+from torchscope.render.units import fmt_pct, fmt_us
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

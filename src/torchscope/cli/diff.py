@@ -75,7 +75,7 @@ def print_diff(
     """The diff in the terminal: step time, then the categories, then the ops and kernels that explain it."""
     from rich.table import Table
 
-    from torchscope.render.console import _esc
+    from torchscope.render.console import _esc, cell
     from torchscope.render.units import fmt_count, fmt_us
 
     def signed(us: float | None) -> str:
@@ -102,7 +102,7 @@ def print_diff(
         t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     for r in diff[K.DIFF_CHANGES][:top]:
         t.add_row(
-            _esc(r["name"]),
+            cell(r["name"]),
             r["what"],
             r["status"],
             fmt_count(r["a_calls"]),

@@ -17,7 +17,7 @@ from rich.table import Table
 from torchscope.analysis import keys as K
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES
 from torchscope.render.payload import full_report
-from torchscope.render.text import display
+from torchscope.render.text import DISPLAY_CHARS, TABLE_CHARS, display
 from torchscope.render.units import fmt, fmt_bytes, fmt_ns, fmt_offset, fmt_us
 
 __all__ = ["PIPE_WIDTH", "fmt_bytes", "fmt_ns", "print_report", "print_summary", "terminal"]
@@ -32,9 +32,14 @@ def terminal(file: IO[str]) -> Console:
     return Console(file=file, width=None if file.isatty() else PIPE_WIDTH)
 
 
-def _esc(text: Any) -> str:
+def _esc(text: Any, limit: int = DISPLAY_CHARS) -> str:
     """A trace string for Rich: control characters visible, cut when huge, markup inert."""
-    return escape(display(text))
+    return escape(display(text, limit))
+
+
+def cell(text: Any) -> str:
+    """A name in a table cell: cut to ``TABLE_CHARS`` (a C++ kernel name folded over 15 lines)."""
+    return _esc(text, TABLE_CHARS)
 
 
 # Each terminal table: (title, report section, [(column, field)], rows when trimmed to top).

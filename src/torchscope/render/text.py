@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 DISPLAY_CHARS = 400  # a name longer than this is cut for display (C++ template kernels reach ~300)
+TABLE_CHARS = 120  # in a terminal table cell: three lines of a folded name at most
 # C0 controls but tab, DEL, C1 controls, and the Unicode line/paragraph separators and bidi
 # overrides that reorder what the reader sees
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
