@@ -131,6 +131,14 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
     n = max(ov.comm_overlap.height, 1)
     kernels, kernels_by_op = _kernels(trace, top)
     recs = [M.Finding(**f.to_dict()) for f in advise(trace, ctx=ctx)]
+    temporal = {
+        "idle_us": M.us_of(tb.idle_ns),
+        "compute_us": M.us_of(tb.compute_ns),
+        "non_compute_us": M.us_of(tb.non_compute_ns),
+        "span_us": M.us_of(tb.span_ns),
+        **{k + "_pct": v for k, v in tb.pct().items()},
+    }
+    comm = {c[:-3] + "_us": M.us_of(float(ov.comm_overlap[c].sum()) / n) for c in COMM_COLUMNS}
     launch = {
         "launched": ls.launched,
         "short_kernels": ls.short_kernels,
@@ -163,7 +171,7 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
             )
             for d in ov.devices
         ],
-        comm_overlap={c[:-3] + "_us": M.us_of(float(ov.comm_overlap[c].sum()) / n) for c in COMM_COLUMNS},  # type: ignore[misc]
+        comm_overlap=comm,  # type: ignore[arg-type]
         operators=M.Operator.from_frame(ctx.operators, top),
         operators_by_shape=M.OperatorByShape.from_frame(operators(trace, by_input_shape=True), top),
         call_stacks=M.CallStack.from_frame(call_stacks(trace), top),
@@ -171,13 +179,7 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
         kernels=kernels,
         kernels_by_op=kernels_by_op,
         kernel_types=M.KernelType.from_frame(kernel_type_breakdown(trace, include_memory=True)),
-        temporal_breakdown={
-            "idle_us": M.us_of(tb.idle_ns),  # type: ignore[dict-item]
-            "compute_us": M.us_of(tb.compute_ns),  # type: ignore[dict-item]
-            "non_compute_us": M.us_of(tb.non_compute_ns),  # type: ignore[dict-item]
-            "span_us": M.us_of(tb.span_ns),  # type: ignore[dict-item]
-            **{k + "_pct": v for k, v in tb.pct().items()},
-        },
+        temporal_breakdown=temporal,  # type: ignore[arg-type]
         comm_comp_overlap=comm_comp_overlap(trace),
         launch_stats=launch,
         idle_time=M.IdleTime.from_frame(idle_time(trace)),
@@ -189,7 +191,7 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
         ),
         modules=M.Module.from_frame(module_tree(trace), top * 5),
         recommendations=recs,
-        units=M.units_of(launch, *(f.evidence for f in recs)),
+        units=M.units_of(launch, temporal, comm, *(f.evidence for f in recs)),
     )
 
 

@@ -303,10 +303,10 @@ TIMESTAMPS = frozenset({"start_us", "end_us", "peak_ts_us", "ts_us"})
 FRACTIONS = frozenset(
     {"utilization", "sm_efficiency", "achieved_occupancy", "tensor_core_ratio", "comm_comp_overlap"}
 )
-IDS = frozenset({"step", "device", "stream", "rank", "slowest_rank"})
+IDS = frozenset({"step", "device", "device_ids", "stream", "rank", "slowest_rank"})
 COUNTS = frozenset(
     {
-        "steps", "calls", "count", "events", "memory_events", "allocations", "total_allocations",
+        "steps", "calls", "count", "events", "event_kinds", "memory_events", "allocations", "total_allocations",
         "world_size", "depth", "max", "mean", "time_weighted_mean", "launched",
         "short_kernels", "runtime_outliers", "launch_delay_outliers", "negative_launch_delays",
         "clock_skewed_launches", "synchronous_launches", "graph_launched",
@@ -316,9 +316,12 @@ COUNTS = frozenset(
 
 def unit_of(field: str) -> str | None:
     """The unit of a numeric field, by the report's naming convention (None: not a number)."""
+    for per in ("_per_step", "_per_call", "_per_rank"):
+        if field.endswith(per) and field != per[1:]:
+            return unit_of(field.removesuffix(per))
     if field in TIMESTAMPS:
         return "timestamp_us"
-    if field in FRACTIONS or field.endswith(("_share", "_ratio", "_fraction")):
+    if field in FRACTIONS or field == "share" or field.endswith(("_share", "_ratio", "_fraction")):
         return "fraction"
     if field == "us" or field.endswith("_us"):
         return "us"
@@ -352,12 +355,15 @@ UNITS: dict[str, str] = {
 
 
 def units_of(*dicts: dict[str, Any]) -> dict[str, str]:
-    """UNITS plus the units of free-form keys (a finding's evidence, a collective's columns)."""
+    """UNITS plus the units of free-form keys (a finding's evidence, a collective's columns):
+    by the naming convention, else ``count`` (a plain number), so every number has one."""
     out = dict(UNITS)
     for d in dicts:
         for k, v in d.items():
-            if isinstance(v, int | float) and not isinstance(v, bool) and k not in out:
-                u = unit_of(k)
-                if u is not None:
-                    out[k] = u
+            if k in out:
+                continue
+            if isinstance(v, dict):
+                v = next(iter(v.values()), None)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                out[k] = unit_of(k) or "count"
     return out
