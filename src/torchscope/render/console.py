@@ -42,7 +42,7 @@ def cell(text: Any) -> str:
     return _esc(text, TABLE_CHARS)
 
 
-# Each terminal table: (title, report section, [(column, field)], rows when trimmed to top).
+# The numeric columns of the terminal's tables: (heading, report field).
 OP_COLUMNS = [("calls", "calls"), ("host self", "host_self_us"), ("host total", "host_total_us")]
 OP_DEVICE_COLUMNS = [("device self", "device_self_us"), ("device total", "device_total_us")]
 KERNEL_COLUMNS = [("calls", "count"), ("total", "total_us"), ("mean", "mean_us"), ("share", "share_pct")]
@@ -60,9 +60,8 @@ def _table(title: str, name: str, rows: list[dict[str, Any]], columns: list[tupl
     for col, _ in columns:
         t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
-        t.add_row(
-            _esc(r.get(name_field) if r.get(name_field) is not None else "–"), *table_cells(r, columns, units)
-        )
+        name_text = r.get(name_field)
+        t.add_row(cell("–" if name_text is None else name_text), *table_cells(r, columns, units))
     return t
 
 
