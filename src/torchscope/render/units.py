@@ -112,4 +112,6 @@ def fmt(value: Any, unit: str | None, start_us: float | None = None) -> str:
         return fmt_si(value, "FLOP")
     if unit == "flop/s":
         return fmt_si(value, "FLOP/s")
+    if unit == "blocks/SM":
+        return _decimals(value, 2)
     return fmt_count(value)

@@ -87,6 +87,7 @@
       case "flop": return fmtSi(v, "FLOP");
       case "flop/s": return fmtSi(v, "FLOP/s");
       case "count": return fmtCount(v);
+      case "blocks/SM": return decimals(v, 2);
       // a number the report gives no unit (an accuracy metric): up to 4 significant digits
       default: return Number.isInteger(v) ? group(v) : String(Number(v.toPrecision(4)));
     }
