@@ -37,11 +37,17 @@ def display(value: Any, limit: int = DISPLAY_CHARS) -> str:
 
 
 def cut_strings(value: Any, limit: int = 4 * DISPLAY_CHARS) -> Any:
-    """A JSON-able value with every long string cut (the page's copy of the report)."""
+    """A JSON-able value with every long string cut (the page's copy of the report).
+
+    What holds no long string is returned itself, not copied: the page's report is then the
+    report, and an edit to it (``torchscope run`` naming sampled culprits) reaches every renderer.
+    """
     if isinstance(value, str):
         return cut(value, limit)
     if isinstance(value, dict):
-        return {k: cut_strings(v, limit) for k, v in value.items()}
+        items = {k: cut_strings(v, limit) for k, v in value.items()}
+        return value if all(items[k] is value[k] for k in value) else items
     if isinstance(value, list):
-        return [cut_strings(v, limit) for v in value]
+        parts = [cut_strings(v, limit) for v in value]
+        return value if all(a is b for a, b in zip(parts, value, strict=True)) else parts
     return value
