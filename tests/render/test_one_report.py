@@ -138,16 +138,21 @@ def test_timestamps_print_back_exactly_what_the_file_wrote(
     assert re.search(r"│\s+7 │\s+\+100\.0 µs │\s+1\.500 ms │", text)
 
 
+def two_op_trace(path: Path, name: str, **top: Any) -> Path:
+    """A trace of an op named ``name`` and an ``aten::add``."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 20, "dur": 3},
+    ]
+    path.write_text(json.dumps({"traceEvents": events, **top}))
+    return path
+
+
 def test_control_characters_never_reach_the_terminal_raw(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     evil = "aten::\x1b[2J\x1b]8;;http://evil/\x07click\x1b]8;;\x07\rover\u202ewritten\x9b31m"
-    events = [
-        {"ph": "X", "cat": "cpu_op", "name": evil, "pid": 1, "tid": 1, "ts": 10, "dur": 5},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 20, "dur": 3},
-    ]
-    path = tmp_path / "evil.json"
-    path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"name": "\x1b[31mGPU"}]}))
+    path = two_op_trace(tmp_path / "evil.json", evil, deviceProperties=[{"name": "\x1b[31mGPU"}])
     assert main(["report", str(path), "--no-html"]) == 0
     text = capsys.readouterr().out
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", text)
@@ -163,18 +168,15 @@ def test_a_huge_name_is_cut_in_the_terminal_and_the_page(
     """A 5 MB op name (issue 17's 50 MB one hung the terminal renderer): one short row, a small
     page, the whole name in --json."""
     huge = "aten::" + "y" * 5_000_000
-    events = [
-        {"ph": "X", "cat": "cpu_op", "name": huge, "pid": 1, "tid": 1, "ts": 10, "dur": 5},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 20, "dur": 3},
-    ]
-    path = tmp_path / "huge.json"
-    path.write_text(json.dumps({"traceEvents": events}))
+    path = two_op_trace(tmp_path / "huge.json", huge)
     page = tmp_path / "h.html"
     assert main(["report", str(path), "--html", str(page)]) == 0
     text = capsys.readouterr().out
     assert len(text) < 20_000 and "…(5,000,006characters)" in re.sub(r"[\s│]", "", text)
     assert page.stat().st_size < 500_000
-    shown = {r["name"] for r in embedded_payload(page.read_text(encoding="utf-8"))["report"][K.OPERATORS]}
+    embedded = embedded_payload(page.read_text(encoding="utf-8"))
+    shown = {r["name"] for r in embedded["report"][K.OPERATORS]}
+    assert max(len(n) for n in embedded["runs"][0]["timeline"]["names"]) < 2000
     assert any(n.startswith("aten::yyy") and n.endswith("… (5,000,006 characters)") for n in shown)
     assert main(["report", str(path), "--json", "--no-html"]) == 0
     assert huge in {r["name"] for r in json.loads(capsys.readouterr().out)[K.OPERATORS]}

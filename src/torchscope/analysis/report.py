@@ -10,7 +10,6 @@ Tables are the analyses' DataFrames with nanosecond columns turned into exact mi
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import msgspec
@@ -38,12 +37,6 @@ TOP = 200  # rows per table: the page shows exactly these rows, the terminal the
 COMM_COLUMNS = ("computation_ns", "communication_ns", "overlap_ns", "other_ns")
 
 
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
-    return v
-
-
 def records(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
     """Rows as dicts, ``*_ns`` columns converted to ``*_us`` (exactly, ``us_of``), NaN as null.
 
@@ -51,16 +44,7 @@ def records(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
     """
     if top is not None:
         df = df.head(top)
-    out = []
-    for row in df.iter_rows(named=True):
-        rec: dict[str, Any] = {}
-        for k, v in row.items():
-            if k.endswith("_ns"):
-                rec[k[:-3] + "_us"] = M.us_of(v)
-            else:
-                rec[k] = _clean(v)
-        out.append(rec)
-    return out
+    return [M.record(r) for r in df.iter_rows(named=True)]
 
 
 def _meta(trace: Trace, ov: Overview) -> M.Meta:

@@ -44,29 +44,31 @@ def us_map(d: dict[str, float]) -> dict[str, Any]:
     return {k: us_of(v) for k, v in d.items()}
 
 
+def record(row: dict[str, Any]) -> dict[str, Any]:
+    """One DataFrame row for the report: ``*_ns`` as exact ``*_us``, addresses as hex, NaN as null."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if k.endswith("_ns"):
+            out[k[:-3] + "_us"] = us_of(v)
+        elif k == "ns":
+            out["us"] = us_of(v)
+        elif k == "addr":
+            out[k] = None if v is None else hex(int(v))
+        elif isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+            out[k] = None
+        else:
+            out[k] = v
+    return out
+
+
 class Row(msgspec.Struct, kw_only=True):
-    """A table row; ``from_frame`` fills rows from an analysis DataFrame (``*_ns`` -> ``*_us``)."""
+    """A table row; ``from_frame`` fills rows from an analysis DataFrame (``record``)."""
 
     @classmethod
-    def from_frame(cls, df: pl.DataFrame, top: int | None = None, **extra: Any) -> list[Any]:
+    def from_frame(cls, df: pl.DataFrame, top: int | None = None) -> list[Any]:
         if top is not None:
             df = df.head(top)
-        out = []
-        for rec in df.iter_rows(named=True):
-            row: dict[str, Any] = {}
-            for k, v in rec.items():
-                if k.endswith("_ns"):
-                    row[k[:-3] + "_us"] = us_of(v)
-                elif k == "ns":
-                    row["us"] = us_of(v)
-                elif k == "addr":
-                    row[k] = None if v is None else hex(int(v))
-                elif isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-                    row[k] = None
-                else:
-                    row[k] = v
-            out.append(cls(**row, **extra))
-        return out
+        return [cls(**record(r)) for r in df.iter_rows(named=True)]
 
 
 # -- the trace's facts ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ Progress goes to stderr and only when stderr is a terminal, so pipes and ``--jso
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,5 +57,12 @@ def load_single(path: str | Path) -> Trace:
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=1, allow_nan=False, default=str)
-    sys.stdout.write("\n")
+    """``data`` as indented JSON on stdout; a reader that stops early (``| head``) is no error."""
+    try:
+        json.dump(data, sys.stdout, indent=1, allow_nan=False, default=str)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader is gone: send what is left nowhere, so the interpreter's flush at exit
+        # does not raise again (Python's documented recipe for SIGPIPE)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

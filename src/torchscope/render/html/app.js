@@ -335,7 +335,7 @@
       hbars(ks.slice(0, 12).map((k) => ({ k: k.name, v: k.total_us })), fmtUs, "kernels-chart"),
       table([nameCol("name", "name"), col("count", "calls"), col("total_us", "total"), col("share_pct", "share"), col("mean_us", "mean"),
         col("min_us", "min"), col("max_us", "max"), col("occupancy_pct", "est. occupancy"), col("blocks_per_sm", "blocks per SM"),
-        { key: "tensor_core", label: "Tensor Cores", fmt: (v) => (v ? "yes" : "") }], ks, { id: "kernels-table" }),
+        { key: "tensor_core", label: "Tensor Cores", fmt: (v) => (v ? "yes" : "no") }], ks, { id: "kernels-table" }),
       ...reportPart("Kernels by launching op", "kernels_by_op"), ...reportPart("Kernel types", "kernel_types"),
       ...reportPart("Time on the device", "temporal_breakdown"), ...reportPart("Launches", "launch_stats"),
       ...reportPart("Idle time per stream", "idle_time"), ...reportPart("Queue length per stream", "queue_length")];
