@@ -218,3 +218,12 @@ def test_units_format_by_the_declared_unit() -> None:
     assert fmt(3, "id") == "3" and fmt(1234, "count") == "1,234" and fmt(None, "us") == "–"
     assert fmt(1_000_100, "timestamp_us", 1_000_000) == "+100.0 µs"
     assert htmllib.escape("x") == "x"
+
+
+def test_the_page_reads_only_keys_that_analysis_keys_defines() -> None:
+    """app.js cannot import analysis.keys: every report section it reads must be one of them."""
+    js = (Path(torchscope.__file__).parent / "render" / "html" / "app.js").read_text(encoding="utf-8")
+    read = set(re.findall(r'(?:rep\(\)|\bR|\bD)\.([a-z_]+)', js))
+    read |= set(re.findall(r'reportPart\("[^"]+", "([a-z_]+)"', js))
+    defined = {v for k, v in vars(K).items() if k.isupper() and isinstance(v, str)}
+    assert read and read <= defined, read - defined
