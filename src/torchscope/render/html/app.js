@@ -370,9 +370,11 @@
       (up || root).children.push(node);
     });
     const total = Math.max(1e-9, ...root.children.map((c) => c.host_us));
+    const device = rows.some((r) => r.device_us > 0); // a column of zeros says nothing
     function node(n, depth) {
       const row = h("span", { class: "row" }, h("span", { class: "bar", style: `width:${Math.max(1, (160 * n.host_us) / total)}px` }),
-        h("span", {}, n.module), h("span", { class: "muted" }, `host ${fmt(n.host_us, UNITS().host_us)} · device ${fmt(n.device_us, UNITS().device_us)} · ${fmtCount(n.calls)} calls`));
+        h("span", {}, n.module), h("span", { class: "muted" }, `host ${fmt(n.host_us, UNITS().host_us)}` + (device ? ` · device ${fmt(n.device_us, UNITS().device_us)}` : "") +
+          ` · ${fmtCount(n.calls)} call${n.calls === 1 ? "" : "s"}`));
       if (!n.children.length) return h("li", {}, row);
       return h("li", {}, h("details", depth < 2 ? { open: true } : {}, h("summary", {}, row), h("ul", {}, n.children.map((c) => node(c, depth + 1)))));
     }
