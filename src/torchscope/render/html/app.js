@@ -168,7 +168,7 @@
     return h("div", { class: "legend" }, names.map((n, i) => h("span", {}, h("i", { style: `background:${COLORS[i % COLORS.length]}` }), n)));
   }
   function stackedBars(rows, cats, xKey, opts) {
-    const W = 900, H = 240, L = 70, B = 24, n = rows.length;
+    const W = 900, H = 240, L = 86, B = 24, n = rows.length;
     const svg = s("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-testid": opts.id });
     const max = Math.max(1e-9, ...rows.map((r) => cats.reduce((a, c) => a + (r[c] || 0), 0)));
     const bw = Math.max(1, (W - L - 10) / Math.max(n, 1));
