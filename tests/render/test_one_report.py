@@ -223,7 +223,24 @@ def test_units_format_by_the_declared_unit() -> None:
 def test_the_page_reads_only_keys_that_analysis_keys_defines() -> None:
     """app.js cannot import analysis.keys: every report section it reads must be one of them."""
     js = (Path(torchscope.__file__).parent / "render" / "html" / "app.js").read_text(encoding="utf-8")
-    read = set(re.findall(r'(?:rep\(\)|\bR|\bD)\.([a-z_]+)', js))
+    read = set(re.findall(r"(?:rep\(\)|\bR|\bD)\.([a-z_]+)", js))
     read |= set(re.findall(r'reportPart\("[^"]+", "([a-z_]+)"', js))
     defined = {v for k, v in vars(K).items() if k.isupper() and isinstance(v, str)}
     assert read and read <= defined, read - defined
+
+
+def test_json_writes_fractional_microseconds_exactly() -> None:
+    """A float cannot hold 1712195495502094.565 (it prints ...094.5); --json writes the
+    nanoseconds' exact decimal, and no string in the data can pose as such a number."""
+    from torchscope.analysis.report_model import us_of
+    from torchscope.cli.common import exact_json
+
+    data = {"ts_us": us_of(1712195495502094565), "d_us": us_of(-1500), "n": us_of(100), "s": '"us-0:0"'}
+    assert json.loads(exact_json(data)) == {
+        "ts_us": 1712195495502094.565,
+        "d_us": -1.5,
+        "n": 0.1,
+        "s": '"us-0:0"',
+    }
+    text = exact_json(data)
+    assert '"ts_us": 1712195495502094.565,' in text and '"d_us": -1.5,' in text and '"n": 0.1,' in text

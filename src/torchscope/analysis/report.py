@@ -244,7 +244,7 @@ def report_object(trace_or_traceset: Trace | TraceSet, top: int = TOP) -> M.Trac
 def build_report(trace_or_traceset: Trace | TraceSet, top: int = TOP) -> dict[str, Any]:
     """Everything torchscope knows about a trace or a folder of ranks, as one JSON-ready dict
     (the typed report's encoding: what ``report --json`` prints)."""
-    return msgspec.to_builtins(report_object(trace_or_traceset, top))  # type: ignore[no-any-return]
+    return M.plain(report_object(trace_or_traceset, top))  # type: ignore[no-any-return]
 
 
 def report_trace(trace: Trace, top: int = TOP) -> dict[str, Any]:

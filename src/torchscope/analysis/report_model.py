@@ -23,8 +23,28 @@ import msgspec
 import polars as pl
 
 
+class Us(float):
+    """Microseconds that are not whole: a float for arithmetic, plus the exact nanoseconds.
+
+    A timestamp such as 1712195495502094.565 µs has no float that prints as that (the nearest
+    prints ``...094.5``); ``exact()`` gives the text the file wrote, which ``--json`` prints.
+    """
+
+    __slots__ = ("ns",)
+    ns: int
+
+    def __new__(cls, ns: int) -> Us:
+        self = super().__new__(cls, ns / 1000)
+        self.ns = ns
+        return self
+
+    def exact(self) -> str:
+        whole, frac = divmod(abs(self.ns), 1000)
+        return f"{'-' if self.ns < 0 else ''}{whole}.{frac:03d}".rstrip("0")
+
+
 def us_of(ns: float | int | None) -> int | float | None:
-    """Nanoseconds as microseconds, exactly: whole microseconds as an int, else ns / 1000.
+    """Nanoseconds as microseconds, exactly: whole microseconds as an int, else a ``Us``.
 
     Dividing after a float conversion rounded big timestamps (``1666149715033200000`` ns
     became ``1666149715033200.2`` µs); integer arithmetic keeps what the file said.
@@ -37,7 +57,29 @@ def us_of(ns: float | int | None) -> int | float | None:
             return None
         ns = round(ns)
     ns = int(ns)
-    return ns // 1000 if ns % 1000 == 0 else ns / 1000
+    return ns // 1000 if ns % 1000 == 0 else Us(ns)
+
+
+def plain(value: Any) -> Any:
+    """The report as dicts and lists (``msgspec.to_builtins``, which refuses ``Us``), keeping
+    ``Us`` values and leaving out fields a Struct marks ``omit_defaults`` when at their default."""
+    if isinstance(value, msgspec.Struct):
+        omit = value.__struct_config__.omit_defaults
+        defaults = (
+            dict(zip(value.__struct_fields__[-len(value.__struct_defaults__) :], value.__struct_defaults__, strict=True))
+            if value.__struct_defaults__
+            else {}
+        )  # noqa: E501
+        return {
+            f: plain(getattr(value, f))
+            for f in value.__struct_fields__
+            if not (omit and f in defaults and getattr(value, f) == defaults[f])
+        }
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
 
 
 def us_map(d: dict[str, float]) -> dict[str, Any]:
