@@ -31,6 +31,9 @@ def test_report_of_one_trace_has_every_key_and_round_trips_json(load_trace: Call
     rules = [x["rule"] for x in back[K.RECOMMENDATIONS]]
     assert "communication_heavy" in rules
     assert all(set(x) == {"rule", "message", "evidence", "fix"} for x in back[K.RECOMMENDATIONS])
+    # steps print back exactly what the file wrote (ts 1669783687384669 µs), not a float near it
+    assert back[K.STEPS][0]["start_us"] == 1669783687384669
+    assert json.dumps(back[K.STEPS][0]["start_us"]) == "1669783687384669"
 
 
 def test_report_of_a_cpu_only_trace_uses_the_host_breakdown(load_trace: Callable[[str], Trace]) -> None:

@@ -96,7 +96,7 @@ def test_distributed_view_of_two_ranks(traces_dir: Path, tmp_path: Path, page: A
     assert sorted(rows) == ["rank0", "rank1"]
     # keys read as words and values carry their units (were "computation_ns", "39619.9000")
     text = page.inner_text("#view")
-    assert "computation" in text and "computation_ns" not in text and "mean_us" not in text
+    assert "computation" in text and "computation_us" not in text and "mean_us" not in text
     assert "39.620 ms" in text and "8.703 ms" in text  # rank 0's mean SendRecv; its wait for rank 1
     assert page.eval_on_selector_all("#run-select option", "os => os.map(o => o.textContent)") == [
         "rank0",
@@ -140,7 +140,7 @@ def test_report_of_a_live_run(tmp_path: Path, page: Any) -> None:
     )
     seen = check_dashboard(page, (out / "report.html").resolve().as_uri())
     assert "aten::convolution_backward" in seen["operators"]
-    assert "CPU peak allocated" in seen["memory"]
+    assert "cpu peak allocated" in seen["memory"]
     assert "ResNet18_0" in seen["modules"]
     assert "Python hot spots" in seen["overview"] and "exit code" in seen["overview"]
     # the Overview agrees with the terminal: 2 optimizer steps are 2 steps, setup shown apart
@@ -214,4 +214,82 @@ def test_accuracy_view_from_a_live_comparison(traces_dir: Path, tmp_path: Path, 
     headline = "First divergence" if section["first_divergence"] else "No divergence beyond tolerance"
     assert headline in text
     assert "aten::addmm" in text and "net.0" in text
+    assert page.errors == []
+
+
+def table_text(page: Any, testid: str, rows: int) -> list[list[str]]:
+    return page.eval_on_selector_all(  # type: ignore[no-any-return]
+        f"[data-testid={testid}] tbody tr",
+        f"trs => trs.slice(0, {rows}).map(tr => [...tr.querySelectorAll('td')].map(td => td.textContent))",
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["cuda/nccl_rank1_of_2_profile_memory.json.gz", "cpu/cpu_only_gloo_rank34.pt.trace.json.gz"]
+)
+def test_views_show_the_json_rows(
+    name: str, traces_dir: Path, tmp_path: Path, page: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Operators, Kernels and Memory tables show report --json's rows, in its order, each
+    number formatted by the unit the report declares (app.js's fmt agrees with render.units)."""
+    import json
+
+    from torchscope.render.units import fmt
+
+    html = tmp_path / "r.html"
+    assert main(["report", str(traces_dir / name), "--json", "--html", str(html)]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    units, start = rep["units"], rep["meta"]["start_us"]
+
+    def expected(rows: list[dict[str, Any]], fields: list[str | None], n: int = 15) -> list[list[str]]:
+        return [[str(r[f]) if f in ("name", "kind", "device") else fmt(r[f], units[f], start) if f else "" for f in fields]
+                for r in rows[:n]]  # fmt: skip
+
+    page.goto(html.resolve().as_uri())
+    page.click("#tabs button[data-view=operators]")
+    page.wait_for_selector("[data-testid=ops-table]")
+    op_fields = ["name", "kind", "calls", "host_self_us", "host_total_us", "host_avg_us", "host_max_us",
+                 "device_self_us", "device_total_us"]  # fmt: skip
+    assert table_text(page, "ops-table", 15) == expected(rep["operators"], op_fields)
+    if rep["kernels"]:
+        page.click("#tabs button[data-view=kernels]")
+        page.wait_for_selector("[data-testid=kernels-table]")
+        k_fields = [
+            "name",
+            "count",
+            "total_us",
+            "share_pct",
+            "mean_us",
+            "min_us",
+            "max_us",
+            "occupancy_pct",
+            "blocks_per_sm",
+        ]
+        got = [row[:-1] for row in table_text(page, "kernels-table", 15)]  # the last: Tensor Cores yes/no
+        assert got == expected(rep["kernels"], k_fields)
+    if rep["memory"]["by_op"]:
+        page.click("#tabs button[data-view=memory]")
+        page.wait_for_selector("[data-testid=memory-table]")
+        m_fields = ["name", "device", "allocations", "self_allocated_bytes", "self_freed_bytes",
+                    "total_allocated_bytes", "total_net_bytes"]  # fmt: skip
+        assert table_text(page, "memory-table", 15) == expected(rep["memory"]["by_op"], m_fields)
+        cards = page.inner_text("[data-testid=memory-cards]")
+        for p in rep["memory"]["peaks"]:
+            assert (
+                f"{fmt(p['peak_allocated_bytes'], 'bytes')} at {fmt(p['peak_ts_us'], 'timestamp_us', start)}"
+                in cards
+            )
+    page.click("#tabs button[data-view=overview]")
+    page.wait_for_selector("[data-testid=steps-table]")
+    steps = [
+        [fmt(s["step"], "id"), fmt(s["start_us"], "timestamp_us", start), fmt(s["dur_us"], "us")]
+        for s in rep["steps"]
+    ]
+    assert table_text(page, "steps-table", 50) == steps
+    # the Report tab is sections with units, not raw JSON
+    page.click("#tabs button[data-view=report]")
+    page.wait_for_selector("#view[data-rendered=report]")
+    text = page.inner_text("#view")
+    assert "The trace" in text and "Step time by category" in text and '"report_version"' not in text
+    assert fmt(rep["meta"]["span_us"], "us") in text
     assert page.errors == []

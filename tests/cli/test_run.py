@@ -55,13 +55,13 @@ def test_run_trains_resnet_with_a_schedule_from_optimizer_steps(
     assert facts["optimizer_steps"] == 4
     assert len(facts["traces"]) == 1 and Path(facts["traces"][0]).is_file()
     report = _report(out)
-    run = report["runs"][0]
+    run = report["report"]
     # steps came from optimizer.step() with no change to the script: warm up 1, then 2 active steps
-    assert run["summary"]["steps"] == 2
-    names = {r["name"] for r in run["ops"]}
+    assert len(run["steps"]) == 2
+    names = {r["name"] for r in run["operators"]}
     assert {"aten::convolution_backward", "aten::native_batch_norm"} <= names
     assert "Optimizer.step#SGD.step" in names
-    conv = next(r for r in run["ops"] if r["name"] == "aten::conv2d")
+    conv = next(r for r in run["operators"] if r["name"] == "aten::conv2d")
     assert conv["calls"] == 2 * 20  # ResNet-18 has 20 convolutions, two recorded steps
     assert report["run"]["exit_code"] == 0 and report["env"]["torch"].startswith("2.")
     assert (out / "report.html").stat().st_size > 10_000
@@ -106,7 +106,7 @@ def test_crashing_script_keeps_trace_report_and_exit_code(tmp_path: Path) -> Non
     assert report["run"]["error"] == "ValueError: boom at step 1"
     # no schedule: the whole run is recorded, cut at each optimizer step; the crash after the
     # second step is no step
-    assert report["runs"][0]["summary"]["steps"] == 2
+    assert len(report["report"]["steps"]) == 2
     # only the script's own frames are hot spots: not our console script, CLI, runner, the
     # traceback we printed, nor torch._dynamo's lazy import that the runner pre-pays
     files = [r["file"] for r in report["hotspots"]]
@@ -116,7 +116,7 @@ def test_crashing_script_keeps_trace_report_and_exit_code(tmp_path: Path) -> Non
             "torchscope" not in f.replace(str(SCRIPTS), "") and "traceback" not in f and "linecache" not in f
         )
         assert "importlib" not in f and "_dynamo" not in f and "runpy" not in f
-    assert {r["name"] for r in report["runs"][0]["ops"]} >= {"aten::linear", "Optimizer.step#Adam.step"}
+    assert {r["name"] for r in report["report"]["operators"]} >= {"aten::linear", "Optimizer.step#Adam.step"}
 
 
 def test_exit_code_argv_and_streams_pass_through(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,7 +137,7 @@ def test_run_module_with_dash_m(
     code = main(["run", "--out", str(tmp_path / "m"), "--no-summary", "-m", "pkgdemo", "--epochs", "1"])
     assert code == 0
     assert "module ran with ['--epochs', '1'] name __main__" in capsys.readouterr().out
-    ops = {r["name"]: r for r in _report(tmp_path / "m")["runs"][0]["ops"]}
+    ops = {r["name"]: r for r in _report(tmp_path / "m")["report"]["operators"]}
     assert ops["aten::tanh"]["calls"] == 5
 
 
@@ -160,7 +160,7 @@ def test_a_failing_in_memory_trace_falls_back_to_the_file(
     assert main(["run", "--out", str(out), "--no-summary", str(SCRIPTS / "exits.py"), "0"]) == 0
     report = _report(out)
     assert any("in-memory trace unavailable" in w for w in report["warnings"])
-    assert report["runs"][0]["summary"]["events"] > 0  # read back from traces/run.pt.trace.json
+    assert report["report"]["meta"]["events"] > 0  # read back from traces/run.pt.trace.json
 
 
 def test_steps_run_from_one_optimizer_step_to_the_next_and_setup_is_no_step(
@@ -170,14 +170,14 @@ def test_steps_run_from_one_optimizer_step_to_the_next_and_setup_is_no_step(
     assert main(["run", "--out", str(out), "--sample-ms", "0", str(SCRIPTS / "train_resnet.py")]) == 0
     err = capsys.readouterr().err
     report = _report(out)
-    run = report["runs"][0]
+    run = report["report"]
     # 4 optimizer steps are 4 steps: building the model and the optimizer is setup, and the
     # print after the last optimizer.step() is no step
-    assert run["summary"]["steps"] == 4 and len(run["overview"]["host_steps"]) == 4
+    assert len(run["steps"]) == 4
     assert "(4 steps" in err.replace("\n", " ")
     assert report["run"]["optimizer_steps"] == 4 and report["run"]["setup_s"] > 0
     assert "after" in err and "s of setup" in err
-    names = {r["name"] for r in run["ops"]}
+    names = {r["name"] for r in run["operators"]}
     assert not any(n.startswith(("torchscope#", "ProfilerStep#")) for n in names)
     text = Path(report["run"]["traces"][0]).read_text()
     assert '"torchscope#setup"' in text and '"ProfilerStep#0"' in text and '"ProfilerStep#3"' in text

@@ -2,20 +2,21 @@
 
 Scripts that check for regressions read these keys, the CLI and the dashboard render them, and
 docs/analyses.md documents them: every producer and consumer imports the names from here, so
-a key cannot drift between them. Times are microseconds (keys end in ``_us``), memory bytes.
+a key cannot drift between them. Times are microseconds (keys end in ``_us``), memory bytes;
+every report carries its units explicitly under ``units`` (``analysis.report_model.UNITS``).
 Bump ``REPORT_VERSION`` when a key changes meaning; adding keys does not bump it.
 """
 
 from __future__ import annotations
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: typed report, units map, exact µs, hex addresses
 
 # -- report: one trace ----------------------------------------------------------------------
 VERSION = "report_version"
 KIND = "kind"  # "trace" or "traceset"
 SOURCE = "source"
-META = "meta"  # rank, world_size, backend, torch_version, devices (names), warnings
-STEPS = "steps"  # list of {step, start_us, dur_us, breakdown_us: {category: us}}
+META = "meta"  # rank, world_size, backend, torch_version, devices, warnings, events, start_us, span_us, ...
+STEPS = "steps"  # list of {step, start_us, dur_us, breakdown_us, host_breakdown_us, comm_overlap_us}
 BREAKDOWN_US = "breakdown_us"  # step average per TensorBoard category + "Total"
 HOST_BREAKDOWN_US = "host_breakdown_us"  # step average per host category + "Total"
 DEVICES = "devices"  # list of {device, kernel_us, utilization, sm_efficiency, achieved_occupancy, tensor_core_ratio}
@@ -35,10 +36,15 @@ LAUNCH_STATS = "launch_stats"
 IDLE_TIME = "idle_time"
 QUEUE_LENGTH = "queue_length"
 MEMORY = "memory"  # {peaks, by_op, leaks}
+MEMORY_PEAKS = "peaks"
+MEMORY_BY_OP = "by_op"
+MEMORY_LEAKS = "leaks"
 MODULES = "modules"
 DISTRIBUTED = "distributed"  # traceset only: {ranks, collectives, slowest_rank, wait_for_slowest}
 RANKS = "ranks"  # traceset only: {name: report of that rank}
 RECOMMENDATIONS = "recommendations"  # list of {rule, message, evidence, fix} (+ rank in a traceset)
+WARNINGS = "warnings"  # traceset: files not read; report --json: + what a view could not build
+UNITS = "units"  # {field name: unit}: us, timestamp_us, bytes, percent, fraction, count, id, flop, ...
 
 REPORT_KEYS: tuple[str, ...] = (
     VERSION,
@@ -65,6 +71,7 @@ REPORT_KEYS: tuple[str, ...] = (
     MEMORY,
     MODULES,
     RECOMMENDATIONS,
+    UNITS,
 )
 TRACESET_KEYS: tuple[str, ...] = (
     VERSION,
@@ -76,6 +83,8 @@ TRACESET_KEYS: tuple[str, ...] = (
     DISTRIBUTED,
     RANKS,
     RECOMMENDATIONS,
+    WARNINGS,
+    UNITS,
 )
 
 # -- diff -----------------------------------------------------------------------------------

@@ -40,6 +40,8 @@ DATALOADER = by_name(
 )
 OPTIMIZER = by_name(lambda n: n.str.starts_with("Optimizer."))
 PROFILER_STEP = by_name(lambda n: n.str.starts_with("ProfilerStep#"))
+# the spans ``torchscope run`` adds around the steps (setup, after the last step): not ops
+TORCHSCOPE_SPAN = by_name(lambda n: n.str.starts_with("torchscope#"))
 
 # Host-side collective calls: c10d's ``nccl:all_reduce``-style ops and record_param_comms.
 HOST_COLLECTIVE = (pl.col("kind") == "collective") | name_matches(r"^(nccl|gloo|rccl|mpi|ucc):")

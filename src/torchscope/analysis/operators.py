@@ -51,7 +51,8 @@ def _device_time_uncached(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 def _op_rows(trace: Trace) -> pl.DataFrame:
     self_dev, total_dev = _device_time_per_row(trace)
-    rows = kinds(trace, *OP_KINDS).filter(~names.PROFILER_STEP)
+    # ProfilerStep#N spans steps, not an op; torchscope#... are the runner's setup/tail spans
+    rows = kinds(trace, *OP_KINDS).filter(~names.PROFILER_STEP & ~names.TORCHSCOPE_SPAN)
     idx = rows["id"].to_numpy()
     return rows.with_columns(
         pl.Series("device_self_ns", self_dev[idx]), pl.Series("device_total_ns", total_dev[idx])
@@ -59,9 +60,10 @@ def _op_rows(trace: Trace) -> pl.DataFrame:
 
 
 def operators(trace: Trace, by_input_shape: bool = False) -> pl.DataFrame:
-    """One row per op name (and input shape): calls, host self/total, device self/total, ns.
+    """One row per op name (and input shape): calls, host self/total/avg/max, device self/total, ns.
 
-    Sorted by device total time, then host total time.
+    Sorted by device total time, then host total time, then name. The report, the terminal
+    and the dashboard all show these rows, in this order.
     """
     keys = ["name", "input_dims"] if by_input_shape else ["name"]
     rows = _op_rows(trace)
@@ -72,11 +74,14 @@ def operators(trace: Trace, by_input_shape: bool = False) -> pl.DataFrame:
             pl.len().alias("calls"),
             pl.col("self_ns").sum().alias("host_self_ns"),
             pl.col("dur_ns").sum().alias("host_total_ns"),
+            pl.col("dur_ns").max().alias("host_max_ns"),
             pl.col("device_self_ns").sum(),
             pl.col("device_total_ns").sum(),
         )
         .with_columns(
-            pl.col("name").cast(pl.String), names.TENSOR_CORE_ELIGIBLE_OP.alias("tensor_core_eligible")
+            pl.col("name").cast(pl.String),
+            names.TENSOR_CORE_ELIGIBLE_OP.alias("tensor_core_eligible"),
+            (pl.col("host_total_ns") / pl.col("calls")).alias("host_avg_ns"),
         )
         .sort(
             ["device_total_ns", "host_total_ns", *keys],

@@ -1,18 +1,22 @@
-"""``build_report``: every analysis of a trace (or a folder of ranks) as one JSON-ready dict.
+"""``build_report``: every analysis of a trace (or a folder of ranks) as one typed report.
 
-This is the object ``torchscope report --json`` prints and the dashboard renders. Keys come
-from ``analysis.keys`` (documented in docs/analyses.md); tables become lists of records with
-nanosecond columns turned into microseconds (``*_ns`` -> ``*_us``), capped at ``top`` rows.
+This is the one contract of torchscope's outputs: ``torchscope report --json`` prints it, the
+terminal summary and the HTML dashboard render it and compute nothing of their own. The
+types are in ``analysis.report_model`` (msgspec Structs, units in the field names and in the
+report's ``units`` map); the keys in ``analysis.keys``; both are documented in docs/analyses.md.
+Tables are the analyses' DataFrames with nanosecond columns turned into exact microseconds
+(``*_ns`` -> ``*_us``), capped at ``top`` rows.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from torchscope.analysis import keys as K
+from torchscope.analysis import report_model as M
 from torchscope.analysis.advisor import Context, advise
 from torchscope.analysis.distributed import distributed, rank_of
 from torchscope.analysis.kernels import (
@@ -29,180 +33,225 @@ from torchscope.analysis.operators import call_stacks, flops, operators
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, Overview
 from torchscope.trace.model import Trace, TraceSet
 
-
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
-    return v
+TOP = 200  # rows per table: the page shows exactly these rows, the terminal the first few
+COMM_COLUMNS = ("computation_ns", "communication_ns", "overlap_ns", "other_ns")
 
 
 def records(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
-    """Rows as dicts, ``*_ns`` columns converted to ``*_us`` (float), NaN as null."""
+    """Rows as dicts, ``*_ns`` columns converted to ``*_us`` (exactly, ``us_of``), NaN as null.
+
+    For the free-form tables (collectives, the diff); the report's own tables are typed rows.
+    """
     if top is not None:
         df = df.head(top)
-    exprs = []
-    for c, dt in df.schema.items():
-        if c.endswith("_ns"):
-            exprs.append((pl.col(c).cast(pl.Float64) / 1e3).alias(c[:-3] + "_us"))
-        elif isinstance(dt, pl.Categorical | pl.Enum):
-            exprs.append(pl.col(c).cast(pl.String))
-        else:
-            exprs.append(pl.col(c))
-    return [{k: _clean(v) for k, v in row.items()} for row in df.select(exprs).iter_rows(named=True)]
+    return [M.record(r) for r in df.iter_rows(named=True)]
 
 
-def _us(d: dict[str, float]) -> dict[str, float]:
-    return {k: v / 1e3 for k, v in d.items()}
+def _meta(trace: Trace, ov: Overview) -> M.Meta:
+    ev = trace.events
+    m = trace.meta
+    if ev.height:
+        lo = int(ev["start_ns"].min())  # type: ignore[arg-type]
+        hi = int((ev["start_ns"] + ev["dur_ns"]).max())  # type: ignore[arg-type]
+    else:
+        lo = hi = 0
+    kinds = {str(k): int(n) for k, n in ev.group_by("kind").len().sort("kind").iter_rows()}
+    return M.Meta(
+        rank=m.rank,
+        world_size=m.world_size,
+        backend=m.backend,
+        torch_version=m.torch_version,
+        devices=[p.get("name") for p in m.device_properties],
+        device_ids=sorted(int(d) for d in ev.filter(pl.col("device") >= 0)["device"].unique().to_list()),
+        warnings=list(m.warnings),
+        steps_from_trace=ov.steps_from_trace,
+        events=ev.height,
+        event_kinds=kinds,
+        memory_events=trace.memory.height,
+        start_us=M.us_of(lo),  # type: ignore[arg-type]
+        end_us=M.us_of(hi),  # type: ignore[arg-type]
+        span_us=M.us_of(hi - lo),  # type: ignore[arg-type]
+    )
 
 
-def _overview_part(ov: Overview) -> dict[str, Any]:
-    steps = [
-        {
-            "step": int(r["step"]),
-            "start_us": r["start_ns"] / 1e3,
-            "dur_us": r["dur_ns"] / 1e3,
-            K.BREAKDOWN_US: {c: r[c] / 1e3 for c in BREAKDOWN_CATEGORIES},
-            K.HOST_BREAKDOWN_US: {c: h[c] / 1e3 for c in HOST_CATEGORIES},
-        }
-        for r, h in zip(ov.steps.iter_rows(named=True), ov.host_steps.iter_rows(named=True), strict=True)
-    ]
-    n = max(ov.comm_overlap.height, 1)
-    return {
-        K.STEPS: steps,
-        K.BREAKDOWN_US: _us(ov.breakdown_ns),
-        K.HOST_BREAKDOWN_US: _us(ov.host_breakdown_ns),
-        K.DEVICES: [
-            {
-                "device": d.device,
-                "kernel_us": d.kernel_ns / 1e3,
-                "utilization": d.utilization,
-                "sm_efficiency": d.sm_efficiency,
-                "achieved_occupancy": d.achieved_occupancy,
-                "tensor_core_ratio": d.tensor_core_ratio,
-            }
-            for d in ov.devices
-        ],
-        K.COMM_OVERLAP: {
-            c[:-3] + "_us": float(ov.comm_overlap[c].sum()) / n / 1e3
-            for c in ("computation_ns", "communication_ns", "overlap_ns", "other_ns")
-        },
-    }
+def _steps(ov: Overview) -> list[M.Step]:
+    comm = {r["step"]: r for r in ov.comm_overlap.iter_rows(named=True)} if "step" in ov.comm_overlap else {}
+    out = []
+    for r, h in zip(ov.steps.iter_rows(named=True), ov.host_steps.iter_rows(named=True), strict=True):
+        c = comm.get(r["step"], {})
+        out.append(
+            M.Step(
+                step=int(r["step"]),
+                start_us=M.us_of(r["start_ns"]),  # type: ignore[arg-type]
+                dur_us=M.us_of(r["dur_ns"]),  # type: ignore[arg-type]
+                breakdown_us=M.us_map({k: r[k] for k in BREAKDOWN_CATEGORIES}),
+                host_breakdown_us=M.us_map({k: h[k] for k in HOST_CATEGORIES}),
+                comm_overlap_us={k[:-3] + "_us": M.us_of(c.get(k, 0)) for k in COMM_COLUMNS},  # type: ignore[misc]
+            )
+        )
+    return out
 
 
-def report_trace(trace: Trace, top: int = 50) -> dict[str, Any]:
-    """The report of one trace."""
+def _kernels(trace: Trace, top: int) -> tuple[list[M.Kernel], list[M.KernelByOp]]:
+    """Kernels and kernels by launching op, each with its share of all kernel time."""
+    ks = kernel_stats(trace)
+    total = float(ks["total_ns"].sum()) if ks.height else 0.0
+
+    def share(df: pl.DataFrame) -> pl.DataFrame:
+        return df.with_columns((100.0 * pl.col("total_ns") / (total or 1.0)).alias("share_pct"))
+
+    return (
+        M.Kernel.from_frame(share(ks), top),
+        M.KernelByOp.from_frame(share(kernel_stats(trace, by_op=True)), top),
+    )
+
+
+def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
+    """The typed report of one trace."""
     ctx = Context(trace)
     ov = ctx.overview
     tb = temporal_breakdown(trace)
     ls = ctx.launch
-    meta = trace.meta
-    out: dict[str, Any] = {
-        K.VERSION: K.REPORT_VERSION,
-        K.KIND: "trace",
-        K.SOURCE: meta.source,
-        K.META: {
-            "rank": meta.rank,
-            "world_size": meta.world_size,
-            "backend": meta.backend,
-            "torch_version": meta.torch_version,
-            "devices": [p.get("name") for p in meta.device_properties],
-            "warnings": list(meta.warnings),
-            "steps_from_trace": ov.steps_from_trace,
-        },
+    n = max(ov.comm_overlap.height, 1)
+    kernels, kernels_by_op = _kernels(trace, top)
+    recs = [M.Finding(**f.to_dict()) for f in advise(trace, ctx=ctx)]
+    temporal = {
+        "idle_us": M.us_of(tb.idle_ns),
+        "compute_us": M.us_of(tb.compute_ns),
+        "non_compute_us": M.us_of(tb.non_compute_ns),
+        "span_us": M.us_of(tb.span_ns),
+        **{k + "_pct": v for k, v in tb.pct().items()},
     }
-    out.update(_overview_part(ov))
-    out.update(
-        {
-            K.OPERATORS: records(ctx.operators, top),
-            K.OPERATORS_BY_SHAPE: records(operators(trace, by_input_shape=True), top),
-            K.CALL_STACKS: records(call_stacks(trace), top),
-            K.FLOPS: records(flops(trace), top),
-            K.KERNELS: records(kernel_stats(trace), top),
-            K.KERNELS_BY_OP: records(kernel_stats(trace, by_op=True), top),
-            K.KERNEL_TYPES: records(kernel_type_breakdown(trace, include_memory=True)),
-            K.TEMPORAL_BREAKDOWN: {
-                "idle_us": tb.idle_ns / 1e3,
-                "compute_us": tb.compute_ns / 1e3,
-                "non_compute_us": tb.non_compute_ns / 1e3,
-                "span_us": tb.span_ns / 1e3,
-                **{k + "_pct": v for k, v in tb.pct().items()},
-            },
-            K.COMM_COMP_OVERLAP: comm_comp_overlap(trace),
-            K.LAUNCH_STATS: {
-                "launched": ls.launched,
-                "short_kernels": ls.short_kernels,
-                "short_kernel_us": ls.short_kernel_ns / 1e3,
-                "runtime_outliers": ls.runtime_outliers,
-                "launch_delay_outliers": ls.launch_delay_outliers,
-                "median_launch_delay_us": None
-                if ls.median_launch_delay_ns is None
-                else ls.median_launch_delay_ns / 1e3,
-                "p95_launch_delay_us": None
-                if ls.p95_launch_delay_ns is None
-                else ls.p95_launch_delay_ns / 1e3,
-                "negative_launch_delays": ls.negative_launch_delays,
-                "clock_skewed_launches": ls.clock_skewed,
-                "synchronous_launches": ls.synchronous_launches,
-                "graph_launched": ls.graph_launched,
-            },
-            K.IDLE_TIME: records(idle_time(trace)),
-            K.QUEUE_LENGTH: records(queue_length(trace)),
-            K.MEMORY: {
-                "peaks": records(memory_peaks(trace)),
-                "by_op": records(allocations_by_op(trace), top),
-                "leaks": records(leak_candidates(trace), top),
-            },
-            K.MODULES: records(module_tree(trace), top * 10),
-            K.RECOMMENDATIONS: [f.to_dict() for f in advise(trace, ctx=ctx)],
-        }
+    comm = {c[:-3] + "_us": M.us_of(float(ov.comm_overlap[c].sum()) / n) for c in COMM_COLUMNS}
+    launch = {
+        "launched": ls.launched,
+        "short_kernels": ls.short_kernels,
+        "short_kernel_us": M.us_of(ls.short_kernel_ns),
+        "runtime_outliers": ls.runtime_outliers,
+        "launch_delay_outliers": ls.launch_delay_outliers,
+        "median_launch_delay_us": M.us_of(ls.median_launch_delay_ns),
+        "p95_launch_delay_us": M.us_of(ls.p95_launch_delay_ns),
+        "negative_launch_delays": ls.negative_launch_delays,
+        "clock_skewed_launches": ls.clock_skewed,
+        "synchronous_launches": ls.synchronous_launches,
+        "graph_launched": ls.graph_launched,
+    }
+    return M.TraceReport(
+        report_version=K.REPORT_VERSION,
+        kind="trace",
+        source=trace.meta.source,
+        meta=_meta(trace, ov),
+        steps=_steps(ov),
+        breakdown_us=M.us_map(ov.breakdown_ns),
+        host_breakdown_us=M.us_map(ov.host_breakdown_ns),
+        devices=[
+            M.Device(
+                device=d.device,
+                kernel_us=M.us_of(d.kernel_ns),  # type: ignore[arg-type]
+                utilization=d.utilization,
+                sm_efficiency=d.sm_efficiency,
+                achieved_occupancy=d.achieved_occupancy,
+                tensor_core_ratio=d.tensor_core_ratio,
+            )
+            for d in ov.devices
+        ],
+        comm_overlap=comm,  # type: ignore[arg-type]
+        operators=M.Operator.from_frame(ctx.operators, top),
+        operators_by_shape=M.OperatorByShape.from_frame(operators(trace, by_input_shape=True), top),
+        call_stacks=M.CallStack.from_frame(call_stacks(trace), top),
+        flops=M.Flops.from_frame(flops(trace), top),
+        kernels=kernels,
+        kernels_by_op=kernels_by_op,
+        kernel_types=M.KernelType.from_frame(kernel_type_breakdown(trace, include_memory=True)),
+        temporal_breakdown=temporal,  # type: ignore[arg-type]
+        comm_comp_overlap=comm_comp_overlap(trace),
+        launch_stats=launch,
+        idle_time=M.IdleTime.from_frame(idle_time(trace)),
+        queue_length=M.QueueLength.from_frame(queue_length(trace)),
+        memory=M.Memory(
+            peaks=M.MemoryPeak.from_frame(memory_peaks(trace)),
+            by_op=M.MemoryByOp.from_frame(allocations_by_op(trace), top),
+            leaks=M.Leak.from_frame(leak_candidates(trace), top),
+        ),
+        modules=M.Module.from_frame(module_tree(trace), top * 5),
+        recommendations=recs,
+        units=M.units_of(launch, temporal, comm, *(f.evidence for f in recs)),
     )
-    return out
 
 
-def report_traceset(ts: TraceSet, top: int = 50) -> dict[str, Any]:
-    """The report of several ranks: each rank's report, the distributed view, averages."""
-    ranks = {name: report_trace(tr, top) for name, tr in ts.items()}
+def _rank_rows(ts: TraceSet, ranks: pl.DataFrame, slowest: int | None) -> list[M.RankRow]:
+    names = {rank_of(name, tr): name for name, tr in ts.items()}
+    rows = list(ranks.iter_rows(named=True)) if ranks.height else []
+    fastest = min((r["step_ns"] for r in rows), default=0.0)
+    return [
+        M.RankRow(
+            rank=int(r["rank"]),
+            name=names.get(int(r["rank"]), str(r["rank"])),
+            steps=int(r["steps"]),
+            step_us=M.us_of(r["step_ns"]),  # type: ignore[arg-type]
+            breakdown_us=M.us_map({c: r[c] for c in BREAKDOWN_CATEGORIES}),
+            computation_us=M.us_of(r["computation_ns"]),  # type: ignore[arg-type]
+            communication_us=M.us_of(r["communication_ns"]),  # type: ignore[arg-type]
+            overlap_us=M.us_of(r["overlap_ns"]),  # type: ignore[arg-type]
+            other_us=M.us_of(r["other_ns"]),  # type: ignore[arg-type]
+            vs_fastest_pct=100.0 * (r["step_ns"] / fastest - 1.0) if fastest else None,
+            straggler=slowest is not None and int(r["rank"]) == slowest,
+        )
+        for r in rows
+    ]
+
+
+def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
+    """The typed report of several ranks: each rank's report, the distributed view, averages."""
+    ranks = {name: report_model(tr, top) for name, tr in ts.items()}
     dist = distributed(ts)
     n = max(len(ranks), 1)
-    avg = {c: sum(r[K.BREAKDOWN_US][c] for r in ranks.values()) / n for c in (*BREAKDOWN_CATEGORIES, "Total")}
-    havg = {
-        c: sum(r[K.HOST_BREAKDOWN_US][c] for r in ranks.values()) / n for c in (*HOST_CATEGORIES, "Total")
-    }
+    avg = {c: sum(r.breakdown_us[c] for r in ranks.values()) / n for c in (*BREAKDOWN_CATEGORIES, "Total")}
+    havg = {c: sum(r.host_breakdown_us[c] for r in ranks.values()) / n for c in (*HOST_CATEGORIES, "Total")}
     recs = [
-        {**rec, "rank": rank_of(name, ts[name])} for name, r in ranks.items() for rec in r[K.RECOMMENDATIONS]
+        msgspec.structs.replace(rec, rank=rank_of(name, ts[name]))
+        for name, r in ranks.items()
+        for rec in r.recommendations
     ]
-    return {
-        K.VERSION: K.REPORT_VERSION,
-        K.KIND: "traceset",
-        K.SOURCE: ts.source,
-        K.STEPS: max((len(r[K.STEPS]) for r in ranks.values()), default=0),
-        K.BREAKDOWN_US: avg,
-        K.HOST_BREAKDOWN_US: havg,
-        K.DISTRIBUTED: {
-            "ranks": [
-                {
-                    "rank": r["rank"],
-                    "steps": r["steps"],
-                    "step_us": r["step_ns"] / 1e3,
-                    K.BREAKDOWN_US: {c: r[c] / 1e3 for c in BREAKDOWN_CATEGORIES},
-                    **{
-                        c[:-3] + "_us": r[c] / 1e3
-                        for c in ("computation_ns", "communication_ns", "overlap_ns", "other_ns")
-                    },
-                }
-                for r in dist.ranks.iter_rows(named=True)
-            ],
-            "collectives": records(dist.collectives),
-            "slowest_rank": dist.slowest_rank,
-            "wait_for_slowest": records(dist.wait_for_slowest),
-        },
-        K.RANKS: ranks,
-        K.RECOMMENDATIONS: recs,
-    }
+    collectives = records(dist.collectives)
+    wait = records(dist.wait_for_slowest)
+    return M.TraceSetReport(
+        report_version=K.REPORT_VERSION,
+        kind="traceset",
+        source=ts.source,
+        steps=max((len(r.steps) for r in ranks.values()), default=0),
+        breakdown_us={k: M.us_of(v * 1e3) for k, v in avg.items()},  # type: ignore[misc]
+        host_breakdown_us={k: M.us_of(v * 1e3) for k, v in havg.items()},  # type: ignore[misc]
+        distributed=M.DistributedView(
+            ranks=_rank_rows(ts, dist.ranks, dist.slowest_rank),
+            collectives=collectives,
+            slowest_rank=dist.slowest_rank,
+            wait_for_slowest=wait,
+        ),
+        ranks=ranks,
+        recommendations=recs,
+        warnings=list(ts.skipped),
+        units=M.units_of(*collectives[:1], *wait[:1], *(r.units for r in ranks.values())),
+    )
 
 
-def build_report(trace_or_traceset: Trace | TraceSet, top: int = 50) -> dict[str, Any]:
-    """Everything torchscope knows about a trace or a folder of ranks, as one JSON-ready dict."""
+def report_object(trace_or_traceset: Trace | TraceSet, top: int = TOP) -> M.TraceReport | M.TraceSetReport:
     if isinstance(trace_or_traceset, TraceSet):
-        return report_traceset(trace_or_traceset, top)
-    return report_trace(trace_or_traceset, top)
+        return report_set_model(trace_or_traceset, top)
+    return report_model(trace_or_traceset, top)
+
+
+def build_report(trace_or_traceset: Trace | TraceSet, top: int = TOP) -> dict[str, Any]:
+    """Everything torchscope knows about a trace or a folder of ranks, as one JSON-ready dict
+    (the typed report's encoding: what ``report --json`` prints)."""
+    return M.plain(report_object(trace_or_traceset, top))  # type: ignore[no-any-return]
+
+
+def report_trace(trace: Trace, top: int = TOP) -> dict[str, Any]:
+    """The report of one trace, as a dict."""
+    return build_report(trace, top)
+
+
+def report_traceset(ts: TraceSet, top: int = TOP) -> dict[str, Any]:
+    """The report of several ranks, as a dict."""
+    return build_report(ts, top)

@@ -7,6 +7,9 @@ Progress goes to stderr and only when stderr is a terminal, so pipes and ``--jso
 from __future__ import annotations
 
 import json
+import os
+import re
+import secrets
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,6 +58,40 @@ def load_single(path: str | Path) -> Trace:
     return loaded
 
 
+def exact_json(data: Any) -> str:
+    """``data`` as indented JSON, microseconds that are not whole (``report_model.Us``) written
+    exactly as the trace's nanoseconds say (``1712195495502094.565``, not ``...094.5``).
+
+    Each such value goes through ``json`` as a token unique to this call, then the token's
+    quoted text is replaced by the exact number, so no string in the data can pose as one."""
+    from torchscope.analysis.report_model import Us
+
+    token = f"us-{secrets.token_hex(8)}:"
+    exact: list[str] = []
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, Us):
+            exact.append(value.exact())
+            return f"{token}{len(exact) - 1}"
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [swap(v) for v in value]
+        return value
+
+    text = json.dumps(swap(data), indent=1, allow_nan=False, default=str)
+    if not exact:
+        return text
+    return re.sub(f'"{re.escape(token)}(\\d+)"', lambda m: exact[int(m.group(1))], text)
+
+
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=1, allow_nan=False, default=str)
-    sys.stdout.write("\n")
+    """``data`` as indented JSON on stdout; a reader that stops early (``| head``) is no error."""
+    try:
+        sys.stdout.write(exact_json(data))
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader is gone: send what is left nowhere, so the interpreter's flush at exit
+        # does not raise again (Python's documented recipe for SIGPIPE)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

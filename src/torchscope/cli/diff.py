@@ -1,7 +1,8 @@
-"""``torchscope diff A B``: what changed between two runs, op by op, in the terminal and as HTML.
+"""``torchscope diff A B``: what changed between two runs, in the terminal and as HTML.
 
-The op table is computed here from both traces; the analyses' own diff
-(``analysis.diff.diff_traces``) is shown beside it when it is available.
+A renderer of the analyses' diff (``analysis.diff.diff_traces``): ``--json`` prints its
+``to_dict()``, the terminal shows the step time, the categories, then the ops and kernels
+that explain the change; ``--html`` is the dashboard with its Diff view of the same diff.
 """
 
 from __future__ import annotations
@@ -36,68 +37,81 @@ class DiffCommand:
     def run(self, args: argparse.Namespace) -> int:
         a, b = load_input(args.a), load_input(args.b)
         one_a, one_b = _one(a), _one(b)
-        if one_a is not None and one_b is not None:
-            diff = _diff_of_two_traces(one_a, one_b, args)
-        else:
-            if args.html:
-                print(
-                    "torchscope diff: error: --html draws the diff of two single traces; for runs of "
-                    "several ranks use --json or the table",
-                    file=sys.stderr,
-                )
-                return EXIT_BAD_INPUT
-            diff = _diff_of_runs(a, b, args)
+        if args.html and (one_a is None or one_b is None):
+            print(
+                "torchscope diff: error: --html draws the diff of two single traces; for runs of "
+                "several ranks use --json or the table",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
+        from torchscope.analysis.diff import diff_traces
+
+        with progress("comparing"):
+            diff = diff_traces(a, b).to_dict()
+        if args.html and one_a is not None and one_b is not None:
+            from torchscope.render.html import write_html
+            from torchscope.render.payload import build_payload
+
+            write_html(
+                build_payload(one_a, compare=one_b, title=f"{Path(args.a).name} vs {Path(args.b).name}"),
+                args.html,
+            )
         if args.json:
             print_json(diff)
             return EXIT_OK
-        from rich.markup import escape
-        from rich.table import Table
-
-        from torchscope.render.console import fmt_ns, terminal
+        from torchscope.render.console import terminal
 
         console = terminal(sys.stdout)
-        if diff["summary_a"] is not None:
-            sa, sb = diff["summary_a"], diff["summary_b"]
-            console.print(
-                f"A {escape(diff['a'])}: {fmt_ns(sa.get('span_ns'))} · B {escape(diff['b'])}: {fmt_ns(sb.get('span_ns'))}"
-            )
-            title = "ops by change in self time (B - A)"
-        else:
-            step = diff["report"][K.DIFF_STEP]
-            console.print(
-                f"A {escape(diff['a'])}: step {fmt_ns(step['a'] * 1e3)} · "
-                f"B {escape(diff['b'])}: step {fmt_ns(step['b'] * 1e3)} (averaged over ranks)"
-            )
-            title = "ops by change in self time per step, averaged over ranks (B - A)"
-        t = Table(title=title, title_justify="left")
-        for col, just in (
-            ("op", "left"),
-            ("calls A", "right"),
-            ("calls B", "right"),
-            ("self A", "right"),
-            ("self B", "right"),
-            ("change", "right"),
-        ):
-            t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-        for r in diff["ops"][: args.top]:
-            sign = "+" if r["delta_ns"] > 0 else ""
-            t.add_row(
-                escape(r["name"]),
-                _count(r["calls_a"]),
-                _count(r["calls_b"]),
-                fmt_ns(r["self_ns_a"]),
-                fmt_ns(r["self_ns_b"]),
-                f"{sign}{fmt_ns(r['delta_ns'])}",
-            )
-        console.print(t)
+        averaged = one_a is None or one_b is None
+        print_diff(diff, console, Path(args.a).name, Path(args.b).name, top=args.top, averaged=averaged)
         if args.html:
             console.print(f"dashboard: {args.html}")
         return EXIT_OK
 
 
-def _count(calls: float) -> str:
-    """Calls as a whole number, or with two decimals when averaged (per step, over ranks)."""
-    return f"{int(calls):,}" if float(calls).is_integer() else f"{calls:,.2f}"
+def print_diff(
+    diff: dict[str, Any], console: Any, name_a: str, name_b: str, *, top: int, averaged: bool = False
+) -> None:
+    """The diff in the terminal: step time, then the categories, then the ops and kernels that explain it."""
+    from rich.table import Table
+
+    from torchscope.render.console import _esc, cell
+    from torchscope.render.units import fmt_count, fmt_us
+
+    def signed(us: float | None) -> str:
+        return "–" if us is None else ("+" if us > 0 else "") + fmt_us(us)
+
+    step = diff[K.DIFF_STEP]
+    sides = f"A {_esc(name_a)} ({diff[K.DIFF_A]['steps']} steps) · B {_esc(name_b)} ({diff[K.DIFF_B]['steps']} steps)"
+    console.print(sides + (" · per step, averaged over ranks" if averaged else ""))
+    console.print(
+        f"[bold]step time[/bold] {fmt_us(step['a'])} → {fmt_us(step['b'])} ({signed(step['delta'])}"
+        + (f", ×{step['ratio']:.2f}" if step.get("ratio") else "")
+        + ")"
+    )
+    t = Table(title="step time by category, per step (B - A)", title_justify="left")
+    for col in ("category", "A", "B", "change"):
+        t.add_column(col, justify="left" if col == "category" else "right")
+    for cat, v in diff[K.DIFF_BREAKDOWN].items():
+        if v["a"] or v["b"]:
+            t.add_row(cat, fmt_us(v["a"]), fmt_us(v["b"]), signed(v["delta"]))
+    console.print(t)
+    t = Table(title="ops and kernels by change per step (B - A)", title_justify="left")
+    for col, just in (("name", "left"), ("what", "left"), ("status", "left"), ("calls A", "right"),
+                      ("calls B", "right"), ("A", "right"), ("B", "right"), ("change", "right")):  # fmt: skip
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    for r in diff[K.DIFF_CHANGES][:top]:
+        t.add_row(
+            cell(r["name"]),
+            r["what"],
+            r["status"],
+            fmt_count(r["a_calls"]),
+            fmt_count(r["b_calls"]),
+            fmt_us(r["a_us"]),
+            fmt_us(r["b_us"]),
+            signed(r["delta_us"]),
+        )
+    console.print(t)
 
 
 def _one(loaded: Trace | TraceSet) -> Trace | None:
@@ -105,48 +119,6 @@ def _one(loaded: Trace | TraceSet) -> Trace | None:
     if isinstance(loaded, TraceSet):
         return next(iter(loaded.values())) if len(loaded) == 1 else None
     return loaded
-
-
-def _diff_of_two_traces(a: Trace, b: Trace, args: argparse.Namespace) -> dict[str, Any]:
-    """The dashboard's diff of two traces (op table, summaries, the analyses' diff)."""
-    from torchscope.render.payload import build_payload
-
-    with progress("comparing"):
-        payload = build_payload(a, compare=b, title=f"{Path(args.a).name} vs {Path(args.b).name}")
-    if args.html:
-        from torchscope.render.html import write_html
-
-        write_html(payload, args.html)
-    return payload["diff"]  # type: ignore[no-any-return]
-
-
-def _diff_of_runs(a: Trace | TraceSet, b: Trace | TraceSet, args: argparse.Namespace) -> dict[str, Any]:
-    """Two runs of several ranks: the analyses' diff, ranks averaged, in the same JSON shape
-    (``ops`` per step and averaged over ranks; no per-trace summaries)."""
-    from torchscope.analysis.diff import diff_traces
-
-    with progress("comparing"):
-        d = diff_traces(a, b)
-    ops = [
-        {
-            "name": r["name"],
-            "calls_a": r["a_calls"],
-            "calls_b": r["b_calls"],
-            "self_ns_a": r["a_ns"],
-            "self_ns_b": r["b_ns"],
-            "delta_ns": r["delta_ns"],
-            "delta_pct": round(100.0 * r["delta_ns"] / r["a_ns"], 1) if r["a_ns"] else None,
-        }
-        for r in d.operators.iter_rows(named=True)
-    ]
-    return {
-        "a": Path(args.a).name,
-        "b": Path(args.b).name,
-        "ops": ops,
-        "summary_a": None,
-        "summary_b": None,
-        "report": d.to_dict(),
-    }
 
 
 COMMAND = DiffCommand()

@@ -11,6 +11,7 @@ import sys
 import webbrowser
 from pathlib import Path
 
+from torchscope.analysis import keys as K
 from torchscope.cli.base import EXIT_OK
 from torchscope.cli.common import load_input, print_json, progress
 
@@ -44,10 +45,11 @@ class ReportCommand:
         from torchscope.render.payload import build_payload
 
         subject = load_input(args.path)
+        want_html = not args.no_html and bool(args.html or not args.json or args.open)
         with progress("analysing"):
-            payload = build_payload(subject)
+            payload = build_payload(subject, with_timeline=want_html)
         html_path: Path | None = None
-        if not args.no_html and (args.html or not args.json or args.open):
+        if want_html:
             html_path = Path(args.html) if args.html else Path(f"{payload['title']}.torchscope.html")
             with progress("writing the dashboard"):
                 write_html(payload, html_path)
@@ -68,9 +70,15 @@ class ReportCommand:
 
 def machine_report(payload: dict, html_path: Path | None) -> dict:  # type: ignore[type-arg]
     """What ``--json`` prints: ``build_report``'s object at the top level (keys named after the
-    analyses, defined in ``analysis.keys``), plus the warnings and where the dashboard went."""
-    report = dict(payload.get("report") or {})
-    report["warnings"] = payload.get("warnings", [])
+    analyses, defined in ``analysis.keys``; names uncut), plus the warnings and where the
+    dashboard went."""
+    from torchscope.render.payload import full_report
+
+    report = dict(full_report(payload) or {})
+    report[K.WARNINGS] = [
+        *report.get(K.WARNINGS, []),
+        *(w for w in payload.get("warnings", []) if w not in report.get(K.WARNINGS, [])),
+    ]
     if html_path is not None:
         report["html"] = str(html_path)
     return report

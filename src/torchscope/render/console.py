@@ -1,7 +1,9 @@
-"""The terminal summary: where the time goes, top ops and kernels, Python hot spots, advice.
+"""The terminal summary: where the time goes, top ops and kernels, memory, advice, warnings.
 
-Reads the same payload as the dashboard (``render.payload``), so the terminal and the HTML
-never disagree. Rich tables, widths that fit the terminal, units on every number.
+A renderer of the analyses' report (``analysis.report``), as the page and ``--json`` are: the
+rows and numbers are the report's, in its order, formatted by the units the report declares
+(``render.units``). Trace strings pass through ``render.text.display``: control characters
+shown as escapes, huge names cut, Rich markup escaped. Widths fit the terminal.
 """
 
 from __future__ import annotations
@@ -9,7 +11,16 @@ from __future__ import annotations
 from typing import IO, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from torchscope.analysis import keys as K
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES
+from torchscope.render.payload import full_report
+from torchscope.render.text import DISPLAY_CHARS, TABLE_CHARS, display
+from torchscope.render.units import fmt, fmt_bytes, fmt_ns, fmt_offset, fmt_us
+
+__all__ = ["PIPE_WIDTH", "fmt_bytes", "fmt_ns", "print_report", "print_summary", "terminal"]
 
 # Piped output has no width to fit: rich's default of 80 columns folded op names mid-word
 # ("aten::empty_strid" / "ed"), so a pipe or a file gets this width and a terminal its own.
@@ -21,61 +32,128 @@ def terminal(file: IO[str]) -> Console:
     return Console(file=file, width=None if file.isatty() else PIPE_WIDTH)
 
 
-def fmt_ns(ns: float | None) -> str:
-    if ns is None:
-        return "–"
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.3f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.3f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
+def _esc(text: Any, limit: int = DISPLAY_CHARS) -> str:
+    """A trace string for Rich: control characters visible, cut when huge, markup inert."""
+    return escape(display(text, limit))
 
 
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "–"
-    v, units = float(abs(n)), ("B", "KiB", "MiB", "GiB", "TiB")
-    i = 0
-    while v >= 1024 and i < len(units) - 1:
-        v /= 1024
-        i += 1
-    return f"{'-' if n < 0 else ''}{v:.2f} {units[i]}" if i else f"{int(n)} B"
+def cell(text: Any) -> str:
+    """A name in a table cell: cut to ``TABLE_CHARS`` (a C++ kernel name folded over 15 lines)."""
+    return _esc(text, TABLE_CHARS)
 
 
-def _recommendations(payload: dict[str, Any]) -> list[Any]:
-    report = payload.get("report") or {}
-    for key in ("recommendations", "findings", "advice", "advisor"):
-        value = report.get(key) if isinstance(report, dict) else None
-        if isinstance(value, list):
-            return value
-    return []
+# The numeric columns of the terminal's tables: (heading, report field).
+OP_COLUMNS = [("calls", "calls"), ("host self", "host_self_us"), ("host total", "host_total_us")]
+OP_DEVICE_COLUMNS = [("device self", "device_self_us"), ("device total", "device_total_us")]
+KERNEL_COLUMNS = [("calls", "count"), ("total", "total_us"), ("mean", "mean_us"), ("share", "share_pct")]
 
 
-def _rec_line(rec: Any) -> str:
-    if not isinstance(rec, dict):
-        return str(rec)
-    title = rec.get("title") or rec.get("name") or rec.get("rule") or rec.get("id") or "finding"
-    msg = rec.get("message") or rec.get("summary") or rec.get("text") or rec.get("description") or ""
-    line = f"[bold]{_esc(title)}[/bold]: {_esc(msg)}" if msg else f"[bold]{_esc(title)}[/bold]"
+def table_cells(row: dict[str, Any], columns: list[tuple[str, str]], units: dict[str, str]) -> list[str]:
+    """The text of one table row's numbers, as the terminal and the page show them."""
+    return [fmt(row.get(field), units.get(field)) for _, field in columns]
+
+
+def _table(title: str, name: str, rows: list[dict[str, Any]], columns: list[tuple[str, str]],
+           units: dict[str, str], name_field: str = "name") -> Table:  # fmt: skip
+    t = Table(title=title, title_justify="left")
+    t.add_column(name, justify="left", overflow="fold")
+    for col, _ in columns:
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        name_text = r.get(name_field)
+        t.add_row(cell("–" if name_text is None else name_text), *table_cells(r, columns, units))
+    return t
+
+
+def op_columns(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """A column of zeros says nothing: device time only where the trace has device work."""
+    with_device = any(r.get("device_total_us") for r in report.get(K.OPERATORS) or [])
+    return OP_COLUMNS + (OP_DEVICE_COLUMNS if with_device else [])
+
+
+def print_report(report: dict[str, Any], console: Console, *, name: str = "", top: int = 10) -> None:
+    """One trace's report in the terminal."""
+    units = report.get(K.UNITS) or {}
+    meta = report.get(K.META) or {}
+    start = meta.get("start_us")
+    rank = meta.get("rank")
+    console.print(
+        f"[bold]{_esc(name or report.get(K.SOURCE))}[/bold]  {fmt(meta.get('events'), 'count')} events over "
+        f"{fmt_us(meta.get('span_us'))}"
+        + (f" · rank {rank}" if rank is not None else "")
+        + (f" of {meta['world_size']}" if rank is not None and meta.get("world_size") is not None else "")
+    )
+    for w in meta.get("warnings") or []:
+        console.print(f"[yellow]input warning[/yellow] {_esc(w)}")
+    steps = report.get(K.STEPS) or []
+    device = any(s[K.BREAKDOWN_US].get(c) for s in steps for c in ("Kernel", "Memcpy", "Memset"))
+    avg = report.get(K.BREAKDOWN_US) if device else report.get(K.HOST_BREAKDOWN_US)
+    if avg and avg.get("Total"):
+        total = avg["Total"]
+        n = len(steps)
+        label = f"{n} step{'s' if n != 1 else ''}" if meta.get("steps_from_trace") else "the whole run as one step"
+        # the heading is printed on its own: as a title it wrapped to the narrow table's width
+        console.print(f"[italic]where the time goes ({label}, average {fmt_us(total)} per step)[/italic]")
+        t = Table()
+        t.add_column("category")
+        t.add_column("per step", justify="right")
+        t.add_column("share", justify="right")
+        for cat in BREAKDOWN_CATEGORIES if device else HOST_CATEGORIES:
+            if avg.get(cat):
+                t.add_row(cat, fmt_us(avg[cat]), fmt(100.0 * avg[cat] / total, "percent"))
+        console.print(t)
+    if meta.get("steps_from_trace") and steps:
+        console.print("[italic]steps (start: time since the trace's first event)[/italic]")
+        t = Table()
+        for col in ("step", "start", "duration"):
+            t.add_column(col, justify="right")
+        for s in steps[:top]:
+            t.add_row(str(s["step"]), fmt_offset(s["start_us"], start), fmt_us(s["dur_us"]))
+        console.print(t)
+    ops = report.get(K.OPERATORS) or []
+    if ops:
+        title = (
+            "top ops (by device time, then host time)"
+            if op_columns(report) != OP_COLUMNS
+            else "top ops (by host time)"
+        )
+        console.print(_table(title, "name", ops[:top], op_columns(report), units))
+    kernels = report.get(K.KERNELS) or []
+    if kernels:
+        console.print(_table("top kernels (by total time)", "name", kernels[:top], KERNEL_COLUMNS, units))
+    for p in (report.get(K.MEMORY) or {}).get(K.MEMORY_PEAKS) or []:
+        console.print(
+            f"memory {_esc(p['device'])}: peak allocated {fmt_bytes(p['peak_allocated_bytes'])} at "
+            f"{fmt_offset(p['peak_ts_us'], start)}"
+            + (f" in {_esc(p['peak_op'])}" if p.get("peak_op") else "")
+        )
+
+
+def _print_distributed(report: dict[str, Any], console: Console) -> None:
+    rows = (report.get(K.DISTRIBUTED) or {}).get("ranks") or []
+    if not rows:
+        return
+    units = report.get(K.UNITS) or {}
+    columns = [("steps", "steps"), ("avg step", "step_us"), ("computation", "computation_us"),
+               ("communication", "communication_us"), ("overlap", "overlap_us"), ("vs fastest", "vs_fastest_pct")]  # fmt: skip
+    t = _table("ranks (per step)", "rank", rows, columns, units, name_field="name")
+    console.print(t)
+    slow = report[K.DISTRIBUTED].get("slowest_rank")
+    if slow is not None:
+        console.print(f"slowest rank (most computation per step): {slow}")
+
+
+def _rec_line(rec: dict[str, Any]) -> str:
+    line = f"[bold]{_esc(rec['rule'])}[/bold]: {_esc(rec['message'])}"
     if rec.get("rank") is not None:
-        line += f" (rank {_esc(rec['rank'])})"
+        line += f" (rank {rec['rank']})"
     if rec.get("fix"):
         line += f"\n    [green]fix[/green]: {_esc(rec['fix'])}"
     return line
 
 
-def _esc(text: Any) -> str:
-    """Trace strings are user input: never let them be read as Rich markup."""
-    from rich.markup import escape
-
-    return escape(str(text))
-
-
 def print_summary(payload: dict[str, Any], console: Console, *, top: int = 10) -> None:
-    """Print the summary of every run in ``payload`` (first run in full, the others in brief)."""
+    """Print the report in ``payload`` (each trace of a set: the first in full, the others in brief)."""
     env = payload.get("env")
     if env:
         devices = (
@@ -86,35 +164,16 @@ def print_summary(payload: dict[str, Any], console: Console, *, top: int = 10) -
             f"[bold]environment[/bold]  torch {env.get('torch')} · python {env.get('python')} · "
             f"threads {env.get('intra_op_threads')} · devices {_esc(devices)}"
         )
-    for i, run in enumerate(payload.get("runs") or []):
-        _print_run(run, console, top=top if i == 0 else 3)
-    hot = payload.get("hotspots") or []
-    if hot:
-        t = Table(
-            title="Python hot spots (sampled; 'outside ops' = time the op profiler does not see)",
-            title_justify="left",
-        )
-        for col, just in (
-            ("function", "left"),
-            ("location", "left"),
-            ("self", "right"),
-            ("total", "right"),
-            ("total %", "right"),
-            ("outside ops", "right"),
-        ):
-            t.add_column(col, justify=just)  # type: ignore[arg-type]
-        for r in hot[:top]:
-            out = r.get("outside_ops_pct")
-            t.add_row(
-                _esc(r["function"]),
-                _esc(r["location"]),
-                fmt_ns(r["self_ns"]),
-                fmt_ns(r["total_ns"]),
-                f"{r['total_pct']:.1f} %",
-                "–" if out is None else f"{out:.0f} %",
-            )
-        console.print(t)
-    recs = _recommendations(payload)
+    report = full_report(payload) or {}
+    if report.get(K.KIND) == "traceset":
+        for i, (name, r) in enumerate((report.get(K.RANKS) or {}).items()):
+            print_report(r, console, name=name, top=top if i == 0 else 3)
+        _print_distributed(report, console)
+    elif report:
+        runs = payload.get("runs") or [{}]
+        print_report(report, console, name=runs[0].get("name", ""), top=top)
+    _print_hotspots(payload.get("hotspots") or [], console, top)
+    recs = report.get(K.RECOMMENDATIONS) or []
     if recs:
         console.print("[bold]recommendations[/bold]")
         for rec in recs:
@@ -123,50 +182,29 @@ def print_summary(payload: dict[str, Any], console: Console, *, top: int = 10) -
         console.print(f"[yellow]warning[/yellow] {_esc(w)}")
 
 
-def _print_run(run: dict[str, Any], console: Console, *, top: int) -> None:
-    sm = run.get("summary") or {}
-    console.print(
-        f"[bold]{_esc(run.get('name'))}[/bold]  {sm.get('events', 0):,} events over {fmt_ns(sm.get('span_ns'))}"
-        + (f" · rank {sm['rank']}" if sm.get("rank") is not None else "")
-        + (f"/{sm['world_size']}" if sm.get("rank") is not None and sm.get("world_size") is not None else "")
+def _print_hotspots(hot: list[dict[str, Any]], console: Console, top: int) -> None:
+    if not hot:
+        return
+    t = Table(
+        title="Python hot spots (sampled; 'outside ops' = time the op profiler does not see)",
+        title_justify="left",
     )
-    ov = run.get("overview") or {}
-    steps = ov.get("steps") or []
-    device = any((s.get("Kernel") or 0) + (s.get("Memcpy") or 0) for s in steps)
-    avg = ov.get("breakdown_ns") if device else ov.get("host_breakdown_ns")
-    if avg and avg.get("Total"):
-        total = avg["Total"]
-        label = f"{len(steps)} steps" if ov.get("steps_from_trace") else "the whole run as one step"
-        # the heading is printed on its own: as a title it wrapped to the narrow table's width
-        console.print(f"[italic]where the time goes ({label}, average {fmt_ns(total)} per step)[/italic]")
-        t = Table()
-        t.add_column("category")
-        t.add_column("per step", justify="right")
-        t.add_column("share", justify="right")
-        for cat, ns in avg.items():
-            if cat != "Total" and ns:
-                t.add_row(cat, fmt_ns(ns), f"{100.0 * ns / total:.1f} %")
-        console.print(t)
-    ops = run.get("ops") or []
-    if ops:
-        # a column of zeros says nothing: device time only where the trace has device work
-        with_device = any(r.get("device_self_ns") for r in ops)
-        t = Table(title="top ops by self time", title_justify="left")
-        columns = [("name", "left"), ("calls", "right"), ("self", "right"), ("total", "right")]
-        for col, just in columns + ([("device", "right")] if with_device else []):
-            t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-        for r in ops[:top]:
-            cells = [_esc(r["name"]), f"{r['calls']:,}", fmt_ns(r["self_ns"]), fmt_ns(r["total_ns"])]
-            t.add_row(*cells, *([fmt_ns(r.get("device_self_ns"))] if with_device else []))
-        console.print(t)
-    kernels = run.get("kernels") or []
-    if kernels:
-        t = Table(title="top kernels", title_justify="left")
-        for col, just in (("name", "left"), ("calls", "right"), ("total", "right"), ("share", "right")):
-            t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-        for r in kernels[:top]:
-            name = r["name"] if len(r["name"]) < 90 else r["name"][:87] + "…"
-            t.add_row(_esc(name), f"{r['calls']:,}", fmt_ns(r["total_ns"]), f"{r['pct']:.1f} %")
-        console.print(t)
-    for d in (run.get("memory") or {}).get("devices") or []:
-        console.print(f"memory {d['label']}: peak allocated {fmt_bytes(d['peak_allocated'])}")
+    for col, just in (
+        ("function", "left"),
+        ("location", "left"),
+        ("self", "right"),
+        ("total", "right"),
+        ("total %", "right"),
+        ("outside ops", "right"),
+    ):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in hot[:top]:
+        t.add_row(
+            _esc(r["function"]),
+            _esc(r["location"]),
+            fmt_ns(r["self_ns"]),
+            fmt_ns(r["total_ns"]),
+            fmt(r["total_pct"], "percent"),
+            fmt(r.get("outside_ops_pct"), "percent"),
+        )
+    console.print(t)

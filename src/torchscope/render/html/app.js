@@ -30,28 +30,70 @@
     if (text !== undefined) el.textContent = String(text);
     return el;
   }
-  function fmtNs(ns) {
-    if (ns === null || ns === undefined || Number.isNaN(ns)) return "–";
-    const a = Math.abs(ns);
-    if (a >= 1e9) return (ns / 1e9).toFixed(3) + " s";
-    if (a >= 1e6) return (ns / 1e6).toFixed(3) + " ms";
-    if (a >= 1e3) return (ns / 1e3).toFixed(1) + " µs";
-    return Math.round(ns) + " ns";
+  // Numbers as text by the unit the report declares (report.units): the twins of
+  // render/units.py, so the page and the terminal print the same text. Rounding is half-up on
+  // integers, never toFixed's binary ties.
+  const DASH = "–";
+  const none = (v) => v === null || v === undefined || (typeof v === "number" && !Number.isFinite(v));
+  const group = (n) => String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  const halfUp = (num, den) => Math.floor((2 * num + den) / (2 * den));
+  function fixed(q, d) {
+    if (!d) return group(q);
+    const p = 10 ** d, whole = Math.floor(q / p), frac = q - whole * p;
+    return group(whole) + "." + String(frac).padStart(d, "0");
   }
-  function fmtBytes(b) {
-    if (b === null || b === undefined) return "–";
-    const a = Math.abs(b), u = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let i = 0, v = a;
-    while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
-    return (b < 0 ? "-" : "") + (i ? v.toFixed(2) : v) + " " + u[i];
+  function fmtUs(us) {
+    if (none(us)) return DASH;
+    const ns = Math.round(us * 1000), sign = ns < 0 ? "-" : "", a = Math.abs(ns);
+    if (a >= 1e9) return sign + fixed(halfUp(a, 1e6), 3) + " s";
+    if (a >= 1e6) return sign + fixed(halfUp(a, 1000), 3) + " ms";
+    if (a >= 1000) return sign + fixed(halfUp(a, 100), 1) + " µs";
+    return sign + a + " ns";
   }
-  const fmtPct = (p) => (p === null || p === undefined ? "–" : Number(p).toFixed(1) + " %");
-  const fmtInt = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
-  const fmtFrac = (f) => (f === null || f === undefined ? "–" : (100 * f).toFixed(1) + " %");
-  // a plain number: whole ones grouped, fractions with three significant digits at most
-  const fmtNum = (v) => (Number.isInteger(v) ? fmtInt(v) : Math.abs(v) >= 100 ? fmtInt(Math.round(v)) : String(Number(v.toPrecision(3))));
-  // a JSON key as a column or legend label: the unit suffix goes (the formatted value shows it)
-  const pretty = (k) => String(k).replace(/_(ns|us|pct|bytes)$/, "").replace(/_/g, " ");
+  const fmtNs = (ns) => (none(ns) ? DASH : fmtUs(ns / 1000));
+  const fmtOffset = (ts, start) => (none(ts) ? DASH : "+" + fmtUs(ts - (start || 0)));
+  function fmtBytes(n) {
+    if (none(n)) return DASH;
+    const u = ["B", "KiB", "MiB", "GiB", "TiB"], a = Math.abs(Math.trunc(n)), sign = n < 0 ? "-" : "";
+    let i = 0;
+    while (a >= 1024 ** (i + 1) && i < u.length - 1) i++;
+    return i === 0 ? `${sign}${a} B` : `${sign}${fixed(halfUp(a * 100, 1024 ** i), 2)} ${u[i]}`;
+  }
+  function decimals(v, d) {
+    const q = Math.floor(Math.abs(v) * 10 ** d + 0.5);
+    return (v < 0 && q ? "-" : "") + fixed(q, d);
+  }
+  const fmtPct = (p) => (none(p) ? DASH : decimals(p, 1) + " %");
+  const fmtCount = (v) => (none(v) ? DASH : Number.isInteger(v) ? group(v) : decimals(v, 2));
+  const fmtInt = fmtCount;
+  function fmtSi(v, unit) {
+    if (none(v)) return DASH;
+    const p = ["", "K", "M", "G", "T", "P", "E"];
+    let i = 0, a = Math.abs(v);
+    while (a >= 1000 && i < p.length - 1) { a /= 1000; i++; }
+    return `${decimals(v >= 0 ? a : -a, 2)} ${p[i]}${unit}`;
+  }
+  // a value in the unit the report names; start: the trace's first event (timestamps)
+  function fmt(v, unit, start) {
+    if (none(v)) return DASH;
+    if (typeof v !== "number") return String(v);
+    switch (unit) {
+      case "us": return fmtUs(v);
+      case "timestamp_us": return fmtOffset(v, start);
+      case "bytes": return fmtBytes(v);
+      case "percent": return fmtPct(v);
+      case "fraction": return fmtPct(100 * v);
+      case "id": return String(v);
+      case "flop": return fmtSi(v, "FLOP");
+      case "flop/s": return fmtSi(v, "FLOP/s");
+      case "count": return fmtCount(v);
+      case "blocks/SM": return decimals(v, 2);
+      // a number the report gives no unit (an accuracy metric): up to 4 significant digits
+      default: return Number.isInteger(v) ? group(v) : String(Number(v.toPrecision(4)));
+    }
+  }
+  // a report key as a column or section label: words, without the unit suffix its value shows
+  const pretty = (k) => String(k).replace(/_(us|pct|bytes)$/, "").replace(/_/g, " ");
   function decode(b64, Type) {
     const bin = atob(b64 || "");
     const bytes = new Uint8Array(bin.length);
@@ -96,32 +138,29 @@
     return h("div", {}, input, count, box);
   }
 
-  // Anything: objects as key/value lists, lists of objects as tables, the rest as text.
-  function generic(v, depth) {
+  // Anything in the report: objects as key/value lists, lists of objects as tables, numbers in
+  // the unit report.units names for their key (a nested map inherits its key's unit).
+  function generic(v, key, depth) {
     depth = depth || 0;
-    if (v === null || v === undefined) return h("span", { class: "muted" }, "–");
+    const units = UNITS(), start = START();
+    if (v === null || v === undefined) return h("span", { class: "muted" }, DASH);
     if (Array.isArray(v)) {
-      if (v.length && v.every((x) => x && typeof x === "object" && !Array.isArray(x))) {
+      if (!v.length) return h("span", { class: "muted" }, "none");
+      if (v.every((x) => x && typeof x === "object" && !Array.isArray(x))) {
         const keys = [...new Set(v.flatMap((x) => Object.keys(x)))];
         const simple = keys.filter((k) => v.every((x) => x[k] === null || x[k] === undefined || typeof x[k] !== "object"));
-        const cols = simple.map((k) => ({ key: k, label: pretty(k), num: v.some((x) => typeof x[k] === "number"), fmt: numFmt(k) }));
+        const cols = simple.map((k) => ({ key: k, label: pretty(k), num: v.some((x) => typeof x[k] === "number"), fmt: (x) => fmt(x, units[k], start), cls: typeof v[0][k] === "string" ? "name" : null }));
         if (cols.length) return table(cols, v, { id: "generic-table" });
       }
-      return h("pre", { class: "raw" }, JSON.stringify(v, null, 1).slice(0, 20000));
+      return h("div", {}, v.map((x) => h("div", {}, typeof x === "object" ? generic(x, key, depth + 1) : String(x))));
     }
     if (typeof v === "object") {
-      if (depth > 3) return h("pre", { class: "raw" }, JSON.stringify(v, null, 1).slice(0, 20000));
-      return h("dl", { class: "kv" }, Object.entries(v).flatMap(([k, x]) => [h("dt", {}, k), h("dd", {}, generic(x, depth + 1))]));
+      return h("dl", { class: "kv" }, Object.entries(v).flatMap(([k, x]) => [h("dt", {}, pretty(k)),
+        h("dd", {}, generic(x, units[k] ? k : key, depth + 1))]));
     }
-    if (typeof v === "number") return document.createTextNode(fmtNum(v));
+    if (typeof v === "number") return document.createTextNode(fmt(v, units[key], start));
+    if (typeof v === "boolean") return document.createTextNode(v ? "yes" : "no");
     return document.createTextNode(String(v));
-  }
-  function numFmt(key) {
-    if (/_ns$|^ns$|time/.test(key)) return (v) => (typeof v === "number" ? fmtNs(v) : v ?? "–");
-    if (/_us$|^us$/.test(key)) return (v) => (typeof v === "number" ? fmtNs(v * 1e3) : v ?? "–");
-    if (/bytes$/.test(key)) return (v) => (typeof v === "number" ? fmtBytes(v) : v ?? "–");
-    if (/pct$|percent/.test(key)) return (v) => (typeof v === "number" ? fmtPct(v) : v ?? "–");
-    return (v) => (typeof v === "number" ? fmtNum(v) : v ?? "–");
   }
 
   // -- charts ----------------------------------------------------------------------------
@@ -129,9 +168,9 @@
     return h("div", { class: "legend" }, names.map((n, i) => h("span", {}, h("i", { style: `background:${COLORS[i % COLORS.length]}` }), n)));
   }
   function stackedBars(rows, cats, xKey, opts) {
-    const W = 900, H = 240, L = 70, B = 24, n = rows.length;
+    const W = 900, H = 240, L = 86, B = 24, n = rows.length;
     const svg = s("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-testid": opts.id });
-    const max = Math.max(1, ...rows.map((r) => cats.reduce((a, c) => a + (r[c] || 0), 0)));
+    const max = Math.max(1e-9, ...rows.map((r) => cats.reduce((a, c) => a + (r[c] || 0), 0)));
     const bw = Math.max(1, (W - L - 10) / Math.max(n, 1));
     for (let t = 0; t <= 4; t++) {
       const y = H - B - (t / 4) * (H - B - 10);
@@ -153,17 +192,17 @@
     });
     return h("div", {}, legend(cats.map(pretty)), svg);
   }
-  function hbars(items, fmt, id) {
-    const W = 900, row = 20, L = 330, max = Math.max(1, ...items.map((x) => x.v));
+  function hbars(items, fmtv, id) {
+    const W = 900, row = 20, L = 330, max = Math.max(1e-9, ...items.map((x) => x.v || 0));
     const svg = s("svg", { width: W, height: items.length * row + 6, "data-testid": id });
     items.forEach((x, i) => {
       const label = x.k.length > 52 ? x.k.slice(0, 50) + "…" : x.k;
       svg.appendChild(s("text", { x: L - 6, y: i * row + 14, "text-anchor": "end" }, label));
-      const w = ((W - L - 90) * x.v) / max;
+      const w = ((W - L - 90) * (x.v || 0)) / max;
       const r = s("rect", { x: L, y: i * row + 4, width: Math.max(1, w), height: row - 6, fill: COLORS[0] });
       r.appendChild(s("title", {}, x.k));
       svg.appendChild(r);
-      svg.appendChild(s("text", { x: L + w + 6, y: i * row + 14 }, fmt(x.v)));
+      svg.appendChild(s("text", { x: L + w + 6, y: i * row + 14 }, fmtv(x.v)));
     });
     return svg;
   }
@@ -173,14 +212,14 @@
     const xs = series.flatMap((x) => x.ts), ys = series.flatMap((x) => x.v);
     if (!xs.length) return empty("no samples");
     const x0 = Math.min(...xs), x1 = Math.max(...xs), ymax = Math.max(1, ...ys);
-    const X = (t) => L + ((t - x0) / Math.max(1, x1 - x0)) * (W - L - 10);
+    const X = (t) => L + ((t - x0) / Math.max(1e-9, x1 - x0)) * (W - L - 10);
     const Y = (v) => H - B - (v / ymax) * (H - B - 10);
     for (let t = 0; t <= 4; t++) {
       svg.appendChild(s("line", { x1: L, x2: W, y1: Y((t / 4) * ymax), y2: Y((t / 4) * ymax), stroke: "#eee" }));
       svg.appendChild(s("text", { x: L - 6, y: Y((t / 4) * ymax) + 4, "text-anchor": "end" }, opts.fmtY((t / 4) * ymax)));
     }
-    svg.appendChild(s("text", { x: L, y: H - 6 }, "0"));
-    svg.appendChild(s("text", { x: W - 10, y: H - 6, "text-anchor": "end" }, fmtNs(x1 - x0)));
+    svg.appendChild(s("text", { x: L, y: H - 6 }, fmtOffset(x0, 0)));
+    svg.appendChild(s("text", { x: W - 10, y: H - 6, "text-anchor": "end" }, fmtOffset(x1, 0) + " since the trace's start"));
     series.forEach((ser, j) => {
       let d = "";
       for (let i = 0; i < ser.ts.length; i++) {
@@ -193,54 +232,66 @@
   }
 
   // -- views -----------------------------------------------------------------------------
+  // Every number below is the report's (report --json), in its order, formatted by its unit.
   const run = () => (state.payload.runs || [])[state.run] || {};
   const report = () => state.payload.report || null;
+  // the report of the current run: the trace's, or this rank's in a set
+  function rep() {
+    const r = report();
+    if (r && r.kind === "traceset") return (r.ranks || {})[run().name] || {};
+    return r || {};
+  }
+  const UNITS = () => (report() || {}).units || {};
+  const START = () => (rep().meta || {}).start_us || 0;
+  // a column of a report table: its label, and its unit from report.units
+  const col = (key, label, extra) => Object.assign({ key, label, num: true, fmt: (v) => fmt(v, UNITS()[key], START()) }, extra || {});
+  const nameCol = (key, label) => ({ key, label, cls: "name" });
 
-  function recommendations() {
-    const r = report() || {};
-    const cands = [r.recommendations, r.findings, r.advice, r.advisor, state.payload.recommendations];
-    let recs = cands.find((x) => Array.isArray(x)) || [];
-    if (!Array.isArray(recs) && recs && typeof recs === "object") recs = Object.values(recs);
-    return recs;
-  }
   function recCard(rec) {
-    if (typeof rec !== "object" || rec === null) return h("div", { class: "rec" }, String(rec));
-    const title = rec.title || rec.name || rec.rule || rec.id || "finding";
-    const msg = rec.message || rec.summary || rec.text || rec.description || rec.fix || "";
-    const rest = Object.fromEntries(Object.entries(rec).filter(([k]) => !["title", "name", "rule", "id", "message", "summary", "text", "description", "fix"].includes(k)));
     return h("div", { class: "rec", "data-testid": "recommendation" },
-      h("div", { class: "t" }, title + (rec.rank !== undefined && rec.rank !== null ? ` (rank ${rec.rank})` : "")), msg ? h("div", {}, msg) : null,
+      h("div", { class: "t" }, rec.rule + (rec.rank !== undefined && rec.rank !== null ? ` (rank ${rec.rank})` : "")), h("div", {}, rec.message),
       rec.fix ? h("div", {}, h("b", {}, "Fix: "), String(rec.fix)) : null,
-      Object.keys(rest).length ? h("details", {}, h("summary", {}, "evidence"), generic(rest, 1)) : null);
+      Object.keys(rec.evidence || {}).length ? h("details", {}, h("summary", {}, "evidence"), generic(rec.evidence, "evidence", 1)) : null);
   }
+  function warningsBox() {
+    const input = (rep().meta || {}).warnings || [], other = state.payload.warnings || [];
+    const out = [];
+    if (input.length) out.push(h("div", { class: "rec warnbox", "data-testid": "input-warnings" }, h("div", { class: "t" }, "The input needed repair"), h("ul", {}, input.map((w) => h("li", {}, w)))));
+    if (other.length) out.push(h("details", { "data-testid": "warnings" }, h("summary", { class: "warn" }, `${other.length} warnings`), h("ul", {}, other.map((w) => h("li", {}, w)))));
+    return out;
+  }
+  const DEVICE_CATS = ["Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other"];
+  const HOST_CATS = ["Operators", "DataLoader", "Optimizer", "Python outside ops", "Other"];
 
   function viewOverview() {
-    const r = run(), sm = r.summary || {}, ov = r.overview || {}, P = state.payload;
-    const out = [h("h2", {}, "Overview")];
-    const cards = [card("time span", fmtNs(sm.span_ns)), card("events", fmtInt(sm.events)), card("steps", fmtInt((ov.steps || []).length || sm.steps))];
-    if (ov.breakdown_ns && ov.breakdown_ns.Total) cards.push(card("avg step", fmtNs(ov.breakdown_ns.Total)));
-    (ov.devices || []).forEach((d) => {
-      cards.push(card(`device ${d.device} utilization`, fmtFrac(d.utilization)));
-      if (d.sm_efficiency !== null && d.sm_efficiency !== undefined) cards.push(card(`device ${d.device} est. SM efficiency`, fmtFrac(d.sm_efficiency)));
-      if (d.achieved_occupancy !== null && d.achieved_occupancy !== undefined) cards.push(card(`device ${d.device} est. occupancy`, fmtFrac(d.achieved_occupancy)));
+    const r = rep(), m = r.meta || {}, P = state.payload, steps = r.steps || [];
+    const out = [h("h2", {}, "Overview"), ...warningsBox()];
+    const cards = [card("time span", fmtUs(m.span_us)), card("events", fmtCount(m.events)), card("steps", fmtCount(steps.length))];
+    if (r.breakdown_us && r.breakdown_us.Total) cards.push(card("avg step", fmtUs(r.breakdown_us.Total)));
+    (r.devices || []).forEach((d) => {
+      cards.push(card(`device ${d.device} utilization`, fmt(d.utilization, "fraction")));
+      if (!none(d.sm_efficiency)) cards.push(card(`device ${d.device} est. SM efficiency`, fmt(d.sm_efficiency, "fraction")));
+      if (!none(d.achieved_occupancy)) cards.push(card(`device ${d.device} est. occupancy`, fmt(d.achieved_occupancy, "fraction")));
     });
-    if (sm.rank !== null && sm.rank !== undefined) cards.push(card("rank", `${sm.rank} of ${sm.world_size ?? "?"}`));
+    if (!none(m.rank)) cards.push(card("rank", `${m.rank} of ${m.world_size ?? "?"}`));
     if (P.run) cards.push(card("exit code", String(P.run.exit_code)));
-    if (P.run && P.run.setup_s !== null && P.run.setup_s !== undefined) cards.push(card("setup (before step 0)", fmtNs(P.run.setup_s * 1e9)));
+    if (P.run && !none(P.run.setup_s)) cards.push(card("setup (before step 0)", fmtUs(P.run.setup_s * 1e6)));
     out.push(h("div", { class: "cards", "data-testid": "overview-cards" }, cards));
-    const steps = ov.steps || [];
-    const hasDevice = steps.some((x) => (x.Kernel || 0) + (x.Memcpy || 0) + (x.Memset || 0) > 0);
-    const cats = hasDevice ? ["Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other"]
-      : ["Operators", "DataLoader", "Optimizer", "Python outside ops", "Other"];
-    const rows = hasDevice ? steps : (ov.host_steps || []);
-    if (rows.length) {
+    const hasDevice = steps.some((x) => (x.breakdown_us.Kernel || 0) + (x.breakdown_us.Memcpy || 0) + (x.breakdown_us.Memset || 0) > 0);
+    const cats = hasDevice ? DEVICE_CATS : HOST_CATS;
+    const part = hasDevice ? "breakdown_us" : "host_breakdown_us";
+    if (steps.length) {
       out.push(h("h3", {}, hasDevice ? "Step time breakdown" : "Step time breakdown (host)"));
-      out.push(stackedBars(rows, cats, "step", { id: "step-chart", fmt: fmtNs }));
-      const avg = hasDevice ? ov.breakdown_ns : ov.host_breakdown_ns;
-      if (avg) out.push(table([{ key: "cat", label: "category" }, { key: "ns", label: "avg per step", num: true, fmt: fmtNs }, { key: "pct", label: "share", num: true, fmt: fmtPct }],
-        cats.map((c) => ({ cat: c, ns: avg[c] || 0, pct: avg.Total ? (100 * (avg[c] || 0)) / avg.Total : null })), { id: "breakdown-table" }));
-    } else out.push(empty("No step information (the overview analysis is not available for this trace)."));
-    const recs = recommendations();
+      out.push(stackedBars(steps.map((x) => ({ step: x.step, ...x[part] })), cats, "step", { id: "step-chart", fmt: fmtUs }));
+      const avg = r[part] || {};
+      out.push(table([nameCol("cat", "category"), { key: "us", label: "avg per step", num: true, fmt: fmtUs }, { key: "pct", label: "share", num: true, fmt: fmtPct }],
+        cats.map((c) => ({ cat: c, us: avg[c] || 0, pct: avg.Total ? (100 * (avg[c] || 0)) / avg.Total : null })), { id: "breakdown-table" }));
+      if (m.steps_from_trace) {
+        out.push(h("h3", {}, "Steps (start: time since the trace's first event)"));
+        out.push(table([col("step", "step"), col("start_us", "start"), col("dur_us", "duration")], steps, { id: "steps-table" }));
+      }
+    } else out.push(empty("No step information in this trace."));
+    const recs = report().recommendations || [];
     out.push(h("h3", {}, "Recommendations"));
     out.push(recs.length ? h("div", { "data-testid": "recommendations" }, recs.map(recCard)) : h("div", { class: "muted", "data-testid": "recommendations" }, "No recommendations."));
     if (P.hotspots && P.hotspots.length) {
@@ -251,118 +302,123 @@
         { key: "total_pct", label: "total %", num: true, fmt: fmtPct }, { key: "outside_ops_pct", label: "outside ops", num: true, fmt: fmtPct },
       ], P.hotspots, { id: "hotspots-table", sort: "self_ns" }));
     }
-    if (P.env) { out.push(h("h3", {}, "Environment")); out.push(generic(P.env)); }
-    if ((P.warnings || []).length) out.push(h("details", {}, h("summary", { class: "warn" }, `${P.warnings.length} warnings`), h("ul", {}, P.warnings.map((w) => h("li", {}, w)))));
+    if (P.env) { out.push(h("h3", {}, "Environment")); out.push(generic(P.env, "env")); }
     return out;
   }
 
-  // A section of the analyses' report for the current run, rendered generically when present.
+  // a section of the current run's report, rendered with its units, when it holds anything
   function reportPart(title, ...path) {
-    let r = report();
-    if (r && r.kind === "traceset" && r.ranks) r = r.ranks[run().name] || r;
+    let r = rep();
     for (const k of path) r = r && typeof r === "object" ? r[k] : undefined;
     if (r === undefined || r === null || (Array.isArray(r) && !r.length)) return [];
-    return [h("h3", {}, title), generic(r)];
+    return [h("h3", {}, title), generic(r, path[path.length - 1])];
   }
 
+  const OP_COLS = () => [nameCol("name", "name"), { key: "kind", label: "kind" }, col("calls", "calls"),
+    col("host_self_us", "host self"), col("host_total_us", "host total"), col("host_avg_us", "host avg"), col("host_max_us", "host max"),
+    col("device_self_us", "device self"), col("device_total_us", "device total")];
   function viewOperators() {
-    const ops = run().ops || [];
+    const ops = rep().operators || [];
     if (!ops.length) return [h("h2", {}, "Operators"), empty("No host operators in this trace.")];
-    return [h("h2", {}, "Operators"),
-      hbars(ops.slice(0, 12).map((o) => ({ k: o.name, v: o.self_ns })), fmtNs, "ops-chart"),
-      table([
-        { key: "name", label: "name", cls: "name" }, { key: "kind", label: "kind" }, { key: "calls", label: "calls", num: true, fmt: fmtInt },
-        { key: "self_ns", label: "host self", num: true, fmt: fmtNs }, { key: "total_ns", label: "host total", num: true, fmt: fmtNs },
-        { key: "avg_ns", label: "avg", num: true, fmt: fmtNs }, { key: "max_ns", label: "max", num: true, fmt: fmtNs },
-        { key: "device_self_ns", label: "device self", num: true, fmt: fmtNs },
-      ], ops, { id: "ops-table", sort: "self_ns" })];
+    const device = ops.some((o) => o.device_total_us);
+    const by = device ? "device_total_us" : "host_total_us";
+    return [h("h2", {}, "Operators"), h("div", { class: "muted" }, device ? "By device time (with the ops they call), then host time." : "By host time."),
+      hbars(ops.slice(0, 12).map((o) => ({ k: o.name, v: o[by] })), fmtUs, "ops-chart"),
+      table(OP_COLS(), ops, { id: "ops-table" }),
+      ...reportPart("By input shape", "operators_by_shape"), ...reportPart("FLOPs", "flops"), ...reportPart("Python call stacks", "call_stacks")];
   }
 
   function viewKernels() {
-    const ks = run().kernels || [];
-    if (!ks.length) return [h("h2", {}, "Kernels"), empty("No device activity in this trace (CPU-only run).")];
+    const ks = rep().kernels || [];
+    if (!ks.length) return [h("h2", {}, "Kernels"), empty("No kernels in this trace (CPU-only run)."), ...reportPart("Time on the device", "temporal_breakdown")];
     return [h("h2", {}, "Kernels"),
-      hbars(ks.slice(0, 12).map((k) => ({ k: k.name, v: k.total_ns })), fmtNs, "kernels-chart"),
-      table([
-        { key: "name", label: "name", cls: "name" }, { key: "kind", label: "kind" }, { key: "device", label: "device", num: true },
-        { key: "calls", label: "calls", num: true, fmt: fmtInt }, { key: "total_ns", label: "total", num: true, fmt: fmtNs },
-        { key: "pct", label: "share", num: true, fmt: fmtPct }, { key: "avg_ns", label: "avg", num: true, fmt: fmtNs },
-        { key: "max_ns", label: "max", num: true, fmt: fmtNs }, { key: "occupancy_pct", label: "est. occupancy", num: true, fmt: fmtPct },
-        { key: "op", label: "launched by", cls: "name" },
-      ], ks, { id: "kernels-table", sort: "total_ns" }),
-      ...reportPart("Kernel types", "kernel_types"), ...reportPart("Time on the device", "temporal_breakdown"),
-      ...reportPart("Launches", "launch_stats")];
+      hbars(ks.slice(0, 12).map((k) => ({ k: k.name, v: k.total_us })), fmtUs, "kernels-chart"),
+      table([nameCol("name", "name"), col("count", "calls"), col("total_us", "total"), col("share_pct", "share"), col("mean_us", "mean"),
+        col("min_us", "min"), col("max_us", "max"), col("occupancy_pct", "est. occupancy"), col("blocks_per_sm", "blocks per SM"),
+        { key: "tensor_core", label: "Tensor Cores", fmt: (v) => (v ? "yes" : "no") }], ks, { id: "kernels-table" }),
+      ...reportPart("Kernels by launching op", "kernels_by_op"), ...reportPart("Kernel types", "kernel_types"),
+      ...reportPart("Time on the device", "temporal_breakdown"), ...reportPart("Launches", "launch_stats"),
+      ...reportPart("Idle time per stream", "idle_time"), ...reportPart("Queue length per stream", "queue_length")];
   }
 
   function viewMemory() {
-    const m = run().memory || { devices: [], ops: [] };
-    if (!m.devices.length) return [h("h2", {}, "Memory"), empty("No memory events (record with profile_memory=True / torchscope run --memory).")];
-    const out = [h("h2", {}, "Memory"), h("div", { class: "cards" }, m.devices.map((d) => card(`${d.label} peak allocated`, fmtBytes(d.peak_allocated))))];
-    m.devices.forEach((d) => {
-      out.push(h("h3", {}, `${d.label}: allocated and reserved over time`));
-      out.push(lineChart([{ name: "allocated", ts: d.allocated.ts, v: d.allocated.bytes }, { name: "reserved", ts: d.reserved.ts, v: d.reserved.bytes }], { id: "memory-chart", fmtY: fmtBytes }));
+    const m = rep().memory || {}, peaks = m.peaks || [], curves = run().memory_curves || [];
+    if (!peaks.length) return [h("h2", {}, "Memory"), empty("No memory events (record with profile_memory=True / torchscope run --memory).")];
+    const out = [h("h2", {}, "Memory"), h("div", { class: "cards", "data-testid": "memory-cards" }, peaks.map((p) =>
+      card(`${p.device} peak allocated`, `${fmtBytes(p.peak_allocated_bytes)} at ${fmt(p.peak_ts_us, "timestamp_us", START())}` + (p.peak_op ? ` in ${p.peak_op}` : ""))))];
+    curves.forEach((c) => {
+      out.push(h("h3", {}, `${c.device}: allocated and reserved over time`));
+      out.push(lineChart([{ name: "allocated", ts: c.allocated.offset_us, v: c.allocated.bytes }, { name: "reserved", ts: c.reserved.offset_us, v: c.reserved.bytes }], { id: "memory-chart", fmtY: fmtBytes }));
     });
-    out.push(h("h3", {}, "Allocations by op"));
-    out.push(table([
-      { key: "name", label: "op", cls: "name" }, { key: "device", label: "device" },
-      { key: "allocations", label: "allocations", num: true, fmt: fmtInt }, { key: "allocated_bytes", label: "allocated", num: true, fmt: fmtBytes },
-      { key: "freed_bytes", label: "freed", num: true, fmt: fmtBytes }, { key: "largest_bytes", label: "largest", num: true, fmt: fmtBytes },
-    ], m.ops, { id: "memory-table", sort: "allocated_bytes" }));
-    out.push(...reportPart("Possible leaks (allocated, never freed)", "memory", "leaks"));
+    out.push(h("h3", {}, "Allocations by op (self: the op's own; total: with the ops it calls)"));
+    out.push(table([nameCol("name", "op"), { key: "device", label: "device" }, col("allocations", "allocations"),
+      col("self_allocated_bytes", "self allocated"), col("self_freed_bytes", "self freed"), col("total_allocated_bytes", "total allocated"),
+      col("total_net_bytes", "total net")], m.by_op || [], { id: "memory-table" }));
+    out.push(...reportPart("Possible leaks (allocated, never freed in the trace)", "memory", "leaks"));
     return out;
   }
 
   function viewModules() {
-    const t = run().modules;
-    if (!t || !(t.children || []).length) return [h("h2", {}, "Modules"), empty("No nn.Module scopes in this trace (record with with_stack=True or with_modules=True).")];
-    const total = t.total_ns || 1;
+    const rows = rep().modules || [];
+    if (!rows.length) return [h("h2", {}, "Modules"), empty("No nn.Module scopes in this trace (record with with_stack=True or with_modules=True).")];
+    // the report's rows are paths in tree order: nest them by path
+    const root = { children: [] }, byPath = {};
+    rows.forEach((r) => {
+      const node = { ...r, children: [] };
+      byPath[r.path] = node;
+      const up = r.path.includes("/") ? byPath[r.path.slice(0, r.path.lastIndexOf("/"))] : null;
+      (up || root).children.push(node);
+    });
+    const total = Math.max(1e-9, ...root.children.map((c) => c.host_us));
+    const device = rows.some((r) => r.device_us > 0); // a column of zeros says nothing
     function node(n, depth) {
-      const row = h("span", { class: "row" }, h("span", { class: "bar", style: `width:${Math.max(1, (160 * n.total_ns) / total)}px` }),
-        h("span", {}, n.name), h("span", { class: "muted" }, `${fmtNs(n.total_ns)} · ${fmtInt(n.calls)} calls`));
-      if (!(n.children || []).length) return h("li", {}, row);
+      const row = h("span", { class: "row" }, h("span", { class: "bar", style: `width:${Math.max(1, (160 * n.host_us) / total)}px` }),
+        h("span", {}, n.module), h("span", { class: "muted" }, `host ${fmt(n.host_us, UNITS().host_us)}` + (device ? ` · device ${fmt(n.device_us, UNITS().device_us)}` : "") +
+          ` · ${fmtCount(n.calls)} call${n.calls === 1 ? "" : "s"}`));
+      if (!n.children.length) return h("li", {}, row);
       return h("li", {}, h("details", depth < 2 ? { open: true } : {}, h("summary", {}, row), h("ul", {}, n.children.map((c) => node(c, depth + 1)))));
     }
-    return [h("h2", {}, "Modules"), h("div", { class: "tree", "data-testid": "module-tree" }, h("ul", {}, t.children.map((c) => node(c, 0))))];
+    return [h("h2", {}, "Modules"), h("div", { class: "tree", "data-testid": "module-tree" }, h("ul", {}, root.children.map((c) => node(c, 0))))];
   }
 
   function viewDistributed() {
-    const d = state.payload.distributed;
+    const R = report() || {}, d = R.distributed;
     const out = [h("h2", {}, "Distributed")];
     if (!d) {
-      const co = (run().overview || {}).comm_overlap || [];
-      if (!co.length) return [...out, empty("One trace, no per-rank data.")];
+      const steps = rep().steps || [];
+      if (!steps.some((x) => x.comm_overlap_us.communication_us)) return [...out, empty("One trace without communication; no per-rank data.")];
       out.push(h("h3", {}, "Computation and communication per step"));
-      out.push(stackedBars(co, ["computation_ns", "communication_ns", "overlap_ns", "other_ns"], "step", { id: "dist-chart", fmt: fmtNs }));
+      out.push(stackedBars(steps.map((x) => ({ step: x.step, ...x.comm_overlap_us })), ["computation_us", "communication_us", "overlap_us", "other_us"], "step", { id: "dist-chart", fmt: fmtUs }));
       return out;
     }
-    out.push(stackedBars(d.map((x) => ({ ...x, run: x.rank ?? x.run })), ["computation_ns", "communication_ns"], "run", { id: "dist-chart", fmt: fmtNs }));
-    out.push(table([
-      { key: "run", label: "run", cls: "name" }, { key: "rank", label: "rank", num: true }, { key: "steps", label: "steps", num: true },
-      { key: "step_ns", label: "avg step", num: true, fmt: fmtNs }, { key: "computation_ns", label: "computation", num: true, fmt: fmtNs },
-      { key: "communication_ns", label: "communication", num: true, fmt: fmtNs }, { key: "overlap_ns", label: "overlap", num: true, fmt: fmtNs },
-      { key: "vs_fastest_pct", label: "vs fastest", num: true, fmt: fmtPct }, { key: "straggler", label: "straggler", fmt: (v) => (v ? "yes" : "") },
-    ], d, { id: "dist-table", sort: "step_ns" }));
-    const rd = (report() || {}).distributed;
-    if (rd) {
-      if (rd.slowest_rank !== undefined && rd.slowest_rank !== null) out.push(h("div", { class: "rec" }, h("div", { class: "t" }, `Slowest rank: ${rd.slowest_rank}`)));
-      if ((rd.collectives || []).length) out.push(h("h3", {}, "Collectives"), generic(rd.collectives));
-      if ((rd.wait_for_slowest || []).length) out.push(h("h3", {}, "Time waiting for the slowest rank"), generic(rd.wait_for_slowest));
-    }
+    out.push(stackedBars(d.ranks.map((x) => ({ ...x, run: x.rank })), ["computation_us", "communication_us"], "run", { id: "dist-chart", fmt: fmtUs }));
+    out.push(table([nameCol("name", "run"), col("rank", "rank"), col("steps", "steps"), col("step_us", "avg step"),
+      col("computation_us", "computation"), col("communication_us", "communication"), col("overlap_us", "overlap"),
+      col("vs_fastest_pct", "vs fastest"), { key: "straggler", label: "straggler", fmt: (v) => (v ? "yes" : "") }], d.ranks, { id: "dist-table" }));
+    if (!none(d.slowest_rank)) out.push(h("div", { class: "rec" }, h("div", { class: "t" }, `Slowest rank (most computation per step): ${d.slowest_rank}`)));
+    if ((d.collectives || []).length) out.push(h("h3", {}, "Collectives"), generic(d.collectives, "collectives"));
+    if ((d.wait_for_slowest || []).length) out.push(h("h3", {}, "Time waiting for the slowest rank"), generic(d.wait_for_slowest, "wait_for_slowest"));
     return out;
   }
 
   function viewDiff() {
     const d = state.payload.diff;
-    if (!d) return [h("h2", {}, "Diff"), empty("Compare two traces with: torchscope diff A B --html diff.html")];
-    const sign = (v) => h("span", { class: v > 0 ? "pos" : v < 0 ? "neg" : "" }, (v > 0 ? "+" : "") + fmtNs(v));
+    if (!d || !d.report) return [h("h2", {}, "Diff"), empty("Compare two traces with: torchscope diff A B --html diff.html")];
+    const D = d.report, U = d.units || {}, st = D.step_us || {};
+    const signed = (v, unit) => (none(v) ? DASH : h("span", { class: v > 0 ? "pos" : v < 0 ? "neg" : "" }, (v > 0 ? "+" : "") + fmt(v, unit)));
     const out = [h("h2", {}, `Diff: ${d.a} → ${d.b}`),
-      h("div", { class: "cards" }, card("span A", fmtNs((d.summary_a || {}).span_ns)), card("span B", fmtNs((d.summary_b || {}).span_ns))),
-      table([
-        { key: "name", label: "op", cls: "name" }, { key: "calls_a", label: "calls A", num: true, fmt: fmtInt }, { key: "calls_b", label: "calls B", num: true, fmt: fmtInt },
-        { key: "self_ns_a", label: "self A", num: true, fmt: fmtNs }, { key: "self_ns_b", label: "self B", num: true, fmt: fmtNs },
-        { key: "delta_ns", label: "change", num: true, fmt: sign }, { key: "delta_pct", label: "change %", num: true, fmt: fmtPct },
-      ], d.ops || [], { id: "diff-table" })];
-    if (d.report) out.push(h("h3", {}, "Analysis diff"), generic(d.report));
+      h("div", { class: "cards" }, card("step A", fmtUs(st.a)), card("step B", fmtUs(st.b)), card("change", (st.delta > 0 ? "+" : "") + fmtUs(st.delta)))];
+    const cats = Object.entries(D.breakdown_us || {}).map(([c, x]) => ({ category: c, ...x }));
+    if (cats.length) {
+      out.push(h("h3", {}, "Step time by category (per step)"));
+      out.push(table([nameCol("category", "category"), { key: "a", label: "A", num: true, fmt: fmtUs }, { key: "b", label: "B", num: true, fmt: fmtUs },
+        { key: "delta", label: "change", num: true, fmt: (v) => signed(v, "us") }], cats, { id: "diff-breakdown" }));
+    }
+    out.push(h("h3", {}, "Ops and kernels that changed (per step, biggest change first)"));
+    out.push(table([nameCol("name", "name"), { key: "what", label: "what" }, { key: "status", label: "status" },
+      { key: "a_calls", label: "calls A", num: true, fmt: (v) => fmt(v, U.a_calls) }, { key: "b_calls", label: "calls B", num: true, fmt: (v) => fmt(v, U.b_calls) },
+      { key: "a_us", label: "A", num: true, fmt: (v) => fmt(v, U.a_us) }, { key: "b_us", label: "B", num: true, fmt: (v) => fmt(v, U.b_us) },
+      { key: "delta_us", label: "change", num: true, fmt: (v) => signed(v, U.delta_us) }], D.changes || [], { id: "diff-table" }));
     return out;
   }
 
@@ -375,21 +431,39 @@
       .filter((k) => sm[k] !== undefined).map((k) => card(k, typeof sm[k] === "number" ? fmtInt(sm[k]) : String(sm[k])))));
     const fd = a.first_divergence;
     out.push(h("div", { class: fd ? "rec" : "card", "data-testid": "first-divergence" },
-      h("div", { class: "t" }, fd ? "First divergence" : "No divergence beyond tolerance"), fd ? generic(fd) : null));
+      h("div", { class: "t" }, fd ? "First divergence" : "No divergence beyond tolerance"), fd ? generic(fd, "first_divergence") : null));
     if ((a.module_calls || []).length) {
       const fm = a.first_module_divergence;
       out.push(h("div", { class: fm ? "rec" : "card", "data-testid": "first-module-divergence" },
-        h("div", { class: "t" }, fm ? "First divergent module" : "No module call diverged beyond tolerance"), fm ? generic(fm) : null));
+        h("div", { class: "t" }, fm ? "First divergent module" : "No module call diverged beyond tolerance"), fm ? generic(fm, "first_module_divergence") : null));
     }
-    if ((a.ops || []).length) { out.push(h("h3", {}, "Per op")); out.push(generic(a.ops)); }
-    if ((a.module_calls || []).length) { out.push(h("h3", {}, "Per module call")); out.push(generic(a.module_calls)); }
-    if ((a.modules || []).length) { out.push(h("h3", {}, "Per module")); out.push(generic(a.modules)); }
+    if ((a.ops || []).length) { out.push(h("h3", {}, "Per op")); out.push(generic(a.ops, "ops")); }
+    if ((a.module_calls || []).length) { out.push(h("h3", {}, "Per module call")); out.push(generic(a.module_calls, "module_calls")); }
+    if ((a.modules || []).length) { out.push(h("h3", {}, "Per module")); out.push(generic(a.modules, "modules")); }
     return out;
   }
   const accuracy = () => state.payload.accuracy || (report() || {}).accuracy || null;
 
+  const TITLES = { meta: "The trace", steps: "Steps", breakdown_us: "Step time by category (average per step)",
+    host_breakdown_us: "Host time by category (average per step)", devices: "Devices", comm_overlap: "Computation and communication (average per step)",
+    operators: "Operators", operators_by_shape: "Operators by input shape", call_stacks: "Python call stacks", flops: "FLOPs",
+    kernels: "Kernels", kernels_by_op: "Kernels by launching op", kernel_types: "Kernel types", temporal_breakdown: "Time on the device",
+    comm_comp_overlap: "Communication hidden behind computation", launch_stats: "Launches", idle_time: "Idle time per stream",
+    queue_length: "Queue length per stream", memory: "Memory", modules: "Modules", recommendations: "Recommendations",
+    distributed: "Distributed", warnings: "Warnings", steps_count: "Steps" };
+  const SKIP = ["units", "report_version", "kind", "ranks", "source"];
+  function sections(r) {
+    return Object.entries(r).filter(([k]) => !SKIP.includes(k)).flatMap(([k, v]) =>
+      [h("h3", {}, TITLES[k] || pretty(k)), h("div", { class: "section", "data-section": k }, generic(v, k))]);
+  }
   function viewReport() {
-    return [h("h2", {}, "Full analysis report"), report() ? generic(report()) : empty("The analysis report is not available for this trace.")];
+    const R = report();
+    if (!R) return [h("h2", {}, "Full analysis report"), empty("The analysis report is not available for this trace.")];
+    const out = [h("h2", {}, "Full analysis report"),
+      h("div", { class: "muted" }, `Every section of \`torchscope report --json\` (version ${R.report_version}), with units; times are since the trace's first event. Source: ${R.source}`)];
+    if (R.kind === "traceset") out.push(...sections(R), h("h2", {}, `Rank ${run().name}`));
+    out.push(...sections(rep()));
+    return out;
   }
 
   // -- timeline: our own canvas renderer; merges sub-pixel events per row (decimation) ----

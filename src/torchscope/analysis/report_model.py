@@ -1,0 +1,413 @@
+"""The report's types: one typed, versioned contract that every renderer reads.
+
+``analysis.report`` fills these Structs from the analyses; ``report --json`` is their encoding
+(``msgspec.to_builtins``), the terminal and the HTML page render the same object. Units are
+in the field names and, explicitly, in ``UNITS`` (field name -> unit), which the report
+carries under ``units`` so no renderer guesses a unit from a name:
+
+- ``us``: microseconds, converted from the trace's integer nanoseconds without float
+  rounding (``us_of``): a whole number of microseconds is written as an integer, so a
+  timestamp the file wrote as ``1666149715033200`` is printed back as exactly that.
+- ``timestamp_us``: a point in time in the trace's clock (microseconds); renderers show it
+  relative to ``meta.start_us``, the trace's first event.
+- ``bytes``, ``percent`` (0..100), ``fraction`` (0..1), ``count``, ``id`` (a step, device,
+  stream or rank number), ``flop``, ``flop/s``, ``blocks/SM``. Addresses are hex strings.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+import polars as pl
+
+
+class Us(float):
+    """Microseconds that are not whole: a float for arithmetic, plus the exact nanoseconds.
+
+    A timestamp such as 1712195495502094.565 µs has no float that prints as that (the nearest
+    prints ``...094.5``); ``exact()`` gives the text the file wrote, which ``--json`` prints.
+    """
+
+    __slots__ = ("ns",)
+    ns: int
+
+    def __new__(cls, ns: int) -> Us:
+        self = super().__new__(cls, ns / 1000)
+        self.ns = ns
+        return self
+
+    def exact(self) -> str:
+        whole, frac = divmod(abs(self.ns), 1000)
+        return f"{'-' if self.ns < 0 else ''}{whole}.{frac:03d}".rstrip("0")
+
+
+def us_of(ns: float | int | None) -> int | float | None:
+    """Nanoseconds as microseconds, exactly: whole microseconds as an int, else a ``Us``.
+
+    Dividing after a float conversion rounded big timestamps (``1666149715033200000`` ns
+    became ``1666149715033200.2`` µs); integer arithmetic keeps what the file said.
+    Fractional nanoseconds (averages) are rounded to the nanosecond first.
+    """
+    if ns is None:
+        return None
+    if isinstance(ns, float):
+        if math.isnan(ns) or math.isinf(ns):
+            return None
+        ns = round(ns)
+    ns = int(ns)
+    return ns // 1000 if ns % 1000 == 0 else Us(ns)
+
+
+def plain(value: Any) -> Any:
+    """The report as dicts and lists (``msgspec.to_builtins``, which refuses ``Us``), keeping
+    ``Us`` values and leaving out fields a Struct marks ``omit_defaults`` when at their default."""
+    if isinstance(value, msgspec.Struct):
+        omit = value.__struct_config__.omit_defaults
+        defaults = (
+            dict(zip(value.__struct_fields__[-len(value.__struct_defaults__) :], value.__struct_defaults__, strict=True))
+            if value.__struct_defaults__
+            else {}
+        )  # noqa: E501
+        return {
+            f: plain(getattr(value, f))
+            for f in value.__struct_fields__
+            if not (omit and f in defaults and getattr(value, f) == defaults[f])
+        }
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def us_map(d: dict[str, float]) -> dict[str, Any]:
+    return {k: us_of(v) for k, v in d.items()}
+
+
+def record(row: dict[str, Any]) -> dict[str, Any]:
+    """One DataFrame row for the report: ``*_ns`` as exact ``*_us``, addresses as hex, NaN as null."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if k.endswith("_ns"):
+            out[k[:-3] + "_us"] = us_of(v)
+        elif k == "ns":
+            out["us"] = us_of(v)
+        elif k == "addr":
+            out[k] = None if v is None else hex(int(v))
+        elif isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+            out[k] = None
+        else:
+            out[k] = v
+    return out
+
+
+class Row(msgspec.Struct, kw_only=True):
+    """A table row; ``from_frame`` fills rows from an analysis DataFrame (``record``)."""
+
+    @classmethod
+    def from_frame(cls, df: pl.DataFrame, top: int | None = None) -> list[Any]:
+        if top is not None:
+            df = df.head(top)
+        return [cls(**record(r)) for r in df.iter_rows(named=True)]
+
+
+# -- the trace's facts ------------------------------------------------------------------------
+
+
+class Meta(msgspec.Struct, kw_only=True):
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+    torch_version: str | None
+    devices: list[str | None]  # device names from the trace's deviceProperties
+    device_ids: list[int]  # devices that ran work
+    warnings: list[str]  # what the reader had to repair or skip in the input
+    steps_from_trace: bool  # False: no ProfilerStep, the whole trace is one step
+    events: int
+    event_kinds: dict[str, int]  # events per kind
+    memory_events: int
+    start_us: float  # first event's start (timestamp)
+    end_us: float
+    span_us: float
+
+
+class Step(Row, kw_only=True):
+    step: int
+    start_us: float  # timestamp
+    dur_us: float
+    breakdown_us: dict[str, float]  # TensorBoard categories
+    host_breakdown_us: dict[str, float]  # host categories
+    comm_overlap_us: dict[str, float]  # computation, communication, overlap, other
+
+
+class Device(Row, kw_only=True):
+    device: int
+    kernel_us: float
+    utilization: float
+    sm_efficiency: float | None
+    achieved_occupancy: float | None
+    tensor_core_ratio: float | None
+
+
+class Operator(Row, kw_only=True):
+    name: str
+    kind: str
+    calls: int
+    host_self_us: float
+    host_total_us: float
+    host_avg_us: float
+    host_max_us: float
+    device_self_us: float
+    device_total_us: float
+    tensor_core_eligible: bool
+
+
+class OperatorByShape(Operator, kw_only=True):
+    input_dims: str | None
+
+
+class CallStack(Row, kw_only=True):
+    name: str
+    stack: str
+    calls: int
+    host_total_us: float
+    host_self_us: float
+
+
+class Flops(Row, kw_only=True):
+    name: str
+    input_dims: str | None
+    calls: int
+    flops: float
+    time_us: float
+    flops_per_s: float | None
+
+
+class Kernel(Row, kw_only=True):
+    name: str
+    count: int
+    total_us: float
+    mean_us: float
+    min_us: float
+    max_us: float
+    blocks_per_sm: float | None
+    occupancy_pct: float | None
+    tensor_core: bool
+    share_pct: float = 0.0  # of all kernel time
+
+
+class KernelByOp(Kernel, kw_only=True):
+    op_name: str | None
+
+
+class KernelType(Row, kw_only=True):
+    kernel_type: str
+    us: float
+    pct: float
+
+
+class IdleTime(Row, kw_only=True):
+    device: int
+    stream: int
+    host_wait_us: float
+    kernel_wait_us: float
+    other_us: float
+    idle_us: float
+
+
+class QueueLength(Row, kw_only=True):
+    device: int
+    stream: int
+    max: int
+    mean: float
+    time_weighted_mean: float
+
+
+class MemoryPeak(Row, kw_only=True):
+    device: str
+    peak_allocated_bytes: int
+    peak_ts_us: float  # timestamp
+    peak_op: str | None
+    peak_reserved_bytes: int | None
+    allocated_bytes: int
+    allocations: int
+
+
+class MemoryByOp(Row, kw_only=True):
+    name: str
+    device: str
+    allocations: int
+    self_allocated_bytes: int
+    self_freed_bytes: int
+    self_net_bytes: int
+    total_allocations: int
+    total_allocated_bytes: int
+    total_net_bytes: int
+
+
+class Leak(Row, kw_only=True):
+    device: str
+    ts_us: float  # timestamp
+    bytes: int
+    addr: str | None  # hex
+    op_name: str | None
+
+
+class Memory(msgspec.Struct, kw_only=True):
+    peaks: list[MemoryPeak]
+    by_op: list[MemoryByOp]
+    leaks: list[Leak]
+
+
+class Module(Row, kw_only=True):
+    path: str
+    module: str
+    depth: int
+    calls: int
+    host_us: float
+    device_us: float
+
+
+class Finding(msgspec.Struct, kw_only=True, omit_defaults=True):
+    rule: str
+    message: str
+    evidence: dict[str, Any]
+    fix: str
+    rank: int | None = None
+
+
+class TraceReport(msgspec.Struct, kw_only=True):
+    report_version: int
+    kind: str  # "trace"
+    source: str
+    meta: Meta
+    steps: list[Step]
+    breakdown_us: dict[str, float]
+    host_breakdown_us: dict[str, float]
+    devices: list[Device]
+    comm_overlap: dict[str, float]
+    operators: list[Operator]
+    operators_by_shape: list[OperatorByShape]
+    call_stacks: list[CallStack]
+    flops: list[Flops]
+    kernels: list[Kernel]
+    kernels_by_op: list[KernelByOp]
+    kernel_types: list[KernelType]
+    temporal_breakdown: dict[str, float]
+    comm_comp_overlap: float | None
+    launch_stats: dict[str, Any]
+    idle_time: list[IdleTime]
+    queue_length: list[QueueLength]
+    memory: Memory
+    modules: list[Module]
+    recommendations: list[Finding]
+    units: dict[str, str]
+
+
+class RankRow(Row, kw_only=True):
+    rank: int
+    name: str  # the trace's name in the set (file name)
+    steps: int
+    step_us: float
+    breakdown_us: dict[str, float]
+    computation_us: float
+    communication_us: float
+    overlap_us: float
+    other_us: float
+    vs_fastest_pct: float | None
+    straggler: bool
+
+
+class DistributedView(msgspec.Struct, kw_only=True):
+    ranks: list[RankRow]
+    collectives: list[dict[str, Any]]
+    slowest_rank: int | None
+    wait_for_slowest: list[dict[str, Any]]
+
+
+class TraceSetReport(msgspec.Struct, kw_only=True):
+    report_version: int
+    kind: str  # "traceset"
+    source: str
+    steps: int
+    breakdown_us: dict[str, float]
+    host_breakdown_us: dict[str, float]
+    distributed: DistributedView
+    ranks: dict[str, TraceReport]
+    recommendations: list[Finding]
+    warnings: list[str]  # files of the directory that were not read, and why
+    units: dict[str, str]
+
+
+# -- units ------------------------------------------------------------------------------------
+
+TIMESTAMPS = frozenset({"start_us", "end_us", "peak_ts_us", "ts_us"})
+FRACTIONS = frozenset(
+    {"utilization", "sm_efficiency", "achieved_occupancy", "tensor_core_ratio", "comm_comp_overlap"}
+)
+IDS = frozenset({"step", "device", "device_ids", "stream", "rank", "slowest_rank"})
+COUNTS = frozenset(
+    {
+        "steps", "calls", "count", "events", "event_kinds", "memory_events", "allocations", "total_allocations",
+        "world_size", "depth", "max", "mean", "time_weighted_mean", "launched",
+        "short_kernels", "runtime_outliers", "launch_delay_outliers", "negative_launch_delays",
+        "clock_skewed_launches", "synchronous_launches", "graph_launched",
+    }
+)  # fmt: skip
+
+
+def unit_of(field: str) -> str | None:
+    """The unit of a numeric field, by the report's naming convention (None: not a number)."""
+    for per in ("_per_step", "_per_call", "_per_rank"):
+        if field.endswith(per) and field != per[1:]:
+            return unit_of(field.removesuffix(per))
+    if field in TIMESTAMPS:
+        return "timestamp_us"
+    if field in FRACTIONS or field == "share" or field.endswith(("_share", "_ratio", "_fraction")):
+        return "fraction"
+    if field == "us" or field.endswith("_us"):
+        return "us"
+    if field == "bytes" or field.endswith("_bytes"):
+        return "bytes"
+    if field == "pct" or field.endswith("_pct"):
+        return "percent"
+    if field == "flops":
+        return "flop"
+    if field == "flops_per_s":
+        return "flop/s"
+    if field == "blocks_per_sm":
+        return "blocks/SM"
+    if field in IDS:
+        return "id"
+    if field in COUNTS or field.endswith(("_count", "_calls", "_kernels", "_launches")):
+        return "count"
+    return None
+
+
+def _fields(struct: type[msgspec.Struct]) -> tuple[str, ...]:
+    return struct.__struct_fields__
+
+
+MODEL = (Meta, Step, Device, Operator, OperatorByShape, CallStack, Flops, Kernel, KernelByOp, KernelType,
+         IdleTime, QueueLength, MemoryPeak, MemoryByOp, Leak, Module, RankRow, TraceReport,
+         TraceSetReport)  # fmt: skip
+UNITS: dict[str, str] = {
+    f: u for s in MODEL for f in _fields(s) if (u := unit_of(f)) is not None and f not in ("units",)
+}
+
+
+def units_of(*dicts: dict[str, Any]) -> dict[str, str]:
+    """UNITS plus the units of free-form keys (a finding's evidence, a collective's columns):
+    by the naming convention, else ``count`` (a plain number), so every number has one."""
+    out = dict(UNITS)
+    for d in dicts:
+        for k, v in d.items():
+            if k in out:
+                continue
+            if isinstance(v, dict):
+                v = next(iter(v.values()), None)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                out[k] = unit_of(k) or "count"
+    return out
