@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from torchscope.analysis.flame import flame_diff, flame_graphs
 from torchscope.analysis.memory import DEVICE_TYPE_NAMES, memory_events
 from torchscope.trace.model import Trace, TraceSet
 from torchscope.trace.tree import nearest_ancestor
@@ -370,6 +371,7 @@ def run_view(
         f"{name}: memory", lambda: memory_view(trace), {"devices": [], "ops": []}
     )
     run["modules"] = warnings.attempt(f"{name}: modules", lambda: module_tree(trace))
+    run["flame"] = warnings.attempt(f"{name}: flame graphs", lambda: flame_graphs(trace), {})
     if with_timeline:
         run["timeline"] = warnings.attempt(f"{name}: timeline", lambda: timeline(trace, timeline_events))
     return run
@@ -491,6 +493,7 @@ def build_payload(
             "summary_a": runs[0]["summary"],
             "summary_b": other["summary"],
             "report": warnings.attempt("diff", peer_diff),
+            "flame": warnings.attempt("flame diff", lambda: flame_diff(items[0][1], compare), {}),
         }
     for key, value in (extra or {}).items():
         payload[key] = _jsonable(value)
