@@ -24,6 +24,7 @@ Bounded size: ``fold`` keeps the nodes whose total is at least ``min_fraction`` 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -244,11 +245,16 @@ def _name_codes(names: pl.Series) -> tuple[I64, list[str]]:
 
 
 def _thread_label(trace: Trace) -> dict[tuple[int, int], str]:
+    """Each thread's name without its id ("thread 2568503 (python3.8)" -> "python3.8"): ids
+    differ from run to run, so a diff matches threads by name; same-named threads merge."""
     labels: dict[tuple[int, int], str] = {}
     for pid, tid, tname in trace.threads.select("pid", "tid", "thread_name").iter_rows():
         if tname:
-            labels[(pid, tid)] = tname
+            labels[(pid, tid)] = _THREAD_ID.sub(r"\1", tname).strip() or "thread"
     return labels
+
+
+_THREAD_ID = re.compile(r"^thread -?\d+\s*\((.*)\)$|^thread -?\d+$")
 
 
 def _local_parent(parent_rows: I64, rows: I64, n: int) -> I64:
@@ -271,7 +277,7 @@ def _host_nodes(trace: Trace, b: _Builder) -> tuple[I64, I64, I64]:
     distinct, thread_code = np.unique(np.stack((pid, tid), axis=1), axis=0, return_inverse=True)
     thread_code = thread_code.reshape(-1).astype(np.int64)
     labels = _thread_label(trace)
-    thread_names = [labels.get((int(p), int(t)), f"thread {int(t)}") for p, t in distinct.tolist()]
+    thread_names = [labels.get((int(p), int(t)), "thread") for p, t in distinct.tolist()]
     thread_nodes = b.add(np.zeros(len(thread_names), np.int64), b.intern(thread_names))
     codes, table = _name_codes(host["name"])
     node = b.add_forest(thread_nodes[thread_code], parent, b.intern(table)[codes])

@@ -181,8 +181,8 @@ const TorchscopeFlame = (() => {
       for (let p = zoomNode; p >= 0; p = data.parent[p]) chain.unshift(p);
       chain.forEach((node, k) => {
         if (k) crumbs.append(el("span", { class: "muted" }, " › "));
-        const b = el("button", { class: node === zoomNode ? "on" : "", "data-node": String(node) },
-          shorten(data.names[data.name[node]], 48));
+        const full = data.names[data.name[node]];
+        const b = el("button", { class: node === zoomNode ? "on" : "", "data-node": String(node), title: full }, shorten(full, 48));
         b.addEventListener("click", () => zoom(node));
         crumbs.append(b);
       });
