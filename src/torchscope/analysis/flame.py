@@ -274,10 +274,16 @@ def _host_nodes(trace: Trace, b: _Builder) -> tuple[I64, I64, I64]:
     host = ev[rows]
     parent = _local_parent(host["parent"].fill_null(-1).to_numpy().astype(np.int64), rows, ev.height)
     pid, tid = host["pid"].to_numpy(), host["tid"].to_numpy()
-    distinct, thread_code = np.unique(np.stack((pid, tid), axis=1), axis=0, return_inverse=True)
+    pids, pid_code = np.unique(pid, return_inverse=True)
+    tids, tid_code = np.unique(tid, return_inverse=True)
+    keys, thread_code = np.unique(
+        pid_code.reshape(-1) * tids.size + tid_code.reshape(-1), return_inverse=True
+    )
     thread_code = thread_code.reshape(-1).astype(np.int64)
     labels = _thread_label(trace)
-    thread_names = [labels.get((int(p), int(t)), "thread") for p, t in distinct.tolist()]
+    thread_names = [
+        labels.get((int(pids[k // tids.size]), int(tids[k % tids.size])), "thread") for k in keys.tolist()
+    ]
     thread_nodes = b.add(np.zeros(len(thread_names), np.int64), b.intern(thread_names))
     codes, table = _name_codes(host["name"])
     node = b.add_forest(thread_nodes[thread_code], parent, b.intern(table)[codes])
