@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import torchscope
+from torchscope.render.console import fmt_ns
 from torchscope.render.html import write_html
 from torchscope.render.payload import build_payload
 from torchscope.trace.model import Trace
@@ -120,8 +121,9 @@ def test_hover_shows_total_and_self_with_units(page: Any, alexnet: tuple[Path, d
     text = tip.inner_text()
     total, root = tree["total"][leaf], tree["total"][0]
     assert text.splitlines()[0] == tree["names"][tree["name"][leaf]]
-    assert f"total {total / 1e6:.3f} ms ({100 * total / root:.1f} % of all)" in text
-    assert f"self  {tree['self'][leaf] / 1e6:.3f} ms" in text
+    assert f"total {fmt_ns(total)} ({100 * total / root:.1f} % of all)" in text
+    assert f"self  {fmt_ns(tree['self'][leaf])} (" in text
+    assert any(unit in text for unit in (" ms (", " µs (", " s ("))
     page.mouse.move(5, 5)
     assert page.locator("[data-testid=flame-tip]").is_hidden()
     assert page.errors == []
@@ -140,20 +142,8 @@ def test_diff_flame_colours_by_change(page: Any, traces_dir: Path, tmp_path: Pat
     page.mouse.move(*centre(rect(page, changed)))
     text = page.locator("[data-testid=flame-tip]").inner_text()
     a_ns, b_ns = tree["base"][changed], tree["total"][changed]
-    assert f"A {fmt(a_ns)} → B {fmt(b_ns)}" in text
+    assert f"A {fmt_ns(a_ns)} → B {fmt_ns(b_ns)}" in text  # the page formats time as the terminal does
     assert page.errors == []
-
-
-def fmt(ns: float) -> str:
-    """The page's time format (flame.js fmtNs)."""
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.3f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.3f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{round(ns)} ns"
 
 
 def test_trace_names_stay_text(page: Any, tmp_path: Path) -> None:
