@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from torchscope.analysis.flame import flame_diff, flame_graphs
+from torchscope.analysis.flame import MAX_NODES, flame_diff, flame_graphs
 from torchscope.analysis.memory import DEVICE_TYPE_NAMES, memory_events
 from torchscope.trace.model import Trace, TraceSet
 from torchscope.trace.tree import nearest_ancestor
@@ -371,7 +371,9 @@ def run_view(
         f"{name}: memory", lambda: memory_view(trace), {"devices": [], "ops": []}
     )
     run["modules"] = warnings.attempt(f"{name}: modules", lambda: module_tree(trace))
-    run["flame"] = warnings.attempt(f"{name}: flame graphs", lambda: flame_graphs(trace), {})
+    # the flame trees shrink with the timeline's share when a payload holds many runs
+    nodes = max(300, MAX_NODES * timeline_events // TIMELINE_EVENTS)
+    run["flame"] = warnings.attempt(f"{name}: flame graphs", lambda: flame_graphs(trace, max_nodes=nodes), {})
     if with_timeline:
         run["timeline"] = warnings.attempt(f"{name}: timeline", lambda: timeline(trace, timeline_events))
     return run
