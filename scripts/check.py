@@ -3,21 +3,39 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 PY = sys.executable
+FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
 
 
-def run(*cmd: str) -> int:
+def run(*cmd: str, cwd: Path | None = None) -> int:
     print("+", " ".join(cmd), flush=True)
-    return subprocess.call(list(cmd))
+    return subprocess.call(list(cmd), cwd=cwd)
+
+
+def typecheck_js() -> int:
+    """The dashboard's JavaScript (JSDoc types) checked by tsc, a dev dependency in frontend/."""
+    npm = shutil.which("npm")
+    if npm is None:
+        print(
+            "skip: npm not found, so the dashboard's JavaScript type check (tsc, frontend/) did not run",
+            flush=True,
+        )
+        return 0
+    return run(npm, "ci", "--no-audit", "--no-fund", cwd=FRONTEND) or run(
+        npm, "exec", "--", "tsc", "-p", "tsconfig.json", cwd=FRONTEND
+    )
 
 
 def main() -> int:
     failed = 0
     failed |= run(PY, "-m", "ruff", "check", "src", "tests", "benchmarks", "scripts")
     failed |= run(PY, "-m", "mypy")
+    failed |= typecheck_js()
     workers = os.environ.get("TORCHSCOPE_TEST_WORKERS", "2")
     failed |= run(PY, "-m", "pytest", "-q", "-n", workers, *sys.argv[1:])
     return 1 if failed else 0

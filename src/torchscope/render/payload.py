@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from torchscope.analysis import keys as K
+from torchscope.analysis.flame import MAX_NODES, flame_diff, flame_graphs
 from torchscope.analysis.memory import memory_timeline
 from torchscope.analysis.report_model import units_of
 from torchscope.render.text import cut, cut_strings
@@ -189,6 +190,9 @@ def run_view(
     """What the dashboard draws for one trace beside its report: memory curves, the timeline."""
     run: dict[str, Any] = {"name": name, "source": trace.meta.source}
     run["memory_curves"] = warnings.attempt(f"{name}: memory curves", lambda: memory_curves(trace), [])
+    # the flame trees (analysis.flame) shrink with the timeline's share when a payload holds many runs
+    nodes = max(300, MAX_NODES * timeline_events // TIMELINE_EVENTS)
+    run["flame"] = warnings.attempt(f"{name}: flame graphs", lambda: cut_strings(flame_graphs(trace, max_nodes=nodes)), {})
     if with_timeline:
         run["timeline"] = warnings.attempt(f"{name}: timeline", lambda: timeline(trace, timeline_events))
     return run
@@ -256,6 +260,7 @@ def build_payload(
             "b": _short_name(compare.meta.source) or "B",
             "report": d,
             "units": units_of(*(d or {}).get(K.DIFF_CHANGES, [])[:1], d or {}),
+            "flame": warnings.attempt("flame diff", lambda: cut_strings(flame_diff(items[0][1], compare)), {}),
         }
     for key, value in (extra or {}).items():
         payload[key] = _jsonable(value)

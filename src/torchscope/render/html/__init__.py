@@ -1,4 +1,4 @@
-"""The HTML dashboard: one page (``index.html`` + ``app.js`` + ``app.css``), two transports.
+"""The HTML dashboard: one page (``index.html`` + ``flame.js`` + ``app.js`` + ``app.css``), two transports.
 
 ``render_html(payload)`` inlines our CSS, JS and the payload into a single self-contained file
 that works offline and can be attached to a bug; ``serve_page()`` is the same page with no
@@ -37,8 +37,17 @@ def embed_json(data: Any) -> str:
     )
 
 
+def _script() -> str:
+    """The page's one inline script: the flame-graph module (it defines one global) then the app.
+
+    One script keeps the Content-Security-Policy at a single hash; each file stays its own
+    module in the source tree (``flame.js`` is type-checked by ``tsc``, see ``frontend/``).
+    """
+    return _asset("flame.js") + "\n;\n" + _asset("app.js")
+
+
 def _page(title: str, data_json: str) -> str:
-    js = _asset("app.js")
+    js = _script()
     digest = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode()
     page = _asset("index.html")
     # Fill the placeholders in one pass each, data last, so no inserted text is re-scanned.

@@ -594,6 +594,7 @@
     ["distributed", "Distributed", viewDistributed, () => true],
     ["diff", "Diff", viewDiff, () => !!state.payload.diff],
     ["timeline", "Timeline", viewTimeline, () => true],
+    ["flame", "Flame", () => TorchscopeFlame.view(run().flame, state.payload.hotspots_flame, (state.payload.diff || {}).flame), () => true],
     ["accuracy", "Accuracy", viewAccuracy, () => !!accuracy()],
     ["report", "Report", viewReport, () => !!report()],
   ];
