@@ -194,7 +194,7 @@ def test_every_parameter_of_torchs_api_is_accepted() -> None:
 
     from torch.autograd.profiler_util import EventList
 
-    from torchscope.analysis.key_averages import KeyAverages
+    from torchscope.compat import KeyAverages
 
     pairs = [
         (torch_profiler.profile.__init__, torchscope.profile.__init__),

@@ -1,4 +1,5 @@
-"""``prof.events()`` and ``prof.export_stacks()``: the per-event views, built from the Trace.
+"""``prof.events()`` and ``prof.export_stacks()``: torch's ``FunctionEvent`` and ``EventList``,
+built from the Trace.
 
 Code written for torch walks ``prof.events()`` and reads ``name``, ``cpu_time_total``,
 ``self_cpu_time_total``, ``device_time_total``, ``input_shapes``, ``stack`` and
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import json
+import time
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,14 +26,14 @@ import polars as pl
 from torchscope.analysis.key_averages import (
     AVERAGES_SCHEMA,
     METRIC_COLUMNS,
-    CudaAliases,
-    FormattedTimes,
-    KeyAverage,
-    KeyAverages,
     event_frame,
     flops_of,
     parse_shapes,
 )
+from torchscope.compat.averages import CudaAliases, FormattedTimes, KeyAverage, KeyAverages
+from torchscope.compat.event_args import EventArgs
+from torchscope.compat.table import TableOptions
+from torchscope.errors import UsageError
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS
 
@@ -96,12 +99,27 @@ class FunctionEvent(CudaAliases, FormattedTimes):
     external_id: int = 0
     device_index: int = 0
     concrete_inputs: list[Any] = field(default_factory=list)
+    kwinputs: dict[str, Any] = field(default_factory=dict)  # _RecordFunctionFast's keyword inputs
     input_dtypes: list[Any] = field(default_factory=list)
     flops: int = 0
     kernels: list[Kernel] = field(default_factory=list)
     is_python_function: bool = False
     is_legacy: bool = False
     scope: int = 0
+    activity_type: str | None = None  # Kineto's category: cpu_op, kernel, cuda_runtime, ...
+    device_resource_id: int = 0  # the thread, or the stream of device work
+    flow_id: int | None = None
+    flow_type: int | None = None
+    flow_start: bool | None = None
+    linked_correlation_id: int = 0
+    structured_input_shapes: list[Any] | None = None
+    structured_input_strides: list[Any] | None = None
+    python_id: int = -1
+    python_parent_id: int = -1
+    python_module_id: int = -1
+    # Kineto's metadata of the event ('"Ev Idx": 3'), only with expose_kineto_event_metadata
+    _metadata_json: str = ""
+    event_metadata: Any = None  # torch's structured metadata: filled by Kineto builds we do not have
     # torch fills these only while printing a table
     self_cpu_percent: float = -1
     total_cpu_percent: float = -1
@@ -122,11 +140,28 @@ class FunctionEvent(CudaAliases, FormattedTimes):
     cuda_time = device_time  # torch's older name
 
     @property
+    def metadata_json(self) -> str:
+        """Kineto's metadata of the event (deprecated in torch, with the same warning)."""
+        warnings.warn(
+            "`metadata_json` is deprecated. Use `event_metadata` instead.", FutureWarning, stacklevel=2
+        )
+        return self._metadata_json
+
+    @property
     def device_type(self) -> Any:
         """torch's ``DeviceType`` of the event (CPU for host events)."""
         from torch.autograd import DeviceType
 
         return DeviceType.CUDA if self.is_device else DeviceType.CPU
+
+    def append_kernel(self, name: str, device: int, duration: float) -> None:
+        self.kernels.append(Kernel(name, device, duration))
+
+    def append_cpu_child(self, child: FunctionEvent) -> None:
+        self.cpu_children.append(child)
+
+    def set_cpu_parent(self, parent: FunctionEvent) -> None:
+        self.cpu_parent = parent
 
     def __repr__(self) -> str:
         return (
@@ -190,12 +225,26 @@ def _kernels_by_op(trace: Trace) -> dict[int, list[Kernel]]:
 
 
 def build_events(
-    trace: Trace, *, use_device: str | None = None, with_flops: bool = False
-) -> list[FunctionEvent]:
-    """Every event torch's ``events()`` would list, linked to its parent and children."""
+    trace: Trace,
+    *,
+    use_device: str | None = None,
+    with_flops: bool = False,
+    event_args: dict[int, EventArgs] | None = None,
+    with_metadata: bool = False,
+    deadline: float | None = None,
+) -> tuple[list[FunctionEvent], bool]:
+    """Every event torch's ``events()`` would list, linked to its parent and children, and
+    whether ``deadline`` (a ``time.perf_counter()`` value) passed before the last one was
+    made: torch's ``post_processing_timeout_s`` then keeps the events made so far.
+
+    ``event_args`` (``compat.event_args``) gives the host ops their ``kwinputs`` and, with
+    ``with_metadata``, their ``metadata_json``.
+    """
+    if deadline is not None and time.perf_counter() >= deadline:
+        return [], True
     frame = event_frame(trace, with_stack_n=_STACK_DEPTH)
     if frame.height == 0:
-        return []
+        return [], False
     t0 = int(frame["start_ns"].min())  # type: ignore[arg-type]
     ids = frame["id"].to_numpy()
     real = pl.Series(ids >= 0)
@@ -215,13 +264,21 @@ def build_events(
         attribute("device", -1).alias("device"),
         attribute("concrete_inputs", "").alias("concrete"),
         attribute("input_types", "").alias("types"),
+        attribute("cat", "").alias("category"),
         flops_of(frame, trace) if with_flops else pl.lit(0, pl.Int64).alias("flops"),
     )
     kernels = _kernels_by_op(trace)
+    extra = event_args or {}
+    none = EventArgs({}, "")
     events: list[FunctionEvent] = []
     by_id: dict[int, FunctionEvent] = {}
     parents: list[int] = []
-    for r in rows.iter_rows(named=True):
+    timed_out = False
+    for i, r in enumerate(rows.iter_rows(named=True)):
+        if deadline is not None and i % 256 == 0 and time.perf_counter() >= deadline:
+            timed_out = True
+            break
+        args = extra.get(r["external_id"], none) if not r["is_device"] else none
         ev = FunctionEvent(
             id=r["id"],
             name=r["name"],
@@ -246,7 +303,11 @@ def build_events(
             external_id=r["external_id"],
             device_index=max(r["device"], 0),
             concrete_inputs=list(_concrete(r["concrete"])),
+            kwinputs=dict(args.kwinputs),
+            _metadata_json=args.metadata if with_metadata else "",
             input_dtypes=list(_types(r["types"])),
+            activity_type=r["category"] or None,
+            device_resource_id=r["tid"],
             flops=r["flops"],
             kernels=kernels.get(r["id"], []) if not r["is_device"] else [],
         )
@@ -259,7 +320,7 @@ def build_events(
         if parent is not None:
             ev.cpu_parent = parent
             parent.cpu_children.append(ev)
-    return events
+    return events, timed_out
 
 
 class EventList(list[FunctionEvent]):
@@ -298,9 +359,9 @@ class EventList(list[FunctionEvent]):
             frame, use_device=p.use_device, profile_memory=p.profile_memory, with_flops=p.with_flops
         )
 
-    def table(self, sort_by: str | None = None, row_limit: int = 100, **options: Any) -> str:
+    def table(self, sort_by: str | None = None, row_limit: int | None = 100, **options: Any) -> str:
         """torch's table with one row per event (``EventList.table``), same options."""
-        return self._as_rows().table(sort_by=sort_by, row_limit=row_limit, **options)
+        return self._as_rows().render(TableOptions(sort_by=sort_by, row_limit=row_limit, **options))
 
     def total_average(self) -> KeyAverage:
         return self._as_rows().total_average()
@@ -322,7 +383,7 @@ class EventList(list[FunctionEvent]):
 def export_stacks(traces: list[Trace], path: Path, metric: str) -> None:
     """Write collapsed stacks: enclosing Python frames (outermost first), then the event."""
     if metric not in STACK_METRICS:
-        raise ValueError("metric should be one of: " + str(list(STACK_METRICS)))
+        raise UsageError("metric should be one of: " + str(list(STACK_METRICS)))
     column = "self_cpu_ns" if metric == "self_cpu_time_total" else "self_device_ns"
     frames = [event_frame(t, with_stack_n=_STACK_DEPTH) for t in traces]
     frame = pl.concat(frames) if len(frames) > 1 else frames[0]
