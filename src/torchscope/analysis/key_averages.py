@@ -465,6 +465,8 @@ def averages_frame(
         )
         flops = flops_of(frame, t) if with_flops else pl.lit(0, pl.Int64).alias("flops")
         frames.append(frame.with_columns(flops))
+    if not frames:  # no Trace (a post-processing deadline passed before the first one)
+        return pl.DataFrame(schema=AVERAGES_SCHEMA)
     events = pl.concat(frames) if len(frames) > 1 else frames[0]
     keys = ["name", "is_device", "is_user_annotation"]
     if group_by_input_shape:

@@ -48,7 +48,7 @@ from torchscope.capture.schedule import ProfilerAction, as_action, default_sched
 from torchscope.compat.averages import KeyAverages, key_averages
 from torchscope.compat.event_args import host_event_args
 from torchscope.compat.events import EventList, FunctionEvent, build_events, export_stacks
-from torchscope.errors import ProfilerStateError, UsageError, UsageTypeError
+from torchscope.errors import ProfilerStateError, UsageAssertionError, UsageError, UsageTypeError
 from torchscope.trace.model import Trace
 
 __all__ = [
@@ -187,7 +187,15 @@ class profile:
         post_processing_timeout_s: float | None = None,
         backend: str | None = None,
     ) -> None:
-        activity_set, filters = _parse_activities(activities)
+        # torch's order of checks: no activity at all first (items that are not activities are
+        # ignored there), then duplicates and foreign items
+        items = None if activities is None else list(activities)
+        activity_set = supported_activities() if items is None else set()
+        for item in items or ():
+            if isinstance(item, ProfilerActivity):
+                activity_set.add(item)
+            elif isinstance(item, dict):
+                activity_set.update(item.keys())
         if use_cuda is not None:
             warnings.warn(
                 "`use_cuda` is deprecated, use `activities` argument instead", FutureWarning, stacklevel=2
@@ -197,7 +205,8 @@ class profile:
             else:
                 activity_set.discard(ProfilerActivity.CUDA)
         if not activity_set:
-            raise AssertionError("No valid profiler activities found")
+            raise UsageAssertionError("No valid profiler activities found")
+        _, filters = _parse_activities(items)  # the checks, and the per-activity filters
         self.activities = activity_set
         self.record_shapes = record_shapes or with_flops
         self.profile_memory = profile_memory
@@ -657,7 +666,7 @@ def experimental_option(config: _ExperimentalConfig | None, name: str) -> Any:
         return getattr(config, name)
     signature = (type(config).__init__.__doc__ or "").split("\n", 1)[0]
     names = re.findall(r"(\w+): [^,=]+=", signature)
-    state = config.__getstate__()
+    state: Any = getattr(config, "__getstate__", tuple)()
     if name in names and isinstance(state, tuple) and len(state) == len(names):
         return state[names.index(name)]
     return None

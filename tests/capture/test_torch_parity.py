@@ -1,0 +1,203 @@
+"""Issue 21, drop-in to the letter: what a script can observe of torch 2.13's profiler API is
+the same with torchscope. Each test runs the same workload under ``torch.profiler.profile`` and
+``torchscope.profile`` side by side and compares what the script sees."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.profiler as torch_profiler
+from torch._C._profiler import _ExperimentalConfig, _RecordFunctionFast
+from torch.autograd.profiler import KinetoStepTracker
+
+import torchscope
+from torchscope.errors import ProfilerStateError, TorchscopeError, UsageError
+
+CPU = torch_profiler.ProfilerActivity.CPU
+BOTH = pytest.mark.parametrize("profile", [torch_profiler.profile, torchscope.profile], ids=["torch", "ours"])
+
+
+def _matmuls() -> None:
+    x = torch.ones(8, 8)
+    for _ in range(3):
+        x = torch.mm(x, x) / 8
+
+
+@BOTH
+def test_an_activity_named_twice_is_a_value_error(profile: Any) -> None:
+    with pytest.raises(ValueError, match=r"^Activity ProfilerActivity.CPU specified more than once$"):
+        profile(activities=[CPU, {CPU: ["CPU_OP"]}])
+    with pytest.raises(ValueError, match="specified more than once"):
+        profile(activities=[CPU, CPU])
+    with pytest.raises(TypeError, match="Expected ProfilerActivity or dict, got <class 'str'>"):
+        profile(activities=[CPU, "CUDA"])
+    with pytest.raises(AssertionError, match="^No valid profiler activities found$"):
+        profile(activities=["CPU"])
+
+
+def test_our_argument_errors_are_usage_errors_of_torchs_type() -> None:
+    with pytest.raises(UsageError) as caught:
+        torchscope.profile(activities=[CPU, CPU])
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, TorchscopeError)
+    with torchscope.profile() as prof:
+        _matmuls()
+    with pytest.raises(UsageError) as sort_error:
+        prof.key_averages().table(sort_by="speed")
+    assert isinstance(sort_error.value, AttributeError)  # torch's getattr on its rows
+
+
+def _keyword_inputs(profile: Any) -> list[tuple[str, dict[str, Any]]]:
+    x = torch.ones(4, 4)
+    with profile(activities=[CPU], record_shapes=True) as prof:
+        with _RecordFunctionFast("my_rf", [x, x], {"stream": 0, "kernel_file": "k.py", "scale": 0.5}):
+            x.add(x)
+        with _RecordFunctionFast("plain_rf", [x]):
+            x.mul(x)
+    return sorted((e.name, e.kwinputs) for e in prof.events())
+
+
+def test_kwinputs_are_torchs() -> None:
+    theirs, ours = _keyword_inputs(torch_profiler.profile), _keyword_inputs(torchscope.profile)
+    assert ours == theirs
+    assert ("my_rf", {"stream": 0, "kernel_file": "k.py", "scale": 0.5}) in ours
+    assert ("plain_rf", {}) in ours and ("aten::add", {}) in ours
+
+
+def _steps_counted(profile: Any, steps: int) -> int:
+    before = KinetoStepTracker.current_step()
+    with profile(activities=[CPU]) as prof:
+        for _ in range(steps):
+            _matmuls()
+            prof.step()
+    return KinetoStepTracker.current_step() - before
+
+
+def test_step_tracker_advances_only_for_the_daemon_as_torchs(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _steps_counted(torchscope.profile, 8) == _steps_counted(torch_profiler.profile, 8) == 0
+    monkeypatch.setenv("KINETO_USE_DAEMON", "1")
+    assert _steps_counted(torchscope.profile, 8) == _steps_counted(torch_profiler.profile, 8) == 8
+    assert "ProfilerStep" not in KinetoStepTracker._step_dict  # both erase their count on exit
+
+
+def _metadata(profile: Any, expose: bool) -> list[tuple[str, str]]:
+    config = _ExperimentalConfig(expose_kineto_event_metadata=expose)
+    with profile(activities=[CPU], experimental_config=config) as prof, torch_profiler.record_function("r"):
+        _matmuls()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = [(e.name, e.metadata_json) for e in prof.events()]
+    assert str(caught[0].message) == "`metadata_json` is deprecated. Use `event_metadata` instead."
+    return out
+
+
+@pytest.mark.parametrize("expose", [True, False])
+def test_kineto_event_metadata_is_torchs(expose: bool) -> None:
+    ours, theirs = _metadata(torchscope.profile, expose), _metadata(torch_profiler.profile, expose)
+    assert ours == theirs
+    assert ours[0] == (("r", '"Ev Idx": 0') if expose else ("r", ""))
+
+
+@BOTH
+def test_a_negative_post_processing_timeout_fails_at_start_as_torchs(profile: Any) -> None:
+    prof = profile(activities=[CPU], post_processing_timeout_s=-1.0)  # accepted until started
+    with pytest.raises(ValueError, match="^post_processing_timeout_s must be non-negative$"):
+        prof.start()
+
+
+def _within(profile: Any, timeout: float | None) -> tuple[int, int]:
+    with profile(activities=[CPU], post_processing_timeout_s=timeout) as prof:
+        _matmuls()
+    return len(prof.events()), len(prof.key_averages())
+
+
+def test_post_processing_timeout_is_honoured_as_torchs(caplog: pytest.LogCaptureFixture) -> None:
+    # a timeout already over when post-processing starts: torch keeps what it made by then, nothing
+    with caplog.at_level(logging.WARNING):
+        assert _within(torchscope.profile, 0.0) == _within(torch_profiler.profile, 0.0) == (0, 0)
+    assert any("timed out" in r.getMessage() for r in caplog.records if r.name.startswith("torchscope"))
+    # a generous one changes nothing
+    assert _within(torchscope.profile, 600.0) == _within(torchscope.profile, None)
+    assert _within(torch_profiler.profile, 600.0) == _within(torch_profiler.profile, None)
+
+
+def _trace_only(profile: Any, tmp_path: Path) -> tuple[list[str], Counter[str]]:
+    with profile(activities=[CPU], experimental_config=_ExperimentalConfig(trace_only=True)) as prof:
+        _matmuls()
+    errors = []
+    for read in (prof.events, prof.key_averages):
+        with pytest.raises(RuntimeError) as caught:
+            read()
+        errors.append(str(caught.value))
+    path = tmp_path / f"{profile.__module__}.json"
+    prof.export_chrome_trace(str(path))  # what trace_only is for
+    names = Counter(e["name"] for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "cpu_op")
+    return errors, names
+
+
+def test_trace_only_refuses_events_and_exports_as_torchs(tmp_path: Path) -> None:
+    ours, theirs = _trace_only(torchscope.profile, tmp_path), _trace_only(torch_profiler.profile, tmp_path)
+    assert ours[0] == theirs[0] == [
+        "events() is not available when trace_only=True in ExperimentalConfig. Use export_chrome_trace() instead."
+    ] * 2
+    assert ours[1] == theirs[1] and ours[1]["aten::mm"] == 3
+
+
+@BOTH
+def test_trace_only_gives_way_to_with_stack_as_torchs(profile: Any) -> None:
+    config = _ExperimentalConfig(trace_only=True)
+    with pytest.warns(UserWarning, match="trace_only=True is incompatible with with_stack=True"):
+        prof = profile(activities=[CPU], with_stack=True, experimental_config=config)
+    assert config.trace_only  # the caller's config is left alone
+    with prof:
+        _matmuls()
+    assert sum(e.name == "aten::mm" for e in prof.events()) == 3
+
+
+def _kineto_names(prof: Any) -> Counter[str]:
+    return Counter(e.name() for e in prof.profiler.kineto_results.events())
+
+
+def test_kineto_results_are_kinetos_until_the_trace_is_read() -> None:
+    assert torchscope.profile().profiler is None and torch_profiler.profile().profiler is None
+    with torch_profiler.profile(activities=[CPU]) as theirs:
+        _matmuls()
+    with torchscope.profile(activities=[CPU]) as ours:
+        _matmuls()
+    assert _kineto_names(ours) == _kineto_names(theirs)
+    assert _kineto_names(ours)["aten::mm"] == 3
+    ours.key_averages()  # the Trace is read: Kineto's copy is freed
+    with pytest.raises(ProfilerStateError, match=r"use prof\.trace\(\).*or prof\.events\(\)"):
+        ours.profiler.kineto_results  # noqa: B018
+    assert [e.name for e in ours.profiler.function_events] == [e.name for e in ours.events()]
+
+
+def _shape_rows(profile: Any, **options: Any) -> Counter[tuple[str, str, int]]:
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(8, 16, num_layers=2)
+    x = torch.randn(5, 3, 8)
+    with profile(activities=[CPU], record_shapes=True) as prof:
+        torch.cat([torch.ones(2, 3), torch.ones(4, 3)])
+        lstm(x)
+        torch.stack([torch.ones(2), torch.ones(2)])
+    rows = prof.key_averages(group_by_input_shape=True, **options)
+    return Counter((r.key, str(r.input_shapes), r.count) for r in rows)
+
+
+def test_input_shape_keys_are_torchs_for_tensor_lists() -> None:
+    theirs, ours = _shape_rows(torch_profiler.profile), _shape_rows(torchscope.profile)
+    assert ours == theirs
+    # our cat, the stack's cat and the LSTM's two: one row, as torch's
+    assert ("aten::cat", "[[], []]", 4) in ours
+    assert ("aten::lstm", "[[5, 3, 8], [], [], [], [], [], [], [], []]", 1) in ours
+    # the richer keys, on request: each tensor's shape, one row per distinct list
+    rich = _shape_rows(torchscope.profile, tensor_list_shapes=True)
+    cats = sorted((shapes, n) for key, shapes, n in rich if key == "aten::cat")
+    assert cats == [("[[[2, 3], [4, 3]], []]", 1), ("[[[2], [2]], []]", 1), ("[[[3, 16], [3, 16]], []]", 2)]
+    assert sum(n for *_, n in rich) == sum(n for *_, n in ours)
