@@ -74,4 +74,3 @@ def test_the_walk_sees_every_kind_of_import() -> None:
         "torchscope.cli.table.COMMAND",
     ]
     assert "torchscope.analysis.keys" in found
-

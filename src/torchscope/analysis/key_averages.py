@@ -150,6 +150,19 @@ def torch_input_shapes(texts: pl.Series) -> pl.Series:
     return texts.replace(mapping)
 
 
+def _split_overload_names(frame: pl.DataFrame) -> pl.DataFrame:
+    """``aten::add.Tensor`` -> name ``aten::add``, overload_name ``Tensor`` (ops only: an
+    annotation's name may hold dots of its own, like ``Optimizer.step#SGD.step``)."""
+    parts = pl.col("name").cast(pl.String).str.extract_groups(r"^(.+::[^.:]+)\.([^.:]+)$")
+    split = (pl.col("kind") == "cpu_op") & parts.struct.field("1").is_not_null()
+    op = pl.when(split).then(parts.struct.field("1")).otherwise(pl.col("name").cast(pl.String))
+    return frame.with_columns(
+        op.cast(pl.Categorical).alias("name"),
+        op.cast(pl.Categorical).alias("trace_name"),
+        pl.when(split).then(parts.struct.field("2")).otherwise(pl.lit("")).alias("overload_name"),
+    )
+
+
 def _fold_duplicates(
     codes: np.ndarray,
     alive: np.ndarray,
@@ -237,7 +250,12 @@ def _python_stacks(ev: pl.DataFrame, depth_limit: int) -> pl.Series:
 
 
 def event_frame(
-    trace: Trace, *, with_stack_n: int = 0, with_shapes: bool = True, tensor_list_shapes: bool = False
+    trace: Trace,
+    *,
+    with_stack_n: int = 0,
+    with_shapes: bool = True,
+    tensor_list_shapes: bool = False,
+    overload_names: bool = False,
 ) -> pl.DataFrame:
     """One row per event that torch's tables would show, with torch's per-event metrics (ns).
 
@@ -245,7 +263,10 @@ def event_frame(
     start_ns, dur_ns, parent (nearest row ancestor or -1), cpu_total_ns, self_cpu_ns,
     device_total_ns, self_device_ns, cpu_mem, self_cpu_mem, device_mem, self_device_mem,
     input_shapes (``""`` unless ``with_shapes``; tensor-list arguments as ``[]`` like torch's
-    unless ``tensor_list_shapes``), stack, is_device, is_user_annotation.
+    unless ``tensor_list_shapes``), stack, is_device, is_user_annotation, overload_name
+    (``""``; with ``overload_names``, an op's ``aten::add.Tensor`` becomes name ``aten::add``
+    and overload ``Tensor``: Kineto writes them joined under torch's
+    ``_ExperimentalConfig(capture_overload_names=True)``).
     Names stay Categorical (cheap to group); cast them when you need text.
     """
     ev = trace.events
@@ -368,6 +389,7 @@ def event_frame(
         pl.col("kind").is_in(DEVICE_KINDS).alias("is_device"),
         pl.col("kind").is_in(ANNOTATION_KINDS).alias("is_user_annotation"),
     )
+    base = _split_overload_names(base) if overload_names else base.with_columns(overload_name=pl.lit(""))
     if mem_rows.height:
         extra = mem_rows.select(
             pl.lit(-1, pl.Int32).alias("id"),
@@ -390,6 +412,7 @@ def event_frame(
             pl.lit("[memory]").cast(pl.Categorical).alias("name"),
             pl.lit(False).alias("is_device"),
             pl.lit(False).alias("is_user_annotation"),
+            pl.lit("").alias("overload_name"),
         )
         base = pl.concat([base, extra]).sort(
             ["start_ns", "dur_ns"], descending=[False, True], maintain_order=True
@@ -444,16 +467,19 @@ def averages_frame(
     traces: list[Trace],
     group_by_input_shape: bool = False,
     group_by_stack_n: int = 0,
+    group_by_overload_name: bool = False,
     *,
     with_flops: bool = False,
     tensor_list_shapes: bool = False,
+    overload_names: bool = False,
 ) -> pl.DataFrame:
     """One row per key (name, and input shapes / top-N stack frames), torch's sums, in
     ``AVERAGES_SCHEMA`` (times in us, memory in bytes), over one or more Traces.
 
     ``tensor_list_shapes`` keeps the shapes of tensor-list arguments in the input-shape keys
     (``aten::cat``'s inputs, ``aten::lstm``'s weights); torch 2.13 shows each such argument as
-    ``[]``, and so do we by default (see ``torch_input_shapes``).
+    ``[]``, and so do we by default (see ``torch_input_shapes``). ``overload_names`` splits
+    the overload off op names (see ``event_frame``); ``group_by_overload_name`` keys by it.
     """
     frames = []
     for t in traces:
@@ -462,6 +488,7 @@ def averages_frame(
             with_stack_n=group_by_stack_n,
             with_shapes=group_by_input_shape or with_flops,
             tensor_list_shapes=tensor_list_shapes,
+            overload_names=overload_names,
         )
         flops = flops_of(frame, t) if with_flops else pl.lit(0, pl.Int64).alias("flops")
         frames.append(frame.with_columns(flops))
@@ -469,6 +496,8 @@ def averages_frame(
         return pl.DataFrame(schema=AVERAGES_SCHEMA)
     events = pl.concat(frames) if len(frames) > 1 else frames[0]
     keys = ["name", "is_device", "is_user_annotation"]
+    if group_by_overload_name:
+        keys.append("overload_name")
     if group_by_input_shape:
         keys.append("input_shapes")
     if group_by_stack_n > 0:
@@ -492,7 +521,7 @@ def averages_frame(
     )
     frame = grouped.select(
         pl.col("name").cast(pl.String).alias("key"),
-        pl.lit("").alias("overload_name"),
+        pl.col("overload_name") if group_by_overload_name else pl.lit("").alias("overload_name"),
         "count",
         *METRIC_COLUMNS,
         pl.col("input_shapes") if group_by_input_shape else pl.lit("").alias("input_shapes"),

@@ -34,7 +34,7 @@ from typing import Any
 import polars as pl
 import torch
 from torch._C._profiler import ProfilerActivity, _ExperimentalConfig
-from torch.autograd.profiler import KinetoStepTracker, record_function
+from torch.autograd.profiler import KinetoStepTracker, _ProfilerStats, record_function
 from torch.profiler import DeviceType, ExecutionTraceObserver, kineto_available
 
 from torchscope.capture.kineto import (
@@ -71,7 +71,8 @@ TRACE_ONLY_EVENTS = (
     "events() is not available when trace_only=True in ExperimentalConfig. "
     "Use export_chrome_trace() instead."
 )
-log = logging.getLogger(__name__)
+# torch's post-processing logger: a timeout's warning goes where torch's goes
+log = logging.getLogger("torch.autograd.profiler")
 
 
 class TraceReadyError(RuntimeError):
@@ -246,6 +247,7 @@ class profile:
         self._trace_id: str | None = None  # the latest Kineto session's (``get_trace_id``)
         self._cycles: list[Cycle] = []
         self._metadata: dict[str, str] = {}
+        self._torch_stats: _ProfilerStats | None = None  # torch's ``_stats()`` of the latest cycle
 
         if schedule is not None:
             self.schedule: Callable[[int], Any] = schedule
@@ -423,6 +425,9 @@ class profile:
         if self not in _RECORDING:
             _RECORDING.append(self)
         self._session.prepare()
+        # Kineto's session fills torch's own stats (prepare, enable, disable); we add ours
+        inner = getattr(self._session, "_profiler", None)
+        self._torch_stats = getattr(inner, "_stats", None) or _ProfilerStats()
         if isinstance(self._session, KinetoSession):
             self._trace_id = self._session.trace_id
 
@@ -534,6 +539,7 @@ class profile:
             profile_memory=self.profile_memory,
             with_flops=self.with_flops,
             tensor_list_shapes=tensor_list_shapes,
+            overload_names=bool(experimental_option(self.experimental_config, "capture_overload_names")),
         )
 
     def events(self) -> EventList:
@@ -542,25 +548,42 @@ class profile:
         deadline = self._check_post_processing()
         with_metadata = bool(experimental_option(self.experimental_config, "expose_kineto_event_metadata"))
         events: list[FunctionEvent] = []
-        for cycle in self._require_cycle("events()"):
+        t0 = time.perf_counter()
+        cycles = self._require_cycle("events()")
+        traces = [cycle.trace for cycle in cycles]  # read now (once), timed as torch's parse
+        t1 = time.perf_counter()
+        for cycle in cycles:
             built, timed_out = build_events(
                 cycle.trace,
                 use_device=self.use_device,
                 with_flops=self.with_flops,
                 event_args=host_event_args(cycle.path or cycle.document),
                 with_metadata=with_metadata,
+                overload_names=bool(experimental_option(self.experimental_config, "capture_overload_names")),
                 deadline=deadline,
             )
             events += built
             if timed_out:
                 _timed_out(self.post_processing_timeout_s, len(events))
                 break
+        stats = self._torch_stats
+        if stats is not None:
+            stats.parse_kineto_call_duration_us = int((t1 - t0) * 1e6)
+            stats.function_events_build_tree_call_duration_us = max(1, int((time.perf_counter() - t1) * 1e6))
+            stats.number_of_events = len(events)
+        del traces
         return EventList(events, self)
 
     @property
     def self_cpu_time_total(self) -> float:
         """Total self CPU time of the held cycles (us), the table's footer."""
         return self.key_averages().self_cpu_time_total
+
+    def _stats(self) -> _ProfilerStats | None:
+        """torch's developer timings of the latest cycle (``prof._stats()``): Kineto's prepare,
+        enable and disable as torch measures them; reading the Trace as the parse time, and
+        building ``events()`` as the tree's (both 0 until ``events()`` is first called)."""
+        return self._torch_stats
 
     @property
     def profiler(self) -> TorchProfilerView | None:

@@ -256,12 +256,15 @@ def key_averages(
     profile_memory: bool | None = None,
     with_flops: bool = False,
     tensor_list_shapes: bool = False,
+    overload_names: bool = False,
 ) -> KeyAverages:
     """Average events by name (and input shapes / top-N stack frames), as torch does.
 
     ``trace`` may be a list of Traces (several cycles of one session with ``acc_events``).
-    ``use_device`` and ``profile_memory`` default to what the trace shows. Kineto does not
-    record overload names, so ``group_by_overload_name`` changes nothing.
+    ``use_device`` and ``profile_memory`` default to what the trace shows.
+    ``overload_names``: the trace was recorded with torch's ``capture_overload_names`` (its op
+    names carry the overload, ``aten::add.Tensor``); only then does ``group_by_overload_name``
+    split rows, as in torch.
     ``tensor_list_shapes=True`` keys tensor-list arguments by their tensors' shapes (torch
     shows ``[]`` for them; see docs/api.md).
     """
@@ -274,7 +277,9 @@ def key_averages(
         traces,
         group_by_input_shape,
         group_by_stack_n,
+        group_by_overload_name,
         with_flops=with_flops,
         tensor_list_shapes=tensor_list_shapes,
+        overload_names=overload_names,
     )
     return KeyAverages(frame, use_device=use_device, profile_memory=profile_memory, with_flops=with_flops)

@@ -1,7 +1,7 @@
 """The per-event ``args`` torch's ``FunctionEvent`` exposes but the Trace does not model:
 ``kwinputs`` (the keyword inputs of ``_RecordFunctionFast``, e.g. inductor's Triton launches'
-``kernel_file``/``grid``/``stream``) and ``metadata_json`` (Kineto's metadata of the event, with
-``_ExperimentalConfig(expose_kineto_event_metadata=True)``).
+``kernel_file``/``grid``/``stream``), ``metadata_json`` (Kineto's metadata of the event, with
+``_ExperimentalConfig(expose_kineto_event_metadata=True)``) and ``structured_input_strides``.
 
 Kineto writes a keyword input as a plain ``args`` key beside torch's own keys (``Input Dims``,
 ``External id``, ...), so a keyword input is any key that is not one of torch's or Kineto's.
@@ -85,6 +85,7 @@ class EventArgs(msgspec.Struct, frozen=True):
 
     kwinputs: dict[str, Any]
     metadata: str  # Kineto's metadata as torch's ``metadata_json`` text: '"Ev Idx": 3'
+    strides: list[Any]  # "Input Strides" (torch's ``structured_input_strides``)
 
 
 def _fragment(args: dict[str, Any], keys: tuple[str, ...]) -> str:
@@ -112,5 +113,10 @@ def host_event_args(source: Path | dict[str, Any] | None) -> dict[int, EventArgs
         if not isinstance(ext, int):
             continue
         kwinputs = {k: v for k, v in args.items() if k not in TORCH_ARG_KEYS}
-        out[ext] = EventArgs(kwinputs, _fragment(args, KINETO_HOST_METADATA_KEYS))
+        strides = args.get("Input Strides")
+        out[ext] = EventArgs(
+            kwinputs,
+            _fragment(args, KINETO_HOST_METADATA_KEYS),
+            strides if isinstance(strides, list) else [],
+        )
     return out

@@ -108,12 +108,12 @@ class FunctionEvent(CudaAliases, FormattedTimes):
     scope: int = 0
     activity_type: str | None = None  # Kineto's category: cpu_op, kernel, cuda_runtime, ...
     device_resource_id: int = 0  # the thread, or the stream of device work
-    flow_id: int | None = None
-    flow_type: int | None = None
-    flow_start: bool | None = None
+    flow_id: int = 0  # a forward->backward (type 1) or host->device (type 2) flow, 0 when none
+    flow_type: int = 0
+    flow_start: bool = False
     linked_correlation_id: int = 0
-    structured_input_shapes: list[Any] | None = None
-    structured_input_strides: list[Any] | None = None
+    structured_input_shapes: list[Any] = field(default_factory=list)  # "Input Dims", tensor lists kept
+    structured_input_strides: list[Any] = field(default_factory=list)
     python_id: int = -1
     python_parent_id: int = -1
     python_module_id: int = -1
@@ -212,6 +212,23 @@ def _scalar(text: Any) -> Any:
     return text
 
 
+# Kineto's flow types (libkineto's kLinkFwdBwd, kLinkAsyncCpuGpu), by the trace's flow category
+FLOW_TYPES = {"fwdbwd": 1, "ac2g": 2}
+
+
+def _flows_by_event(trace: Trace) -> dict[int, tuple[int, int, bool]]:
+    """Each event's flow as torch's ``flow_id``/``flow_type``/``flow_start`` (its first one)."""
+    out: dict[int, tuple[int, int, bool]] = {}
+    flows = trace.flows.filter(pl.col("kind").cast(pl.String).is_in(list(FLOW_TYPES)))
+    for kind, flow_id, src, dst in flows.select(
+        pl.col("kind").cast(pl.String), "flow_id", "src", "dst"
+    ).iter_rows():
+        for row, start in ((src, True), (dst, False)):
+            if row is not None and row >= 0:
+                out.setdefault(row, (flow_id, FLOW_TYPES[kind], start))
+    return out
+
+
 def _kernels_by_op(trace: Trace) -> dict[int, list[Kernel]]:
     """The device work each op launched (torch lists it on the op as ``kernels``)."""
     ev = trace.events
@@ -231,6 +248,7 @@ def build_events(
     with_flops: bool = False,
     event_args: dict[int, EventArgs] | None = None,
     with_metadata: bool = False,
+    overload_names: bool = False,
     deadline: float | None = None,
 ) -> tuple[list[FunctionEvent], bool]:
     """Every event torch's ``events()`` would list, linked to its parent and children, and
@@ -242,7 +260,7 @@ def build_events(
     """
     if deadline is not None and time.perf_counter() >= deadline:
         return [], True
-    frame = event_frame(trace, with_stack_n=_STACK_DEPTH)
+    frame = event_frame(trace, with_stack_n=_STACK_DEPTH, overload_names=overload_names)
     if frame.height == 0:
         return [], False
     t0 = int(frame["start_ns"].min())  # type: ignore[arg-type]
@@ -265,11 +283,13 @@ def build_events(
         attribute("concrete_inputs", "").alias("concrete"),
         attribute("input_types", "").alias("types"),
         attribute("cat", "").alias("category"),
+        attribute("input_dims", "").alias("dims"),
         flops_of(frame, trace) if with_flops else pl.lit(0, pl.Int64).alias("flops"),
     )
     kernels = _kernels_by_op(trace)
+    flows = _flows_by_event(trace)
     extra = event_args or {}
-    none = EventArgs({}, "")
+    none = EventArgs({}, "", [])
     events: list[FunctionEvent] = []
     by_id: dict[int, FunctionEvent] = {}
     parents: list[int] = []
@@ -279,6 +299,7 @@ def build_events(
             timed_out = True
             break
         args = extra.get(r["external_id"], none) if not r["is_device"] else none
+        flow_id, flow_type, flow_start = flows.get(r["id"], (0, 0, False))
         ev = FunctionEvent(
             id=r["id"],
             name=r["name"],
@@ -304,10 +325,17 @@ def build_events(
             device_index=max(r["device"], 0),
             concrete_inputs=list(_concrete(r["concrete"])),
             kwinputs=dict(args.kwinputs),
+            structured_input_shapes=list(_types(r["dims"])),
+            structured_input_strides=list(args.strides),
+            is_python_function=r["kind"] == "python_function",
+            overload_name=r["overload_name"],
             _metadata_json=args.metadata if with_metadata else "",
             input_dtypes=list(_types(r["types"])),
             activity_type=r["category"] or None,
             device_resource_id=r["tid"],
+            flow_id=flow_id,
+            flow_type=flow_type,
+            flow_start=flow_start,
             flops=r["flops"],
             kernels=kernels.get(r["id"], []) if not r["is_device"] else [],
         )
