@@ -276,3 +276,28 @@ def test_stats_are_filled_when_events_are_built() -> None:
     events = prof.events()
     assert stats.number_of_events == len(events) > 0
     assert stats.function_events_build_tree_call_duration_us > 0
+
+
+def test_kwinputs_of_events_kept_past_their_cycle() -> None:
+    """The keyword inputs are read from the cycle's file on first use; the session deletes that
+    file when the next cycle starts, and events kept from an earlier cycle still have them."""
+    x = torch.ones(4, 4)
+    kept: list[Any] = []
+    files: list[Path] = []
+
+    def ready(p: Any) -> None:
+        kept.append(p.events())
+        files.append(p._cycles[-1].path)
+
+    with torchscope.profile(
+        activities=[CPU],
+        record_shapes=True,
+        schedule=torchscope.schedule(wait=0, warmup=1, active=1, repeat=2),
+        on_trace_ready=ready,
+    ) as prof:
+        for step in range(4):
+            with _RecordFunctionFast("launch", [x], {"step": step}):
+                x.add(x)
+            prof.step()
+    assert len(kept) == 2 and not files[0].exists()  # the first cycle's file is gone
+    assert [[e.kwinputs for e in events if e.name == "launch"] for events in kept] == [[{"step": 1}], [{"step": 3}]]

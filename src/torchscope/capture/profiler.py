@@ -46,7 +46,7 @@ from torchscope.capture.kineto import (
 )
 from torchscope.capture.schedule import ProfilerAction, as_action, default_schedule
 from torchscope.compat.averages import KeyAverages, key_averages
-from torchscope.compat.event_args import host_event_args
+from torchscope.compat.event_args import LazyEventArgs
 from torchscope.compat.events import EventList, FunctionEvent, build_events, export_stacks
 from torchscope.errors import ProfilerStateError, UsageAssertionError, UsageError, UsageTypeError
 from torchscope.trace.model import Trace
@@ -557,8 +557,7 @@ class profile:
                 cycle.trace,
                 use_device=self.use_device,
                 with_flops=self.with_flops,
-                event_args=host_event_args(cycle.path or cycle.document),
-                with_metadata=with_metadata,
+                event_args=LazyEventArgs(cycle.path or cycle.document, with_metadata=with_metadata),
                 overload_names=bool(experimental_option(self.experimental_config, "capture_overload_names")),
                 deadline=deadline,
             )

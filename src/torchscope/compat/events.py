@@ -31,7 +31,7 @@ from torchscope.analysis.key_averages import (
     parse_shapes,
 )
 from torchscope.compat.averages import CudaAliases, FormattedTimes, KeyAverage, KeyAverages
-from torchscope.compat.event_args import EventArgs
+from torchscope.compat.event_args import NO_ARGS, EventArgs, LazyEventArgs
 from torchscope.compat.table import TableOptions
 from torchscope.errors import UsageError
 from torchscope.trace.model import Trace
@@ -99,7 +99,6 @@ class FunctionEvent(CudaAliases, FormattedTimes):
     external_id: int = 0
     device_index: int = 0
     concrete_inputs: list[Any] = field(default_factory=list)
-    kwinputs: dict[str, Any] = field(default_factory=dict)  # _RecordFunctionFast's keyword inputs
     input_dtypes: list[Any] = field(default_factory=list)
     flops: int = 0
     kernels: list[Kernel] = field(default_factory=list)
@@ -113,12 +112,13 @@ class FunctionEvent(CudaAliases, FormattedTimes):
     flow_start: bool = False
     linked_correlation_id: int = 0
     structured_input_shapes: list[Any] = field(default_factory=list)  # "Input Dims", tensor lists kept
-    structured_input_strides: list[Any] = field(default_factory=list)
     python_id: int = -1
     python_parent_id: int = -1
     python_module_id: int = -1
     # Kineto's metadata of the event ('"Ev Idx": 3'), only with expose_kineto_event_metadata
-    _metadata_json: str = ""
+    # where kwinputs, structured_input_strides and metadata_json come from (read on first use)
+    _args: LazyEventArgs | None = field(default=None, repr=False)
+    _own_args: EventArgs | None = field(default=None, repr=False)
     event_metadata: Any = None  # torch's structured metadata: filled by Kineto builds we do not have
     # torch fills these only while printing a table
     self_cpu_percent: float = -1
@@ -139,13 +139,30 @@ class FunctionEvent(CudaAliases, FormattedTimes):
 
     cuda_time = device_time  # torch's older name
 
+    def _event_args(self) -> EventArgs:
+        if self._own_args is None:
+            source = self._args
+            self._own_args = source.of(self.external_id) if source and not self.is_device else NO_ARGS
+        return self._own_args
+
+    @property
+    def kwinputs(self) -> dict[str, Any]:
+        """The keyword inputs of ``_RecordFunctionFast`` (inductor's Triton launches')."""
+        return self._event_args().kwinputs
+
+    @property
+    def structured_input_strides(self) -> list[Any]:
+        return self._event_args().strides
+
     @property
     def metadata_json(self) -> str:
-        """Kineto's metadata of the event (deprecated in torch, with the same warning)."""
+        """Kineto's metadata of the event (deprecated in torch, with the same warning); only with
+        ``_ExperimentalConfig(expose_kineto_event_metadata=True)``, as torch's."""
         warnings.warn(
             "`metadata_json` is deprecated. Use `event_metadata` instead.", FutureWarning, stacklevel=2
         )
-        return self._metadata_json
+        source = self._args
+        return self._event_args().metadata if source is not None and source.with_metadata else ""
 
     @property
     def device_type(self) -> Any:
@@ -246,8 +263,7 @@ def build_events(
     *,
     use_device: str | None = None,
     with_flops: bool = False,
-    event_args: dict[int, EventArgs] | None = None,
-    with_metadata: bool = False,
+    event_args: LazyEventArgs | None = None,
     overload_names: bool = False,
     deadline: float | None = None,
 ) -> tuple[list[FunctionEvent], bool]:
@@ -255,8 +271,8 @@ def build_events(
     whether ``deadline`` (a ``time.perf_counter()`` value) passed before the last one was
     made: torch's ``post_processing_timeout_s`` then keeps the events made so far.
 
-    ``event_args`` (``compat.event_args``) gives the host ops their ``kwinputs`` and, with
-    ``with_metadata``, their ``metadata_json``.
+    ``event_args`` (``compat.event_args``) gives the host ops their ``kwinputs``,
+    ``structured_input_strides`` and ``metadata_json`` when first asked for.
     """
     if deadline is not None and time.perf_counter() >= deadline:
         return [], True
@@ -288,8 +304,6 @@ def build_events(
     )
     kernels = _kernels_by_op(trace)
     flows = _flows_by_event(trace)
-    extra = event_args or {}
-    none = EventArgs({}, "", [])
     events: list[FunctionEvent] = []
     by_id: dict[int, FunctionEvent] = {}
     parents: list[int] = []
@@ -298,7 +312,6 @@ def build_events(
         if deadline is not None and i % 256 == 0 and time.perf_counter() >= deadline:
             timed_out = True
             break
-        args = extra.get(r["external_id"], none) if not r["is_device"] else none
         flow_id, flow_type, flow_start = flows.get(r["id"], (0, 0, False))
         ev = FunctionEvent(
             id=r["id"],
@@ -324,12 +337,10 @@ def build_events(
             external_id=r["external_id"],
             device_index=max(r["device"], 0),
             concrete_inputs=list(_concrete(r["concrete"])),
-            kwinputs=dict(args.kwinputs),
             structured_input_shapes=list(_types(r["dims"])),
-            structured_input_strides=list(args.strides),
             is_python_function=r["kind"] == "python_function",
             overload_name=r["overload_name"],
-            _metadata_json=args.metadata if with_metadata else "",
+            _args=event_args,
             input_dtypes=list(_types(r["types"])),
             activity_type=r["category"] or None,
             device_resource_id=r["tid"],
