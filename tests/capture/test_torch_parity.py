@@ -301,3 +301,28 @@ def test_kwinputs_of_events_kept_past_their_cycle() -> None:
             prof.step()
     assert len(kept) == 2 and not files[0].exists()  # the first cycle's file is gone
     assert [[e.kwinputs for e in events if e.name == "launch"] for events in kept] == [[{"step": 1}], [{"step": 3}]]
+
+
+def test_a_loaded_traces_shape_keys_are_torchs_and_the_cli_offers_the_rich_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same keys from a trace file (``torchscope table``) as from torch's live session."""
+    from torchscope.cli.main import main
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(8, 16)
+    with torch_profiler.profile(activities=[CPU], record_shapes=True) as prof:
+        torch.cat([torch.ones(2, 3), torch.ones(4, 3)])
+        lstm(torch.randn(5, 3, 8))
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    theirs = Counter((r.key, str(r.input_shapes), r.count) for r in prof.key_averages(group_by_input_shape=True))
+
+    def table(*extra: str) -> Counter[tuple[str, str, int]]:
+        assert main(["table", str(path), "--group-by-input-shape", "--row-limit", "-1", "--json", *extra]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        return Counter((r["key"], r["input_shapes"], r["count"]) for r in rows)
+
+    assert table() == theirs
+    rich = table("--tensor-list-shapes")
+    assert ("aten::cat", "[[[2, 3], [4, 3]], []]", 1) in rich and ("aten::cat", "[[], []]", 1) not in rich
