@@ -300,7 +300,10 @@ def test_kwinputs_of_events_kept_past_their_cycle() -> None:
                 x.add(x)
             prof.step()
     assert len(kept) == 2 and not files[0].exists()  # the first cycle's file is gone
-    assert [[e.kwinputs for e in events if e.name == "launch"] for events in kept] == [[{"step": 1}], [{"step": 3}]]
+    assert [[e.kwinputs for e in events if e.name == "launch"] for events in kept] == [
+        [{"step": 1}],
+        [{"step": 3}],
+    ]
 
 
 def test_a_loaded_traces_shape_keys_are_torchs_and_the_cli_offers_the_rich_ones(
@@ -316,13 +319,61 @@ def test_a_loaded_traces_shape_keys_are_torchs_and_the_cli_offers_the_rich_ones(
         lstm(torch.randn(5, 3, 8))
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
-    theirs = Counter((r.key, str(r.input_shapes), r.count) for r in prof.key_averages(group_by_input_shape=True))
+    theirs = Counter(
+        (r.key, str(r.input_shapes), r.count) for r in prof.key_averages(group_by_input_shape=True)
+    )
 
     def table(*extra: str) -> Counter[tuple[str, str, int]]:
-        assert main(["table", str(path), "--group-by-input-shape", "--row-limit", "-1", "--json", *extra]) == 0
+        assert (
+            main(["table", str(path), "--group-by-input-shape", "--row-limit", "-1", "--json", *extra]) == 0
+        )
         rows = json.loads(capsys.readouterr().out)
         return Counter((r["key"], r["input_shapes"], r["count"]) for r in rows)
 
     assert table() == theirs
     rich = table("--tensor-list-shapes")
     assert ("aten::cat", "[[[2, 3], [4, 3]], []]", 1) in rich and ("aten::cat", "[[], []]", 1) not in rich
+
+
+def _python_frames(profile: Any, tmp_path: Path) -> tuple[Counter[Any], Counter[Any], float, float]:
+    """Each Python frame's ids as events() and as the Chrome trace say; aten::mul's start
+    recovered from events() and as the Chrome trace says."""
+
+    class Doubler(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    with profile(activities=[CPU], with_stack=True) as prof:
+        Doubler()(torch.ones(4))
+    trace_start_ns = prof.profiler.kineto_results.trace_start_ns()  # before Kineto's copy is freed
+    events = prof.events()
+    path = tmp_path / f"{profile.__module__}.json"
+    prof.export_chrome_trace(str(path))
+    trace = json.loads(path.read_text())
+    frames = Counter(
+        (e.name, *(None if i == -1 else i for i in (e.python_id, e.python_parent_id, e.python_module_id)))
+        for e in events
+        if e.is_python_function
+    )
+    written = Counter(
+        # a root frame's parent is null in the file and -1 in torch's events
+        (e["name"], *(e["args"].get(key) for key in ("Python id", "Python parent id", "Python module id")))
+        for e in trace["traceEvents"]
+        if e.get("cat") == "python_function" and e.get("ph") == "X"
+    )
+    chrome_ts = next(
+        e["ts"] for e in trace["traceEvents"] if e.get("name") == "aten::mul" and e.get("ph") == "X"
+    )
+    mul = next(e for e in events if e.name == "aten::mul")
+    # torch's times count from Kineto's trace start: the Chrome ts is recovered from them
+    recovered = (int(mul.time_range.start * 1000) + trace_start_ns - trace["baseTimeNanoseconds"]) / 1000
+    return frames, written, recovered, chrome_ts
+
+
+@BOTH
+def test_python_frame_ids_and_times_agree_with_the_trace_as_torchs(profile: Any, tmp_path: Path) -> None:
+    frames, written, recovered, chrome_ts = _python_frames(profile, tmp_path)
+    assert frames == written  # every Python frame's id, parent id and module id
+    module = next(key for key in frames if "Doubler" in key[0])
+    assert module[1] > 0 and module[3] is not None  # a module frame has a module id
+    assert recovered == chrome_ts

@@ -557,7 +557,11 @@ class profile:
                 cycle.trace,
                 use_device=self.use_device,
                 with_flops=self.with_flops,
-                event_args=LazyEventArgs(cycle.path or cycle.document, with_metadata=with_metadata),
+                event_args=LazyEventArgs(
+                    cycle.path or cycle.document,
+                    with_metadata=with_metadata,
+                    python_rows=python_rows(cycle.trace),
+                ),
                 overload_names=bool(experimental_option(self.experimental_config, "capture_overload_names")),
                 deadline=deadline,
             )
@@ -692,6 +696,12 @@ def experimental_option(config: _ExperimentalConfig | None, name: str) -> Any:
     if name in names and isinstance(state, tuple) and len(state) == len(names):
         return state[names.index(name)]
     return None
+
+
+def python_rows(trace: Trace) -> list[tuple[int, str]]:
+    """(row, name) of the Trace's ``python_function`` events, in row order."""
+    frames = trace.events.filter(pl.col("kind") == "python_function")
+    return list(frames.select("id", pl.col("name").cast(pl.String)).iter_rows())
 
 
 def _timed_out(timeout_s: float | None, kept: int) -> None:

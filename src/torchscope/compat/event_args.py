@@ -72,6 +72,9 @@ HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation", "Operator"})
 class _ArgsEvent(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str | None = None
+    name: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
     args: dict[str, Any] | None = None
 
 
@@ -94,12 +97,23 @@ def _fragment(args: dict[str, Any], keys: tuple[str, ...]) -> str:
     return ", ".join(f"{json.dumps(k)}: {json.dumps(args[k])}" for k in keys if k in args)
 
 
-def host_event_args(source: Path | BinaryIO | dict[str, Any] | None) -> dict[int, EventArgs]:
-    """``External id`` -> the op's keyword inputs, Kineto metadata and input strides, for every
-    host op of a saved cycle (a file Kineto wrote, open or by path, or the portable collector's
-    document)."""
+PythonIds = tuple[int, int, int]  # torch's python_id, python_parent_id, python_module_id
+NO_PYTHON_IDS: PythonIds = (-1, -1, -1)
+
+
+class CycleArgs(msgspec.Struct, frozen=True):
+    """What a cycle's file adds to its events: host ops' args by ``External id``, and the
+    Python tracer's ids of its ``python_function`` events, in the Trace's row order."""
+
+    by_external_id: dict[int, EventArgs]
+    python: list[tuple[str, PythonIds]]
+
+
+def host_event_args(source: Path | BinaryIO | dict[str, Any] | None) -> CycleArgs:
+    """The args of a saved cycle (a file Kineto wrote, open or by path, or the portable
+    collector's document) that torch's events expose and the Trace does not keep."""
     if source is None:
-        return {}
+        return CycleArgs({}, [])
     if isinstance(source, dict):
         events = msgspec.convert(source.get("traceEvents") or [], list[_ArgsEvent], strict=False)
     else:
@@ -107,10 +121,21 @@ def host_event_args(source: Path | BinaryIO | dict[str, Any] | None) -> dict[int
             data = source.read_bytes() if isinstance(source, Path) else source.read()
             events = _DOC_DECODER.decode(data).traceEvents or []
         except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-            return {}  # a cycle Kineto wrote badly was repaired when read: no keyword inputs
+            return CycleArgs({}, [])  # a cycle Kineto wrote badly was repaired when read
     out: dict[int, EventArgs] = {}
-    for ev in events:
+    python: list[tuple[float, float, int, str, PythonIds]] = []
+    for order, ev in enumerate(events):
         args = ev.args
+        if ev.ph == "X" and ev.cat == "python_function" and args:
+            py_id, parent, module = (
+                value if isinstance(value, int) else -1
+                for value in (
+                    args.get("Python id"),
+                    args.get("Python parent id"),
+                    args.get("Python module id"),
+                )
+            )
+            python.append((ev.ts, -ev.dur, order, ev.name, (py_id, parent, module)))
         if ev.ph != "X" or not args or ev.cat not in HOST_CATEGORIES:
             continue
         ext = args.get("External id")
@@ -123,7 +148,8 @@ def host_event_args(source: Path | BinaryIO | dict[str, Any] | None) -> dict[int
             _fragment(args, KINETO_HOST_METADATA_KEYS),
             strides if isinstance(strides, list) else [],
         )
-    return out
+    python.sort()  # the Trace's row order: start, longest first, then file order
+    return CycleArgs(out, [(name, ids) for *_, name, ids in python])
 
 
 NO_ARGS = EventArgs({}, "", [])
@@ -132,7 +158,13 @@ NO_ARGS = EventArgs({}, "", [])
 class LazyEventArgs:
     """``host_event_args`` of one cycle, read on the first lookup and kept for the next ones."""
 
-    def __init__(self, source: Path | dict[str, Any] | None, *, with_metadata: bool) -> None:
+    def __init__(
+        self,
+        source: Path | dict[str, Any] | None,
+        *,
+        with_metadata: bool,
+        python_rows: list[tuple[int, str]] | None = None,
+    ) -> None:
         # the saved file is opened now: the session deletes it when the next cycle starts, and
         # an open file stays readable after that, so events kept for later lose nothing
         self._source: BinaryIO | dict[str, Any] | None
@@ -141,17 +173,34 @@ class LazyEventArgs:
         except OSError:
             self._source = None
         self.with_metadata = with_metadata
-        self._by_id: dict[int, EventArgs] | None = None
+        self._python_rows = python_rows or []  # (Trace row, name) of python_function events
+        self._read: CycleArgs | None = None
+        self._python: dict[int, PythonIds] | None = None
 
-    def of(self, external_id: int) -> EventArgs:
-        if self._by_id is None:
+    def _cycle(self) -> CycleArgs:
+        if self._read is None:
             source, self._source = self._source, None
-            self._by_id = host_event_args(source)
+            self._read = host_event_args(source)
             if source is not None and not isinstance(source, dict):
                 source.close()
-        return self._by_id.get(external_id, NO_ARGS)
+        return self._read
+
+    def of(self, external_id: int) -> EventArgs:
+        return self._cycle().by_external_id.get(external_id, NO_ARGS)
+
+    def python_ids(self, row: int) -> PythonIds:
+        """The Python tracer's ids of the ``python_function`` event at Trace row ``row``; the
+        file's and the Trace's python events are matched in order, and only when every name
+        agrees (else -1s, never another frame's ids)."""
+        if self._python is None:
+            found = self._cycle().python
+            rows = self._python_rows
+            same = len(found) == len(rows) and all(
+                n == name for (n, _), (_, name) in zip(found, rows, strict=True)
+            )
+            self._python = {r: ids for (r, _), (_, ids) in zip(rows, found, strict=True)} if same else {}
+        return self._python.get(row, NO_PYTHON_IDS)
 
     def __del__(self) -> None:
         if self._source is not None and not isinstance(self._source, dict):
             self._source.close()
-

@@ -31,7 +31,7 @@ from torchscope.analysis.key_averages import (
     parse_shapes,
 )
 from torchscope.compat.averages import CudaAliases, FormattedTimes, KeyAverage, KeyAverages
-from torchscope.compat.event_args import NO_ARGS, EventArgs, LazyEventArgs
+from torchscope.compat.event_args import NO_ARGS, NO_PYTHON_IDS, EventArgs, LazyEventArgs
 from torchscope.compat.table import TableOptions
 from torchscope.errors import UsageError
 from torchscope.trace.model import Trace
@@ -112,9 +112,6 @@ class FunctionEvent(CudaAliases, FormattedTimes):
     flow_start: bool = False
     linked_correlation_id: int = 0
     structured_input_shapes: list[Any] = field(default_factory=list)  # "Input Dims", tensor lists kept
-    python_id: int = -1
-    python_parent_id: int = -1
-    python_module_id: int = -1
     # Kineto's metadata of the event ('"Ev Idx": 3'), only with expose_kineto_event_metadata
     # where kwinputs, structured_input_strides and metadata_json come from (read on first use)
     _args: LazyEventArgs | None = field(default=None, repr=False)
@@ -144,6 +141,23 @@ class FunctionEvent(CudaAliases, FormattedTimes):
             source = self._args
             self._own_args = source.of(self.external_id) if source and not self.is_device else NO_ARGS
         return self._own_args
+
+    def _python_ids(self) -> tuple[int, int, int]:
+        source = self._args
+        return source.python_ids(self.id) if source and self.is_python_function else NO_PYTHON_IDS
+
+    @property
+    def python_id(self) -> int:
+        """The Python tracer's id of a ``python_function`` event (-1 for others, as torch)."""
+        return self._python_ids()[0]
+
+    @property
+    def python_parent_id(self) -> int:
+        return self._python_ids()[1]
+
+    @property
+    def python_module_id(self) -> int:
+        return self._python_ids()[2]
 
     @property
     def kwinputs(self) -> dict[str, Any]:
@@ -279,7 +293,9 @@ def build_events(
     frame = event_frame(trace, with_stack_n=_STACK_DEPTH, overload_names=overload_names)
     if frame.height == 0:
         return [], False
-    t0 = int(frame["start_ns"].min())  # type: ignore[arg-type]
+    # times from the start of the profiler's own span, as torch's (Kineto's trace start)
+    spans = trace.events.filter(pl.col("kind") == "span")["start_ns"]
+    t0 = int(spans.min() if spans.len() else frame["start_ns"].min())  # type: ignore[arg-type]
     ids = frame["id"].to_numpy()
     real = pl.Series(ids >= 0)
     rows_of = np.where(ids >= 0, ids, 0)
