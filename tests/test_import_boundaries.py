@@ -74,3 +74,24 @@ def test_the_walk_sees_every_kind_of_import() -> None:
         "torchscope.cli.table.COMMAND",
     ]
     assert "torchscope.analysis.keys" in found
+
+
+def module_level_imports(source: str) -> list[str]:
+    """The modules ``source`` imports when it is imported (not inside functions)."""
+    found: list[str] = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append(node.module)
+    return found
+
+
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE / "compat").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_the_torch_skin_imports_torch_only_when_asked(path: Path) -> None:
+    """A loaded trace's table needs no torch: compat/ imports it only inside the few functions
+    that return torch's own types (``device_type``)."""
+    top = [m for m in module_level_imports(path.read_text()) if m == "torch" or m.startswith("torch.")]
+    assert top == []
