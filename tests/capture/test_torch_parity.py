@@ -377,3 +377,16 @@ def test_python_frame_ids_and_times_agree_with_the_trace_as_torchs(profile: Any,
     module = next(key for key in frames if "Doubler" in key[0])
     assert module[1] > 0 and module[3] is not None  # a module frame has a module id
     assert recovered == chrome_ts
+
+
+def test_events_are_built_once_per_cycle_as_torchs() -> None:
+    for profile in (torch_profiler.profile, torchscope.profile):
+        with profile(activities=[CPU]) as prof:
+            _matmuls()
+        first = prof.events()
+        assert prof.events() is first  # the same list, as torch's
+        assert sum(e.name == "aten::mm" for e in first) == 3
+    prof.start()  # ours again: a new cycle, a new list
+    torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+    prof.stop()
+    assert prof.events() is not first and sum(e.name == "aten::mm" for e in prof.events()) == 1

@@ -248,6 +248,8 @@ class profile:
         self._cycles: list[Cycle] = []
         self._metadata: dict[str, str] = {}
         self._torch_stats: _ProfilerStats | None = None  # torch's ``_stats()`` of the latest cycle
+        # events() of the cycles held, built once (torch keeps its list too); a new cycle drops it
+        self._events: EventList | None = None
 
         if schedule is not None:
             self.schedule: Callable[[int], Any] = schedule
@@ -413,6 +415,7 @@ class profile:
             for cycle in self._cycles:
                 cycle.discard()
             self._cycles = []
+            self._events = None
         self.free_kineto_results()  # of the latest cycle only, as torch keeps them
         if self.backend == "portable":
             self._session = PortableSession(
@@ -470,6 +473,7 @@ class profile:
                 except ValueError:
                     cycle.document[key] = value
         self._cycles.append(cycle)
+        self._events = None
 
     def _trace_ready(self) -> None:
         try:
@@ -544,8 +548,11 @@ class profile:
 
     def events(self) -> EventList:
         """Every event as an object with torch's ``FunctionEvent`` attribute names, in a list
-        with torch's ``EventList`` methods."""
+        with torch's ``EventList`` methods. Built once for the cycles held and kept, as torch
+        keeps its list: asking again returns the same list."""
         deadline = self._check_post_processing()
+        if self._events is not None:
+            return self._events
         with_metadata = bool(experimental_option(self.experimental_config, "expose_kineto_event_metadata"))
         events: list[FunctionEvent] = []
         t0 = time.perf_counter()
@@ -575,7 +582,8 @@ class profile:
             stats.function_events_build_tree_call_duration_us = max(1, int((time.perf_counter() - t1) * 1e6))
             stats.number_of_events = len(events)
         del traces
-        return EventList(events, self)
+        self._events = EventList(events, self)
+        return self._events
 
     @property
     def self_cpu_time_total(self) -> float:
