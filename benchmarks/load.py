@@ -53,7 +53,7 @@ def run_hta(path: Path) -> dict[str, float]:
 
 def _table(trace: object) -> None:
     try:
-        from torchscope.analysis.key_averages import key_averages
+        from torchscope.compat import key_averages
     except ImportError:  # a colleague's module; fall back to the equivalent group-by
         import polars as pl
 

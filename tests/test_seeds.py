@@ -348,7 +348,7 @@ def test_the_same_events_give_torchs_table_exactly(workload: dict[str, Any], tmp
     """
     import torch.profiler as tp
 
-    from torchscope.analysis.key_averages import key_averages
+    from torchscope.compat import key_averages
     from torchscope.trace.reader import read_chrome
 
     with (

@@ -17,7 +17,7 @@ SCRIPT = """
 import json, sys
 sys.modules["torch"] = None  # any 'import torch' now raises ImportError
 import torchscope
-from torchscope.analysis.key_averages import key_averages
+from torchscope.compat import key_averages
 from torchscope.analysis.report import build_report
 trace = torchscope.load(sys.argv[1])
 report = build_report(trace)

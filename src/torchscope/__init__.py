@@ -34,6 +34,9 @@ _LAZY: dict[str, str] = {
     "TraceSet": "torchscope.trace.model",
     "TraceMeta": "torchscope.trace.model",
     "TraceError": "torchscope.errors",
+    "TorchscopeError": "torchscope.errors",
+    "UsageError": "torchscope.errors",
+    "ProfilerStateError": "torchscope.errors",
 }
 
 __all__ = [
@@ -41,10 +44,13 @@ __all__ = [
     "ExecutionTraceObserver",
     "ProfilerAction",
     "ProfilerActivity",
+    "ProfilerStateError",
+    "TorchscopeError",
     "Trace",
     "TraceError",
     "TraceMeta",
     "TraceSet",
+    "UsageError",
     "__version__",
     "kineto_available",
     "load",
@@ -56,11 +62,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torchscope.errors import TraceError
+    from torchscope.errors import ProfilerStateError, TorchscopeError, TraceError, UsageError
     from torchscope.trace.model import Trace, TraceMeta, TraceSet
 
 
-_SUBPACKAGES = ("accuracy", "analysis", "capture", "cli", "models", "render", "trace")
+_SUBPACKAGES = ("accuracy", "analysis", "capture", "cli", "compat", "models", "render", "trace")
 
 
 def __getattr__(name: str) -> Any:

@@ -1,15 +1,28 @@
-"""The one error type torchscope raises for bad input.
+"""torchscope's errors: one base, one class per kind of mistake.
 
-Every reader, loader and CLI command turns a problem with the user's input into a
-``TraceError`` whose message is one line naming the file and the problem, so the CLI can
-print it and exit with code 2 instead of showing a traceback from deep inside.
+* ``TraceError``: the input is not a usable trace (names the file and the problem).
+* ``UsageError``: an argument is wrong (a bad option value, an unknown sort key).
+* ``ProfilerStateError``: a profiler session used out of order (``step()`` before ``start()``).
+
+All three derive from ``TorchscopeError``, so ``except torchscope.TorchscopeError`` catches
+anything we raise on purpose, and the CLI prints a ``TraceError`` or a ``UsageError`` as one
+line and exits with code 2 instead of showing a traceback from deep inside.
+
+The drop-in profiler must also fail the way torch.profiler fails: where torch raises a
+``ValueError``, ``AttributeError``, ``AssertionError`` or ``RuntimeError`` for the same misuse,
+our error is an instance of that type too (``UsageError`` is a ``ValueError``; the variants below
+add torch's other types), so a script's ``except ValueError`` keeps working after the switch.
 """
 
 from __future__ import annotations
 
 
-class TraceError(Exception):
-    """Bad input: a file or directory that is not a usable trace, or a misused argument."""
+class TorchscopeError(Exception):
+    """The base of every error torchscope raises on purpose."""
+
+
+class TraceError(TorchscopeError):
+    """Bad input: a file or directory that is not a usable trace."""
 
     def __init__(self, source: str, problem: str) -> None:
         self.source = source
@@ -17,5 +30,25 @@ class TraceError(Exception):
         super().__init__(f"{source}: {problem}" if source else problem)
 
 
-class ProfilerStateError(RuntimeError):
-    """A profiler session used out of order (``step()`` before ``start()``, ``stop()`` twice, ...)."""
+class UsageError(TorchscopeError, ValueError):
+    """A misused argument: a value out of range, an option that does not exist, two options that
+    contradict each other. A ``ValueError``, as torch's argument checks raise."""
+
+
+class UsageAttributeError(UsageError, AttributeError):
+    """A misused argument where torch raises ``AttributeError`` (an unknown table sort key: torch
+    looks the key up as an attribute of its rows)."""
+
+
+class UsageAssertionError(UsageError, AssertionError):
+    """A misused argument where torch raises ``AssertionError`` (``export_stacks`` without
+    ``with_stack=True``, no activity to profile, a schedule with negative counts)."""
+
+
+class UsageTypeError(UsageError, TypeError):
+    """An argument of the wrong type, where torch raises ``TypeError``."""
+
+
+class ProfilerStateError(TorchscopeError, RuntimeError):
+    """A profiler session used out of order (``step()`` before ``start()``, ``stop()`` twice,
+    ``events()`` under ``trace_only``, ...): a ``RuntimeError``, as torch's are."""

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 import torchscope
 from torchscope import ProfilerActivity, profile, record_function, schedule
-from torchscope.analysis.key_averages import key_averages
 from torchscope.capture.profiler import TraceReadyError
+from torchscope.compat import key_averages
 from torchscope.errors import ProfilerStateError
 from torchscope.models import mlp
 from torchscope.trace.reader import read_chrome

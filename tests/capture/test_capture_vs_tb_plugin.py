@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from torchscope.analysis.key_averages import key_averages
+from torchscope.compat import key_averages
 from torchscope.trace.reader import read_chrome
 
 tb_data = pytest.importorskip("torch_tb_profiler.profiler.data")

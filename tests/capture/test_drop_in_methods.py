@@ -194,13 +194,15 @@ def test_every_parameter_of_torchs_api_is_accepted() -> None:
 
     from torch.autograd.profiler_util import EventList
 
-    from torchscope.analysis.key_averages import KeyAverages
+    from torchscope import compat
 
     pairs = [
         (torch_profiler.profile.__init__, torchscope.profile.__init__),
+        (torch_profiler.profile.key_averages, torchscope.profile.key_averages),
         (torch_profiler.schedule, torchscope.schedule),
         (torch_profiler.tensorboard_trace_handler, torchscope.tensorboard_trace_handler),
-        (EventList.table, KeyAverages.table),
+        (EventList.table, compat.KeyAverages.table),
+        (EventList.key_averages, compat.EventList.key_averages),  # "group_by_input_shapes" there
     ]
     for theirs, ours in pairs:
         missing = set(inspect.signature(theirs).parameters) - set(inspect.signature(ours).parameters)

@@ -50,6 +50,7 @@ from torchscope.accuracy.result import OK, RANDOM
 from torchscope.accuracy.stats import SKETCH, sketch_plan, sketch_stride, tensor_stats
 from torchscope.accuracy.tolerance import Tolerances
 from torchscope.accuracy.tracking import ModuleTracker
+from torchscope.errors import UsageError
 
 FORMAT = "torchscope-accuracy-dump"
 VERSION = 2  # 2: module records, mutated_inputs; version 1 dumps are still read
@@ -349,7 +350,7 @@ def dump(
     (what ran so far is worth comparing).
     """
     if level not in LEVELS:
-        raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
+        raise UsageError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
     out = Path(path)
     tracker = ModuleTracker(model)
     mode = None

@@ -1,4 +1,9 @@
-"""``key_averages``: torch.profiler's per-name summary, computed column-wise from a Trace.
+"""torch.profiler's per-name summary (``key_averages``), computed column-wise from a Trace.
+
+This module is the analysis: ``event_frame`` (one row per event torch would list, with
+torch's per-event metrics) and ``averages_frame`` (one row per key). The torch-compatible
+objects over them (``KeyAverages``, its ``table()``, ``FunctionEvent``) live in
+``torchscope.compat``.
 
 torch builds one Python ``FunctionEvent`` per event, links parents and children object by
 object, then averages; on 150k events that is most of the 12 s a user waits after ``stop()``.
@@ -31,14 +36,11 @@ How we attribute time, and where that differs from torch 2.13 on purpose:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from torchscope.render.torch_table import format_time
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS
 from torchscope.trace.tree import subtree_sum
@@ -120,6 +122,44 @@ def shapes_text(dims_json: pl.Expr) -> pl.Expr:
         dims_json.fill_null("[]")
         .str.replace_all(" ", "", literal=True)
         .str.replace_all(",", ", ", literal=True)
+    )
+
+
+def _without_tensor_lists(text: str) -> str:
+    """``[[5, 3, 8], [[1, 3, 16], [1, 3, 16]]]`` -> ``[[5, 3, 8], []]``: torch 2.13's
+    ``FunctionEvent.input_shapes`` gives ``[]`` for a tensor-list argument, whose shapes Kineto
+    writes in full into the trace's ``Input Dims``."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(value, list):
+        return text
+    shapes = [[] if isinstance(v, list) and v and isinstance(v[0], list) else v for v in value]
+    return json.dumps(shapes)
+
+
+def torch_input_shapes(texts: pl.Series) -> pl.Series:
+    """The ``input_shapes`` texts as torch 2.13 shows them (tensor-list arguments as ``[]``).
+
+    Parsed once per distinct text (a run has few), only for texts with a nested list."""
+    nested = texts.filter(texts.str.slice(1).str.contains("[[", literal=True)).unique()
+    if nested.len() == 0:
+        return texts
+    mapping = {t: _without_tensor_lists(t) for t in nested.to_list()}
+    return texts.replace(mapping)
+
+
+def _split_overload_names(frame: pl.DataFrame) -> pl.DataFrame:
+    """``aten::add.Tensor`` -> name ``aten::add``, overload_name ``Tensor`` (ops only: an
+    annotation's name may hold dots of its own, like ``Optimizer.step#SGD.step``)."""
+    parts = pl.col("name").cast(pl.String).str.extract_groups(r"^(.+::[^.:]+)\.([^.:]+)$")
+    split = (pl.col("kind") == "cpu_op") & parts.struct.field("1").is_not_null()
+    op = pl.when(split).then(parts.struct.field("1")).otherwise(pl.col("name").cast(pl.String))
+    return frame.with_columns(
+        op.cast(pl.Categorical).alias("name"),
+        op.cast(pl.Categorical).alias("trace_name"),
+        pl.when(split).then(parts.struct.field("2")).otherwise(pl.lit("")).alias("overload_name"),
     )
 
 
@@ -209,13 +249,24 @@ def _python_stacks(ev: pl.DataFrame, depth_limit: int) -> pl.Series:
     return frame.select(pl.concat_list(pl.all()).list.drop_nulls().alias("stack")).to_series()
 
 
-def event_frame(trace: Trace, *, with_stack_n: int = 0, with_shapes: bool = True) -> pl.DataFrame:
+def event_frame(
+    trace: Trace,
+    *,
+    with_stack_n: int = 0,
+    with_shapes: bool = True,
+    tensor_list_shapes: bool = False,
+    overload_names: bool = False,
+) -> pl.DataFrame:
     """One row per event that torch's tables would show, with torch's per-event metrics (ns).
 
     Columns: id, name (``ProfilerStep#N`` -> ``ProfilerStep*``), trace_name, kind, tid,
     start_ns, dur_ns, parent (nearest row ancestor or -1), cpu_total_ns, self_cpu_ns,
     device_total_ns, self_device_ns, cpu_mem, self_cpu_mem, device_mem, self_device_mem,
-    input_shapes (``""`` unless ``with_shapes``), stack, is_device, is_user_annotation.
+    input_shapes (``""`` unless ``with_shapes``; tensor-list arguments as ``[]`` like torch's
+    unless ``tensor_list_shapes``), stack, is_device, is_user_annotation, overload_name
+    (``""``; with ``overload_names``, an op's ``aten::add.Tensor`` becomes name ``aten::add``
+    and overload ``Tensor``: Kineto writes them joined under torch's
+    ``_ExperimentalConfig(capture_overload_names=True)``).
     Names stay Categorical (cheap to group); cast them when you need text.
     """
     ev = trace.events
@@ -328,6 +379,8 @@ def event_frame(trace: Trace, *, with_stack_n: int = 0, with_shapes: bool = True
         ],
         how="horizontal",
     ).filter(pl.Series(alive))
+    if with_shapes and not tensor_list_shapes:
+        base = base.with_columns(torch_input_shapes(base["input_shapes"]))
     base = base.with_columns(
         pl.when(pl.col("trace_name").cat.starts_with("ProfilerStep#"))
         .then(pl.lit("ProfilerStep*").cast(pl.Categorical))
@@ -336,6 +389,7 @@ def event_frame(trace: Trace, *, with_stack_n: int = 0, with_shapes: bool = True
         pl.col("kind").is_in(DEVICE_KINDS).alias("is_device"),
         pl.col("kind").is_in(ANNOTATION_KINDS).alias("is_user_annotation"),
     )
+    base = _split_overload_names(base) if overload_names else base.with_columns(overload_name=pl.lit(""))
     if mem_rows.height:
         extra = mem_rows.select(
             pl.lit(-1, pl.Int32).alias("id"),
@@ -358,233 +412,12 @@ def event_frame(trace: Trace, *, with_stack_n: int = 0, with_shapes: bool = True
             pl.lit("[memory]").cast(pl.Categorical).alias("name"),
             pl.lit(False).alias("is_device"),
             pl.lit(False).alias("is_user_annotation"),
+            pl.lit("").alias("overload_name"),
         )
         base = pl.concat([base, extra]).sort(
             ["start_ns", "dur_ns"], descending=[False, True], maintain_order=True
         )
     return base
-
-
-class CudaAliases:
-    """torch's older ``cuda_*`` names for the device columns, shared by rows and events.
-
-    Users' scripts written for torch < 2.4 read ``cuda_time_total`` and friends; the rows of
-    ``key_averages()`` and the events of ``events()`` both answer to them.
-    """
-
-    device_time_total: float
-    self_device_time_total: float
-    device_memory_usage: int
-    self_device_memory_usage: int
-
-    @property
-    def cuda_time_total(self) -> float:
-        return self.device_time_total
-
-    @property
-    def self_cuda_time_total(self) -> float:
-        return self.self_device_time_total
-
-    @property
-    def cuda_memory_usage(self) -> int:
-        return self.device_memory_usage
-
-    @property
-    def self_cuda_memory_usage(self) -> int:
-        return self.self_device_memory_usage
-
-
-class FormattedTimes:
-    """torch's ``*_str`` properties (``cpu_time_total_str``, ...), shared by rows and events."""
-
-    cpu_time_total: float
-    self_cpu_time_total: float
-    device_time_total: float
-    self_device_time_total: float
-
-    @property
-    def cpu_time(self) -> float:  # pragma: no cover - every subclass defines its own
-        raise NotImplementedError
-
-    @property
-    def device_time(self) -> float:  # pragma: no cover - every subclass defines its own
-        raise NotImplementedError
-
-    @property
-    def cpu_time_str(self) -> str:
-        return format_time(self.cpu_time)
-
-    @property
-    def device_time_str(self) -> str:
-        return format_time(self.device_time)
-
-    @property
-    def cpu_time_total_str(self) -> str:
-        return format_time(self.cpu_time_total)
-
-    @property
-    def device_time_total_str(self) -> str:
-        return format_time(self.device_time_total)
-
-    @property
-    def self_cpu_time_total_str(self) -> str:
-        return format_time(self.self_cpu_time_total)
-
-    @property
-    def self_device_time_total_str(self) -> str:
-        return format_time(self.self_device_time_total)
-
-
-@dataclass(frozen=True)
-class KeyAverage(CudaAliases, FormattedTimes):
-    """One row of ``key_averages()``: torch's ``FunctionEventAvg`` attribute names, times in us."""
-
-    key: str
-    count: int
-    cpu_time_total: float
-    self_cpu_time_total: float
-    device_time_total: float
-    self_device_time_total: float
-    cpu_memory_usage: int
-    self_cpu_memory_usage: int
-    device_memory_usage: int
-    self_device_memory_usage: int
-    input_shapes: Any  # nested lists when grouped by input shape, else "" (as torch)
-    stack: list[str] = field(default_factory=list)
-    flops: int = 0
-    overload_name: str = ""
-    is_device: bool = False
-    is_user_annotation: bool = False
-    is_top_level: bool = True
-    node_id: int = -1
-    is_async: bool = False
-    is_remote: bool = False
-    use_device: str | None = None
-    is_legacy: bool = False  # torch's legacy (pre-Kineto) profiler: never
-    scope: int = 0  # torch's RecordScope.FUNCTION
-
-    @property
-    def device_type(self) -> Any:
-        """torch's ``DeviceType`` of the row (needs torch: rows of loaded traces rarely ask)."""
-        from torch.autograd import DeviceType
-
-        return DeviceType.CUDA if self.is_device else DeviceType.CPU
-
-    @property
-    def cpu_time(self) -> float:
-        """Average CPU time per call (us)."""
-        return self.cpu_time_total / self.count if self.count else 0.0
-
-    @property
-    def device_time(self) -> float:
-        return self.device_time_total / self.count if self.count else 0.0
-
-    # torch's older name for the device column
-    cuda_time = device_time
-
-
-def _row(values: dict[str, Any], use_device: str | None = None) -> KeyAverage:
-    """A row as torch shows it: ``input_shapes`` a list when grouped by shape, else ``""``."""
-    shapes = values["input_shapes"]
-    values = {**values, "input_shapes": parse_shapes(shapes) if shapes else ""}
-    return KeyAverage(**values, use_device=use_device)
-
-
-class KeyAverages:
-    """The result of ``key_averages()``: rows like torch's ``EventList``, plus DataFrames."""
-
-    def __init__(
-        self,
-        frame: pl.DataFrame,
-        *,
-        use_device: str | None = None,
-        profile_memory: bool = False,
-        with_flops: bool = False,
-    ) -> None:
-        self.frame = frame
-        self.use_device = use_device
-        self.profile_memory = profile_memory
-        self.with_flops = with_flops
-
-    def __len__(self) -> int:
-        return self.frame.height
-
-    def __iter__(self) -> Iterator[KeyAverage]:
-        for row in self.frame.iter_rows(named=True):
-            yield _row(row, self.use_device)
-
-    @overload
-    def __getitem__(self, index: int) -> KeyAverage: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[KeyAverage]: ...
-    def __getitem__(self, index: int | slice) -> KeyAverage | list[KeyAverage]:
-        if isinstance(index, slice):
-            return list(self)[index]
-        if index < 0:
-            index += self.frame.height
-        if not 0 <= index < self.frame.height:
-            raise IndexError(index)
-        return _row(self.frame.row(index, named=True), self.use_device)
-
-    def total_average(self) -> KeyAverage:
-        """All rows summed into one ``Total`` row (torch's ``EventList.total_average``)."""
-        sums = self.frame.select(
-            pl.col(c).sum()
-            for c in self.frame.columns
-            if c.endswith(("_total", "_usage")) or c in ("count", "flops")
-        ).row(0, named=True)
-        return KeyAverage(key="Total", input_shapes="", use_device=self.use_device, **sums)
-
-    @property
-    def self_cpu_time_total(self) -> float:
-        """Sum of self CPU time over all rows (us), the table's footer."""
-        return float(self.frame["self_cpu_time_total"].sum()) if self.frame.height else 0.0
-
-    def table(
-        self,
-        sort_by: str | None = None,
-        row_limit: int = 100,
-        max_src_column_width: int = 75,
-        max_name_column_width: int = 55,
-        max_shapes_column_width: int = 80,
-        header: str | None = None,
-        top_level_events_only: bool = False,
-        time_unit: str | None = None,
-    ) -> str:
-        """torch's table, same layout: see ``torchscope.render.torch_table``."""
-        from torchscope.render.torch_table import build_table
-
-        return build_table(
-            self.frame,
-            sort_by=sort_by,
-            row_limit=row_limit,
-            max_src_column_width=max_src_column_width,
-            max_name_column_width=max_name_column_width,
-            max_shapes_column_width=max_shapes_column_width,
-            header=header,
-            top_level_events_only=top_level_events_only,
-            time_unit=time_unit,
-            use_device=self.use_device,
-            profile_memory=self.profile_memory,
-            with_flops=self.with_flops,
-        )
-
-    def __str__(self) -> str:
-        return self.table()
-
-    def __repr__(self) -> str:
-        return f"KeyAverages({self.frame.height} rows)"
-
-    def to_polars(self) -> pl.DataFrame:
-        """The rows as a DataFrame (times in us, memory in bytes), with ``cpu_time`` averages."""
-        return self.frame.with_columns(
-            (pl.col("cpu_time_total") / pl.col("count")).alias("cpu_time"),
-            (pl.col("device_time_total") / pl.col("count")).alias("device_time"),
-        )
-
-    def to_pandas(self) -> Any:
-        """The same as ``to_polars()`` as a pandas DataFrame (needs pandas and pyarrow)."""
-        return self.to_polars().to_pandas()
 
 
 def infer_device(trace: Trace) -> str | None:
@@ -622,36 +455,49 @@ def flops_of(frame: pl.DataFrame, trace: Trace) -> pl.Series:
     return pl.Series("flops", values)
 
 
-def key_averages(
-    trace: Trace | list[Trace],
+def trace_uses_memory(traces: list[Trace]) -> bool:
+    """Whether the traces were recorded with ``profile_memory`` (their settings, or any
+    allocation in them): the table shows its memory columns then."""
+    return any(t.memory.height > 0 for t in traces) or any(
+        str(t.meta.profiler_settings.get("profile_memory", "")) in ("1", "True", "true") for t in traces
+    )
+
+
+def averages_frame(
+    traces: list[Trace],
     group_by_input_shape: bool = False,
     group_by_stack_n: int = 0,
     group_by_overload_name: bool = False,
     *,
-    use_device: str | None = None,
-    profile_memory: bool | None = None,
     with_flops: bool = False,
-) -> KeyAverages:
-    """Average events by name (and input shapes / top-N stack frames), as torch does.
+    tensor_list_shapes: bool = False,
+    overload_names: bool = False,
+) -> pl.DataFrame:
+    """One row per key (name, and input shapes / top-N stack frames), torch's sums, in
+    ``AVERAGES_SCHEMA`` (times in us, memory in bytes), over one or more Traces.
 
-    ``trace`` may be a list of Traces (several cycles of one session with ``acc_events``).
-    ``use_device`` and ``profile_memory`` default to what the trace shows. Kineto does not
-    record overload names, so ``group_by_overload_name`` changes nothing.
+    ``tensor_list_shapes`` keeps the shapes of tensor-list arguments in the input-shape keys
+    (``aten::cat``'s inputs, ``aten::lstm``'s weights); torch 2.13 shows each such argument as
+    ``[]``, and so do we by default (see ``torch_input_shapes``). ``overload_names`` splits
+    the overload off op names (see ``event_frame``); ``group_by_overload_name`` keys by it.
     """
-    traces = trace if isinstance(trace, list) else [trace]
-    if use_device is None:
-        use_device = next((d for d in map(infer_device, traces) if d), None)
-    if profile_memory is None:
-        profile_memory = any(t.memory.height > 0 for t in traces) or any(
-            str(t.meta.profiler_settings.get("profile_memory", "")) in ("1", "True", "true") for t in traces
-        )
     frames = []
     for t in traces:
-        frame = event_frame(t, with_stack_n=group_by_stack_n, with_shapes=group_by_input_shape or with_flops)
+        frame = event_frame(
+            t,
+            with_stack_n=group_by_stack_n,
+            with_shapes=group_by_input_shape or with_flops,
+            tensor_list_shapes=tensor_list_shapes,
+            overload_names=overload_names,
+        )
         flops = flops_of(frame, t) if with_flops else pl.lit(0, pl.Int64).alias("flops")
         frames.append(frame.with_columns(flops))
+    if not frames:  # no Trace (a post-processing deadline passed before the first one)
+        return pl.DataFrame(schema=AVERAGES_SCHEMA)
     events = pl.concat(frames) if len(frames) > 1 else frames[0]
     keys = ["name", "is_device", "is_user_annotation"]
+    if group_by_overload_name:
+        keys.append("overload_name")
     if group_by_input_shape:
         keys.append("input_shapes")
     if group_by_stack_n > 0:
@@ -675,7 +521,7 @@ def key_averages(
     )
     frame = grouped.select(
         pl.col("name").cast(pl.String).alias("key"),
-        pl.lit("").alias("overload_name"),
+        pl.col("overload_name") if group_by_overload_name else pl.lit("").alias("overload_name"),
         "count",
         *METRIC_COLUMNS,
         pl.col("input_shapes") if group_by_input_shape else pl.lit("").alias("input_shapes"),
@@ -685,9 +531,7 @@ def key_averages(
         "is_user_annotation",
         "is_top_level",
     )
-    frame = frame.cast(AVERAGES_SCHEMA)  # type: ignore[arg-type]
-    return KeyAverages(frame, use_device=use_device, profile_memory=profile_memory, with_flops=with_flops)
-
+    return frame.cast(AVERAGES_SCHEMA)  # type: ignore[arg-type]
 
 def parse_shapes(text: str) -> list[Any]:
     """``input_shapes`` text back to nested lists (``"[[8, 32], []]"`` -> ``[[8, 32], []]``)."""

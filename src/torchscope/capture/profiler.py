@@ -9,15 +9,21 @@ without one Python object per event.
 
 Misuse gets a clear ``ProfilerStateError`` instead of a corrupted session: ``step()`` or
 ``stop()`` before ``start()``, ``start()`` or ``stop()`` twice, and a second profiler while one
-is recording. An exception in the profiled block stops the profiler cleanly and keeps what was
+is recording. Arguments torch rejects we reject with torch's exception type and message
+(a ``UsageError`` that is also that type: duplicate activities, a negative
+``post_processing_timeout_s``), at the same moment torch does. An exception in the profiled block stops the profiler cleanly and keeps what was
 recorded; an ``on_trace_ready`` that raises leaves the session consistent and its error is
 raised as ``TraceReadyError`` once the profiler's own transitions are done.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 import os
+import re
+import time
 import warnings
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -28,11 +34,9 @@ from typing import Any
 import polars as pl
 import torch
 from torch._C._profiler import ProfilerActivity, _ExperimentalConfig
-from torch.autograd.profiler import record_function
+from torch.autograd.profiler import KinetoStepTracker, _ProfilerStats, record_function
 from torch.profiler import DeviceType, ExecutionTraceObserver, kineto_available
 
-from torchscope.analysis.key_averages import KeyAverages, key_averages
-from torchscope.capture.events import EventList, build_events, export_stacks
 from torchscope.capture.kineto import (
     MEMORY_TIMELINE_OPTIONS,
     Cycle,
@@ -41,7 +45,10 @@ from torchscope.capture.kineto import (
     _Scratch,
 )
 from torchscope.capture.schedule import ProfilerAction, as_action, default_schedule
-from torchscope.errors import ProfilerStateError
+from torchscope.compat.averages import KeyAverages, key_averages
+from torchscope.compat.event_args import LazyEventArgs
+from torchscope.compat.events import EventList, FunctionEvent, build_events, export_stacks
+from torchscope.errors import ProfilerStateError, UsageAssertionError, UsageError, UsageTypeError
 from torchscope.trace.model import Trace
 
 __all__ = [
@@ -59,6 +66,13 @@ __all__ = [
 BACKENDS = ("auto", "kineto", "portable")
 _DEVICE_ACTIVITIES = ("CUDA", "XPU", "MTIA", "HPU", "PrivateUse1")
 _RECORDING: list[profile] = []  # the profiler currently recording, if any
+PROFILER_STEP_NAME = "ProfilerStep"  # torch's requester name in KinetoStepTracker
+TRACE_ONLY_EVENTS = (
+    "events() is not available when trace_only=True in ExperimentalConfig. "
+    "Use export_chrome_trace() instead."
+)
+# torch's post-processing logger: a timeout's warning goes where torch's goes
+log = logging.getLogger("torch.autograd.profiler")
 
 
 class TraceReadyError(RuntimeError):
@@ -70,32 +84,38 @@ def supported_activities() -> set[ProfilerActivity]:
     return set(torch.autograd._supported_activities())
 
 
-def _activity_set(activities: Iterable[Any] | None) -> set[ProfilerActivity]:
+def _parse_activities(
+    activities: Iterable[Any] | None,
+) -> tuple[set[ProfilerActivity], dict[ProfilerActivity, set[str]]]:
+    """The activities to trace and the ``{ProfilerActivity.CUDA: ["GPU_MEMCPY"]}`` filters
+    among them, checked as torch checks them: an activity named twice is a ``ValueError``,
+    an item that is neither an activity nor a dict a ``TypeError``."""
     if activities is None:
-        return supported_activities()
+        return supported_activities(), {}
     result: set[ProfilerActivity] = set()
-    for item in activities:
-        if isinstance(item, dict):
-            result.update(item.keys())
-        else:
-            result.add(item)
-    return result
-
-
-def _activity_filters(activities: Iterable[Any] | None) -> dict[ProfilerActivity, set[str]]:
-    """``{ProfilerActivity.CUDA: ["GPU_MEMCPY"]}`` items of ``activities``: collect only those."""
     filters: dict[ProfilerActivity, set[str]] = {}
-    for item in activities or ():
-        if isinstance(item, dict):
+
+    def add(activity: ProfilerActivity) -> None:
+        if activity in result:
+            raise UsageError(f"Activity {activity} specified more than once")
+        result.add(activity)
+
+    for item in activities:
+        if isinstance(item, ProfilerActivity):
+            add(item)
+        elif isinstance(item, dict):
             for key, names in item.items():
+                add(key)
                 filters[key] = set(names)
-    return filters
+        else:
+            raise UsageTypeError(f"Expected ProfilerActivity or dict, got {type(item)}")
+    return result, filters
 
 
 def _choose_backend(requested: str | None, activities: set[ProfilerActivity]) -> str:
     backend = (requested or os.environ.get("TORCHSCOPE_BACKEND") or "auto").strip().lower()
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        raise UsageError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     if backend != "auto":
         return backend
     supported = supported_activities()
@@ -168,7 +188,15 @@ class profile:
         post_processing_timeout_s: float | None = None,
         backend: str | None = None,
     ) -> None:
-        activity_set = _activity_set(activities)
+        # torch's order of checks: no activity at all first (items that are not activities are
+        # ignored there), then duplicates and foreign items
+        items = None if activities is None else list(activities)
+        activity_set = supported_activities() if items is None else set()
+        for item in items or ():
+            if isinstance(item, ProfilerActivity):
+                activity_set.add(item)
+            elif isinstance(item, dict):
+                activity_set.update(item.keys())
         if use_cuda is not None:
             warnings.warn(
                 "`use_cuda` is deprecated, use `activities` argument instead", FutureWarning, stacklevel=2
@@ -178,17 +206,27 @@ class profile:
             else:
                 activity_set.discard(ProfilerActivity.CUDA)
         if not activity_set:
-            raise AssertionError("No valid profiler activities found")
+            raise UsageAssertionError("No valid profiler activities found")
+        _, filters = _parse_activities(items)  # the checks, and the per-activity filters
         self.activities = activity_set
         self.record_shapes = record_shapes or with_flops
         self.profile_memory = profile_memory
         self.with_stack = with_stack
         self.with_flops = with_flops
         self.with_modules = with_modules
+        if experimental_config is not None and experimental_config.trace_only and with_stack:
+            warnings.warn(
+                "trace_only=True is incompatible with with_stack=True "
+                "(stack traces require event post-processing). Disabling trace_only.",
+                stacklevel=2,
+            )
+            experimental_config = copy.copy(experimental_config)  # as torch: the caller's stays
+            experimental_config.trace_only = False
         self.experimental_config = experimental_config
         self.execution_trace_observer = execution_trace_observer
         self.acc_events = acc_events
-        self.post_processing_timeout_s = post_processing_timeout_s  # accepted; we never time out
+        # checked when a cycle is prepared, as torch checks it; bounds building events()
+        self.post_processing_timeout_s = post_processing_timeout_s
         self.backend = _choose_backend(backend, activity_set)
         self.use_device = _device_name(activity_set)
         self._kineto_options: dict[str, Any] = {
@@ -202,7 +240,6 @@ class profile:
             "experimental_config": experimental_config,
             "custom_trace_id_callback": custom_trace_id_callback,
         }
-        filters = _activity_filters(activities)
         if filters:  # only torch builds that know activity filters get the keyword
             self._kineto_options["activity_filters"] = filters
         self._scratch = _Scratch()
@@ -210,6 +247,9 @@ class profile:
         self._trace_id: str | None = None  # the latest Kineto session's (``get_trace_id``)
         self._cycles: list[Cycle] = []
         self._metadata: dict[str, str] = {}
+        self._torch_stats: _ProfilerStats | None = None  # torch's ``_stats()`` of the latest cycle
+        # events() of the cycles held, built once (torch keeps its list too); a new cycle drops it
+        self._events: EventList | None = None
 
         if schedule is not None:
             self.schedule: Callable[[int], Any] = schedule
@@ -223,6 +263,8 @@ class profile:
         self.step_rec_fn: Any = None
         self._started = False
         self._callback_error: BaseException | None = None
+        # torch counts its steps for on-demand tracing (dynolog) in KinetoStepTracker
+        KinetoStepTracker.init_step_count(PROFILER_STEP_NAME)
 
         A = ProfilerAction
         warn = partial(warnings.warn, stacklevel=3)
@@ -288,6 +330,7 @@ class profile:
                     self.stop()
                 except Exception as stop_error:  # pragma: no cover - reported, never masks exc
                     warnings.warn(f"torchscope: stopping the profiler failed: {stop_error}", stacklevel=2)
+        KinetoStepTracker.erase_step_count(PROFILER_STEP_NAME)
         if self.execution_trace_observer is not None:
             self.execution_trace_observer.cleanup()
 
@@ -330,6 +373,8 @@ class profile:
         self.step_num += 1
         self.current_action = action
         self._transit(prev, action)
+        if os.environ.get("KINETO_USE_DAEMON", ""):  # as torch: the daemon's step hook
+            KinetoStepTracker.increment_step(PROFILER_STEP_NAME)
         if self.record_steps:
             self._enter_step()
         self._raise_callback_error()
@@ -358,6 +403,9 @@ class profile:
             raise ProfilerStateError(
                 "another torchscope profiler is already recording; nested profilers are not supported"
             )
+        timeout = self.post_processing_timeout_s
+        if timeout is not None and timeout < 0:  # torch checks it here too (autograd profile)
+            raise UsageError("post_processing_timeout_s must be non-negative")
         if torch.autograd.profiler._is_profiler_enabled and self.backend == "kineto":
             raise ProfilerStateError(
                 "a torch profiler is already running in this process; nested profilers are not supported"
@@ -367,6 +415,7 @@ class profile:
             for cycle in self._cycles:
                 cycle.discard()
             self._cycles = []
+            self._events = None
         self.free_kineto_results()  # of the latest cycle only, as torch keeps them
         if self.backend == "portable":
             self._session = PortableSession(
@@ -379,6 +428,9 @@ class profile:
         if self not in _RECORDING:
             _RECORDING.append(self)
         self._session.prepare()
+        # Kineto's session fills torch's own stats (prepare, enable, disable); we add ours
+        inner = getattr(self._session, "_profiler", None)
+        self._torch_stats = getattr(inner, "_stats", None) or _ProfilerStats()
         if isinstance(self._session, KinetoSession):
             self._trace_id = self._session.trace_id
 
@@ -421,6 +473,7 @@ class profile:
                 except ValueError:
                     cycle.document[key] = value
         self._cycles.append(cycle)
+        self._events = None
 
     def _trace_ready(self) -> None:
         try:
@@ -456,42 +509,103 @@ class profile:
         """The Traces held: the latest cycle, or every cycle with ``acc_events=True``."""
         return [c.trace for c in self._require_cycle("traces()")]
 
+    def _check_post_processing(self) -> float | None:
+        """torch's rules for reading results: none under ``trace_only``; the deadline
+        ``post_processing_timeout_s`` sets (a ``time.perf_counter()`` value), if any."""
+        config = self.experimental_config
+        if config is not None and config.trace_only:
+            raise ProfilerStateError(TRACE_ONLY_EVENTS)
+        timeout = self.post_processing_timeout_s
+        return None if timeout is None else time.perf_counter() + timeout
+
     def key_averages(
         self,
         group_by_input_shape: bool = False,
         group_by_stack_n: int = 0,
         group_by_overload_name: bool = False,
+        *,
+        tensor_list_shapes: bool = False,
     ) -> KeyAverages:
-        """Averages by op name (and input shapes / stack), like torch's; see ``analysis.key_averages``."""
+        """Averages by op name (and input shapes / stack), like torch's; see
+        ``compat.averages``. ``tensor_list_shapes=True`` keys tensor-list arguments by their
+        tensors' shapes, where torch shows ``[]``."""
+        deadline = self._check_post_processing()
+        traces = self.traces()
+        if deadline is not None and time.perf_counter() >= deadline:
+            _timed_out(self.post_processing_timeout_s, 0)
+            traces = []  # torch's post-processing keeps what it made by then: nothing
         return key_averages(
-            self.traces(),
+            traces,
             group_by_input_shape=group_by_input_shape,
             group_by_stack_n=group_by_stack_n,
             group_by_overload_name=group_by_overload_name,
             use_device=self.use_device,
             profile_memory=self.profile_memory,
             with_flops=self.with_flops,
+            tensor_list_shapes=tensor_list_shapes,
+            overload_names=bool(experimental_option(self.experimental_config, "capture_overload_names")),
         )
 
     def events(self) -> EventList:
         """Every event as an object with torch's ``FunctionEvent`` attribute names, in a list
-        with torch's ``EventList`` methods."""
-        traces = self.traces()
-        return EventList(
-            (
-                ev
-                for t in traces
-                for ev in build_events(t, use_device=self.use_device, with_flops=self.with_flops)
-            ),
-            self,
-        )
+        with torch's ``EventList`` methods. Built once for the cycles held and kept, as torch
+        keeps its list: asking again returns the same list."""
+        deadline = self._check_post_processing()
+        if self._events is not None:
+            return self._events
+        with_metadata = bool(experimental_option(self.experimental_config, "expose_kineto_event_metadata"))
+        events: list[FunctionEvent] = []
+        t0 = time.perf_counter()
+        cycles = self._require_cycle("events()")
+        traces = [cycle.trace for cycle in cycles]  # read now (once), timed as torch's parse
+        t1 = time.perf_counter()
+        for cycle in cycles:
+            built, timed_out = build_events(
+                cycle.trace,
+                use_device=self.use_device,
+                with_flops=self.with_flops,
+                event_args=LazyEventArgs(
+                    cycle.path or cycle.document,
+                    with_metadata=with_metadata,
+                    python_rows=python_rows(cycle.trace),
+                ),
+                overload_names=bool(experimental_option(self.experimental_config, "capture_overload_names")),
+                deadline=deadline,
+            )
+            events += built
+            if timed_out:
+                _timed_out(self.post_processing_timeout_s, len(events))
+                break
+        stats = self._torch_stats
+        if stats is not None:
+            stats.parse_kineto_call_duration_us = int((t1 - t0) * 1e6)
+            stats.function_events_build_tree_call_duration_us = max(1, int((time.perf_counter() - t1) * 1e6))
+            stats.number_of_events = len(events)
+        del traces
+        self._events = EventList(events, self)
+        return self._events
 
     @property
     def self_cpu_time_total(self) -> float:
         """Total self CPU time of the held cycles (us), the table's footer."""
         return self.key_averages().self_cpu_time_total
 
-    def table(self, sort_by: str | None = None, row_limit: int = 100, **kwargs: Any) -> str:
+    def _stats(self) -> _ProfilerStats | None:
+        """torch's developer timings of the latest cycle (``prof._stats()``): Kineto's prepare,
+        enable and disable as torch measures them; reading the Trace as the parse time, and
+        building ``events()`` as the tree's (both 0 until ``events()`` is first called)."""
+        return self._torch_stats
+
+    @property
+    def profiler(self) -> TorchProfilerView | None:
+        """What torch's ``prof.profiler`` (its ``torch.autograd.profiler.profile``) gives scripts
+        that reach into it: ``kineto_results`` and ``function_events``. None before the first
+        cycle is prepared, as torch's."""
+        if self._session is None and not self._cycles:
+            return None
+        return TorchProfilerView(self)
+
+    def table(self, sort_by: str | None = None, row_limit: int | None = 100, **kwargs: Any) -> str:
         return self.key_averages().table(sort_by=sort_by, row_limit=row_limit, **kwargs)
 
     def to_polars(self) -> pl.DataFrame:
@@ -574,6 +688,82 @@ class profile:
     def __repr__(self) -> str:
         state = "recording" if self._session is not None else ("started" if self._started else "idle")
         return f"<torchscope.profile {state}, step {self.step_num}, {len(self._cycles)} cycle(s) held>"
+
+
+def experimental_option(config: _ExperimentalConfig | None, name: str) -> Any:
+    """One option of torch's ``_ExperimentalConfig``, also those its binding does not expose as
+    attributes (``expose_kineto_event_metadata``): its pickled state lists the options in the
+    order of its ``__init__``, whose signature the binding's docstring spells out."""
+    if config is None:
+        return None
+    if hasattr(config, name):
+        return getattr(config, name)
+    signature = (type(config).__init__.__doc__ or "").split("\n", 1)[0]
+    names = re.findall(r"(\w+): [^,=]+=", signature)
+    state: Any = getattr(config, "__getstate__", tuple)()
+    if name in names and isinstance(state, tuple) and len(state) == len(names):
+        return state[names.index(name)]
+    return None
+
+
+def python_rows(trace: Trace) -> list[tuple[int, str]]:
+    """(row, name) of the Trace's ``python_function`` events, in row order."""
+    frames = trace.events.filter(pl.col("kind") == "python_function")
+    return list(frames.select("id", pl.col("name").cast(pl.String)).iter_rows())
+
+
+def _timed_out(timeout_s: float | None, kept: int) -> None:
+    log.warning(
+        "Profiler post-processing timed out after %.3f seconds, returning partial results with %d events",
+        timeout_s,
+        kept,
+    )
+
+
+class TorchProfilerView:
+    """``prof.profiler``: the attributes of torch's inner profiler that scripts use.
+
+    ``kineto_results`` is Kineto's own result object (``events()``,
+    ``experimental_event_tree()``, ``save()``) of the latest cycle. torchscope frees it as soon
+    as the cycle's Trace is read (that is most of the memory a cycle holds), so it is there
+    right after ``stop()`` and until the first table or ``events()``; after that, asking for it
+    raises an error that says what to use instead.
+    """
+
+    def __init__(self, owner: profile) -> None:
+        self._owner = owner
+
+    @property
+    def kineto_results(self) -> Any:
+        owner = self._owner
+        if not owner._cycles:
+            return None  # torch's before the first cycle ends
+        cycle = owner._cycles[-1]
+        if cycle.kineto_results is None:
+            raise ProfilerStateError(
+                "prof.profiler.kineto_results: torchscope freed Kineto's results of this cycle when it "
+                "read them into a Trace (after the first table, events() or on_trace_ready). Read "
+                "them before that, or use prof.trace() (every event as columns) or prof.events() "
+                "(torch's FunctionEvent objects, with cpu_children) instead"
+            )
+        return cycle.kineto_results
+
+    @property
+    def function_events(self) -> EventList:
+        return self._owner.events()
+
+    def key_averages(self, *args: Any, **kwargs: Any) -> KeyAverages:
+        return self._owner.key_averages(*args, **kwargs)
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        return self._owner.self_cpu_time_total
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"torchscope's prof.profiler has no {name!r} (it offers kineto_results, function_events, "
+            "key_averages and self_cpu_time_total); use prof.trace() for the recorded events"
+        )
 
 
 def _default_memory_device(use_device: str | None) -> str:

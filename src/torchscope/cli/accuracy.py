@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from torchscope.cli.base import EXIT_OK
-from torchscope.errors import TraceError
+from torchscope.errors import TraceError, UsageError
 
 EXIT_DIVERGED = 1
 MODELS = ("resnet18", "transformer_block", "mlp")
@@ -87,7 +87,7 @@ def _workload(args: argparse.Namespace) -> tuple[Callable[[], None], Any]:
 
         return run_model, model
     if not args.script:
-        raise TraceError("", "name a script to run, or --model")
+        raise UsageError("name a script to run, or --model")
     path = Path(args.script)
     if not path.is_file():
         raise TraceError(str(path), "no such script")

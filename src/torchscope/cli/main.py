@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from torchscope.cli.base import EXIT_BAD_INPUT, Command
-from torchscope.errors import TraceError
+from torchscope.errors import TraceError, UsageError
 
 # name -> module; each module defines COMMAND (see cli.base.Command).
 SUBCOMMANDS: dict[str, str] = {
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT if argv else 0
     try:
         return command.run(args)
-    except TraceError as exc:
+    except (TraceError, UsageError) as exc:  # bad input or a bad argument: one line, exit 2
         print(f"torchscope {command.name}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -10,7 +10,6 @@ import argparse
 
 from torchscope.cli.base import EXIT_OK
 from torchscope.cli.common import load_single, print_json, progress
-from torchscope.errors import TraceError
 
 
 class TableCommand:
@@ -34,6 +33,12 @@ class TableCommand:
             "--group-by-input-shape", action="store_true", help="one row per op and input shapes"
         )
         parser.add_argument(
+            "--tensor-list-shapes",
+            action="store_true",
+            help="with --group-by-input-shape: key tensor-list arguments (aten::cat's inputs) by "
+            "their tensors' shapes; torch shows them as []",
+        )
+        parser.add_argument(
             "--group-by-stack", type=int, default=0, metavar="N", help="group by the top N Python frames"
         )
         parser.add_argument(
@@ -41,30 +46,23 @@ class TableCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from torchscope.analysis.key_averages import key_averages
+        from torchscope.compat import TableOptions, key_averages
+        from torchscope.compat.table import sorted_rows
 
         trace = load_single(args.path)
+        options = TableOptions(sort_by=args.sort_by, row_limit=args.row_limit)
         with progress("averaging"):
             ka = key_averages(
-                trace, group_by_input_shape=args.group_by_input_shape, group_by_stack_n=args.group_by_stack
+                trace,
+                group_by_input_shape=args.group_by_input_shape,
+                group_by_stack_n=args.group_by_stack,
+                tensor_list_shapes=args.tensor_list_shapes,
             )
-        if args.json:
-            frame = ka.to_polars()
-            if args.sort_by:
-                from torchscope.render.torch_table import sort_column
-
-                key = sort_column(args.sort_by)
-                if key in frame.columns:
-                    frame = frame.sort(key, descending=True)
-            if args.row_limit >= 0:
-                frame = frame.head(args.row_limit)
+        if args.json:  # the rows the table would show, in its order
+            frame = sorted_rows(ka.to_polars(), options)
             print_json(frame.to_dicts())
         else:
-            try:
-                text = ka.table(sort_by=args.sort_by, row_limit=args.row_limit)
-            except AttributeError as exc:  # torch's error for an unknown sort key
-                raise TraceError("--sort-by", str(exc)) from None
-            print(text)
+            print(ka.render(options))  # an unknown --sort-by is a UsageError: one line, exit 2
         return EXIT_OK
 
 

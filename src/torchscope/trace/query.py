@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from torchscope.errors import TraceError
+from torchscope.errors import TraceError, UsageError
 from torchscope.trace.model import Trace, TraceSet
 
 TABLES = ("events", "memory", "flows", "threads")
@@ -78,7 +78,7 @@ def connect(source: Trace | TraceSet | str | Path) -> Any:
                 name, stacked.select(["trace", *[c for c in stacked.columns if c != "trace"]]).to_arrow()
             )
     else:
-        raise TraceError("", f"cannot query a {type(source).__name__}")
+        raise UsageError(f"cannot query a {type(source).__name__}")
     for view, kinds in VIEWS.items():
         listed = ", ".join(f"'{k}'" for k in kinds)
         con.execute(f"CREATE VIEW {view} AS SELECT * FROM events WHERE CAST(kind AS VARCHAR) IN ({listed})")

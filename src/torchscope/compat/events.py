@@ -1,4 +1,5 @@
-"""``prof.events()`` and ``prof.export_stacks()``: the per-event views, built from the Trace.
+"""``prof.events()`` and ``prof.export_stacks()``: torch's ``FunctionEvent`` and ``EventList``,
+built from the Trace.
 
 Code written for torch walks ``prof.events()`` and reads ``name``, ``cpu_time_total``,
 ``self_cpu_time_total``, ``device_time_total``, ``input_shapes``, ``stack`` and
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import json
+import time
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,14 +26,14 @@ import polars as pl
 from torchscope.analysis.key_averages import (
     AVERAGES_SCHEMA,
     METRIC_COLUMNS,
-    CudaAliases,
-    FormattedTimes,
-    KeyAverage,
-    KeyAverages,
     event_frame,
     flops_of,
     parse_shapes,
 )
+from torchscope.compat.averages import CudaAliases, FormattedTimes, KeyAverage, KeyAverages
+from torchscope.compat.event_args import NO_ARGS, NO_PYTHON_IDS, EventArgs, LazyEventArgs
+from torchscope.compat.table import TableOptions
+from torchscope.errors import UsageError
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS
 
@@ -102,6 +105,18 @@ class FunctionEvent(CudaAliases, FormattedTimes):
     is_python_function: bool = False
     is_legacy: bool = False
     scope: int = 0
+    activity_type: str | None = None  # Kineto's category: cpu_op, kernel, cuda_runtime, ...
+    device_resource_id: int = 0  # the thread, or the stream of device work
+    flow_id: int = 0  # a forward->backward (type 1) or host->device (type 2) flow, 0 when none
+    flow_type: int = 0
+    flow_start: bool = False
+    linked_correlation_id: int = 0
+    structured_input_shapes: list[Any] = field(default_factory=list)  # "Input Dims", tensor lists kept
+    # Kineto's metadata of the event ('"Ev Idx": 3'), only with expose_kineto_event_metadata
+    # where kwinputs, structured_input_strides and metadata_json come from (read on first use)
+    _args: LazyEventArgs | None = field(default=None, repr=False)
+    _own_args: EventArgs | None = field(default=None, repr=False)
+    event_metadata: Any = None  # torch's structured metadata: filled by Kineto builds we do not have
     # torch fills these only while printing a table
     self_cpu_percent: float = -1
     total_cpu_percent: float = -1
@@ -121,12 +136,63 @@ class FunctionEvent(CudaAliases, FormattedTimes):
 
     cuda_time = device_time  # torch's older name
 
+    def _event_args(self) -> EventArgs:
+        if self._own_args is None:
+            source = self._args
+            self._own_args = source.of(self.external_id) if source and not self.is_device else NO_ARGS
+        return self._own_args
+
+    def _python_ids(self) -> tuple[int, int, int]:
+        source = self._args
+        return source.python_ids(self.id) if source and self.is_python_function else NO_PYTHON_IDS
+
+    @property
+    def python_id(self) -> int:
+        """The Python tracer's id of a ``python_function`` event (-1 for others, as torch)."""
+        return self._python_ids()[0]
+
+    @property
+    def python_parent_id(self) -> int:
+        return self._python_ids()[1]
+
+    @property
+    def python_module_id(self) -> int:
+        return self._python_ids()[2]
+
+    @property
+    def kwinputs(self) -> dict[str, Any]:
+        """The keyword inputs of ``_RecordFunctionFast`` (inductor's Triton launches')."""
+        return self._event_args().kwinputs
+
+    @property
+    def structured_input_strides(self) -> list[Any]:
+        return self._event_args().strides
+
+    @property
+    def metadata_json(self) -> str:
+        """Kineto's metadata of the event (deprecated in torch, with the same warning); only with
+        ``_ExperimentalConfig(expose_kineto_event_metadata=True)``, as torch's."""
+        warnings.warn(
+            "`metadata_json` is deprecated. Use `event_metadata` instead.", FutureWarning, stacklevel=2
+        )
+        source = self._args
+        return self._event_args().metadata if source is not None and source.with_metadata else ""
+
     @property
     def device_type(self) -> Any:
         """torch's ``DeviceType`` of the event (CPU for host events)."""
         from torch.autograd import DeviceType
 
         return DeviceType.CUDA if self.is_device else DeviceType.CPU
+
+    def append_kernel(self, name: str, device: int, duration: float) -> None:
+        self.kernels.append(Kernel(name, device, duration))
+
+    def append_cpu_child(self, child: FunctionEvent) -> None:
+        self.cpu_children.append(child)
+
+    def set_cpu_parent(self, parent: FunctionEvent) -> None:
+        self.cpu_parent = parent
 
     def __repr__(self) -> str:
         return (
@@ -177,6 +243,23 @@ def _scalar(text: Any) -> Any:
     return text
 
 
+# Kineto's flow types (libkineto's kLinkFwdBwd, kLinkAsyncCpuGpu), by the trace's flow category
+FLOW_TYPES = {"fwdbwd": 1, "ac2g": 2}
+
+
+def _flows_by_event(trace: Trace) -> dict[int, tuple[int, int, bool]]:
+    """Each event's flow as torch's ``flow_id``/``flow_type``/``flow_start`` (its first one)."""
+    out: dict[int, tuple[int, int, bool]] = {}
+    flows = trace.flows.filter(pl.col("kind").cast(pl.String).is_in(list(FLOW_TYPES)))
+    for kind, flow_id, src, dst in flows.select(
+        pl.col("kind").cast(pl.String), "flow_id", "src", "dst"
+    ).iter_rows():
+        for row, start in ((src, True), (dst, False)):
+            if row is not None and row >= 0:
+                out.setdefault(row, (flow_id, FLOW_TYPES[kind], start))
+    return out
+
+
 def _kernels_by_op(trace: Trace) -> dict[int, list[Kernel]]:
     """The device work each op launched (torch lists it on the op as ``kernels``)."""
     ev = trace.events
@@ -190,13 +273,29 @@ def _kernels_by_op(trace: Trace) -> dict[int, list[Kernel]]:
 
 
 def build_events(
-    trace: Trace, *, use_device: str | None = None, with_flops: bool = False
-) -> list[FunctionEvent]:
-    """Every event torch's ``events()`` would list, linked to its parent and children."""
-    frame = event_frame(trace, with_stack_n=_STACK_DEPTH)
+    trace: Trace,
+    *,
+    use_device: str | None = None,
+    with_flops: bool = False,
+    event_args: LazyEventArgs | None = None,
+    overload_names: bool = False,
+    deadline: float | None = None,
+) -> tuple[list[FunctionEvent], bool]:
+    """Every event torch's ``events()`` would list, linked to its parent and children, and
+    whether ``deadline`` (a ``time.perf_counter()`` value) passed before the last one was
+    made: torch's ``post_processing_timeout_s`` then keeps the events made so far.
+
+    ``event_args`` (``compat.event_args``) gives the host ops their ``kwinputs``,
+    ``structured_input_strides`` and ``metadata_json`` when first asked for.
+    """
+    if deadline is not None and time.perf_counter() >= deadline:
+        return [], True
+    frame = event_frame(trace, with_stack_n=_STACK_DEPTH, overload_names=overload_names)
     if frame.height == 0:
-        return []
-    t0 = int(frame["start_ns"].min())  # type: ignore[arg-type]
+        return [], False
+    # times from the start of the profiler's own span, as torch's (Kineto's trace start)
+    spans = trace.events.filter(pl.col("kind") == "span")["start_ns"]
+    t0 = int(spans.min() if spans.len() else frame["start_ns"].min())  # type: ignore[arg-type]
     ids = frame["id"].to_numpy()
     real = pl.Series(ids >= 0)
     rows_of = np.where(ids >= 0, ids, 0)
@@ -215,13 +314,21 @@ def build_events(
         attribute("device", -1).alias("device"),
         attribute("concrete_inputs", "").alias("concrete"),
         attribute("input_types", "").alias("types"),
+        attribute("cat", "").alias("category"),
+        attribute("input_dims", "").alias("dims"),
         flops_of(frame, trace) if with_flops else pl.lit(0, pl.Int64).alias("flops"),
     )
     kernels = _kernels_by_op(trace)
+    flows = _flows_by_event(trace)
     events: list[FunctionEvent] = []
     by_id: dict[int, FunctionEvent] = {}
     parents: list[int] = []
-    for r in rows.iter_rows(named=True):
+    timed_out = False
+    for i, r in enumerate(rows.iter_rows(named=True)):
+        if deadline is not None and i % 256 == 0 and time.perf_counter() >= deadline:
+            timed_out = True
+            break
+        flow_id, flow_type, flow_start = flows.get(r["id"], (0, 0, False))
         ev = FunctionEvent(
             id=r["id"],
             name=r["name"],
@@ -246,7 +353,16 @@ def build_events(
             external_id=r["external_id"],
             device_index=max(r["device"], 0),
             concrete_inputs=list(_concrete(r["concrete"])),
+            structured_input_shapes=list(_types(r["dims"])),
+            is_python_function=r["kind"] == "python_function",
+            overload_name=r["overload_name"],
+            _args=event_args,
             input_dtypes=list(_types(r["types"])),
+            activity_type=r["category"] or None,
+            device_resource_id=r["tid"],
+            flow_id=flow_id,
+            flow_type=flow_type,
+            flow_start=flow_start,
             flops=r["flops"],
             kernels=kernels.get(r["id"], []) if not r["is_device"] else [],
         )
@@ -259,7 +375,7 @@ def build_events(
         if parent is not None:
             ev.cpu_parent = parent
             parent.cpu_children.append(ev)
-    return events
+    return events, timed_out
 
 
 class EventList(list[FunctionEvent]):
@@ -273,12 +389,12 @@ class EventList(list[FunctionEvent]):
 
     def key_averages(
         self,
-        group_by_input_shape: bool = False,
+        group_by_input_shapes: bool = False,  # torch's EventList says "shapes" (Lightning passes it)
         group_by_stack_n: int = 0,
         group_by_overload_name: bool = False,
     ) -> KeyAverages:
         return self._profiler.key_averages(  # type: ignore[no-any-return]
-            group_by_input_shape, group_by_stack_n, group_by_overload_name
+            group_by_input_shapes, group_by_stack_n, group_by_overload_name
         )
 
     def _as_rows(self) -> KeyAverages:
@@ -298,9 +414,9 @@ class EventList(list[FunctionEvent]):
             frame, use_device=p.use_device, profile_memory=p.profile_memory, with_flops=p.with_flops
         )
 
-    def table(self, sort_by: str | None = None, row_limit: int = 100, **options: Any) -> str:
+    def table(self, sort_by: str | None = None, row_limit: int | None = 100, **options: Any) -> str:
         """torch's table with one row per event (``EventList.table``), same options."""
-        return self._as_rows().table(sort_by=sort_by, row_limit=row_limit, **options)
+        return self._as_rows().render(TableOptions(sort_by=sort_by, row_limit=row_limit, **options))
 
     def total_average(self) -> KeyAverage:
         return self._as_rows().total_average()
@@ -322,7 +438,7 @@ class EventList(list[FunctionEvent]):
 def export_stacks(traces: list[Trace], path: Path, metric: str) -> None:
     """Write collapsed stacks: enclosing Python frames (outermost first), then the event."""
     if metric not in STACK_METRICS:
-        raise ValueError("metric should be one of: " + str(list(STACK_METRICS)))
+        raise UsageError("metric should be one of: " + str(list(STACK_METRICS)))
     column = "self_cpu_ns" if metric == "self_cpu_time_total" else "self_device_ns"
     frames = [event_frame(t, with_stack_n=_STACK_DEPTH) for t in traces]
     frame = pl.concat(frames) if len(frames) > 1 else frames[0]

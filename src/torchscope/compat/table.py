@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
+
+from torchscope.errors import UsageAttributeError
 
 SPACING = 2
 COLUMN_WIDTH = 12
@@ -77,8 +80,20 @@ def _sorted(frame: pl.DataFrame, sort_by: str | None) -> pl.DataFrame:
         key = f"_avg_{key}"
     elif key not in frame.columns or key in ("key", "stack", "input_shapes", "overload_name"):
         valid = [c for c in frame.columns if c.endswith(("_total", "_usage"))] + ["count", "cpu_time"]
-        raise AttributeError(f"cannot sort a profiler table by {sort_by!r}; valid keys: {', '.join(valid)}")
+        raise UsageAttributeError(
+            f"cannot sort a profiler table by {sort_by!r}; valid keys: {', '.join(valid)}"
+        )
     return frame.sort(key, descending=True, maintain_order=True)
+
+
+def sorted_rows(frame: pl.DataFrame, options: TableOptions) -> pl.DataFrame:
+    """The rows the table shows, in its order (``torchscope table --json`` prints these)."""
+    shown = _sorted(frame, options.sort_by).select(frame.columns)
+    if options.top_level_events_only:
+        shown = shown.filter(pl.col("is_top_level"))
+    if options.row_limit is not None and options.row_limit >= 0:
+        shown = shown.head(options.row_limit)
+    return shown
 
 
 def _max(values: pl.Series) -> int:
@@ -100,17 +115,57 @@ def _trim_path(path: str, width: int) -> str:
     return path
 
 
+@dataclass(frozen=True)
+class TableOptions:
+    """The options of torch's ``table()`` (same names, same defaults), made once and passed down.
+
+    ``KeyAverages.table``, ``EventList.table``, ``profile.table`` and ``torchscope table`` take
+    torch's keywords and build one of these; ``build_table`` and every helper below read it.
+    """
+
+    sort_by: str | None = None
+    row_limit: int | None = 100
+    max_src_column_width: int | None = 75
+    max_name_column_width: int | None = 55
+    max_shapes_column_width: int | None = 80
+    header: str | None = None
+    top_level_events_only: bool = False
+    time_unit: str | None = None
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What one table shows, decided once from the rows and the options."""
+
+    options: TableOptions
+    row_format: str
+    n_columns: int
+    sum_self_cpu: float
+    sum_self_device: float
+    has_overload_names: bool
+    has_device_time: bool
+    profile_memory: bool
+    device_memory: bool
+    has_input_shapes: bool
+    shapes_width: int
+    has_stack: bool
+    src_width: int
+    flop_scale: float | None
+
+    def time(self, us: float) -> str:
+        return format_time_in(us, self.options.time_unit)
+
+    def clip(self, text: str) -> str:
+        width = self.options.max_name_column_width
+        if width is not None and len(text) >= width - 3:
+            return text[: width - 3] + "..."
+        return text
+
+
 def build_table(
     frame: pl.DataFrame,
+    options: TableOptions = TableOptions(),
     *,
-    sort_by: str | None = None,
-    row_limit: int = 100,
-    max_src_column_width: int | None = 75,
-    max_name_column_width: int | None = 55,
-    max_shapes_column_width: int | None = 80,
-    header: str | None = None,
-    top_level_events_only: bool = False,
-    time_unit: str | None = None,
     use_device: str | None = None,
     profile_memory: bool = False,
     with_flops: bool = False,
@@ -126,20 +181,20 @@ def build_table(
     has_input_shapes = bool(((shapes_text != "") & (shapes_text != "[]")).any())
     has_overload_names = bool((frame["overload_name"].fill_null("") != "").any())
 
-    frame = _sorted(frame, sort_by)
+    frame = _sorted(frame, options.sort_by)
     name_width = _max(frame["key"].str.len_chars()) + 4
-    if max_name_column_width is not None:
-        name_width = min(name_width, max_name_column_width)
+    if options.max_name_column_width is not None:
+        name_width = min(name_width, options.max_name_column_width)
     shapes_width = _max(shapes_text.str.len_chars()) + 4
-    if max_shapes_column_width is not None:
-        shapes_width = min(shapes_width, max_shapes_column_width)
+    if options.max_shapes_column_width is not None:
+        shapes_width = min(shapes_width, options.max_shapes_column_width)
     stack_lens = frame["stack"].list.eval(pl.element().str.len_chars()).list.max()
     has_stack = bool(stack_lens.is_not_null().any())
     src_width = 0
     if has_stack:
         src_width = _max(stack_lens) + 4
-        if max_src_column_width is not None:
-            src_width = min(src_width, max_src_column_width)
+        if options.max_src_column_width is not None:
+            src_width = min(src_width, options.max_src_column_width)
 
     device = use_device.upper() if use_device is not None else "None"
     headers = ["Name"] + (["Overload Name"] if has_overload_names else [])
@@ -162,122 +217,90 @@ def build_table(
     if has_stack:
         headers.append("Source Location")
         widths.append((src_width, "<"))
-    flop_scale, flop_unit = 1.0, ""
+    flop_scale: float | None = None
     if with_flops:
         positive = frame.filter(pl.col("flops") > 0)["flops"]
         if positive.len():
             flop_scale, flop_unit = _flop_scale(int(positive.min()))  # type: ignore[arg-type]
             headers.append(f"Total {flop_unit}")
             widths.append((COLUMN_WIDTH, ">"))
-        else:
-            with_flops = False
 
-    row_format = "".join("{: " + align + str(w) + "}" + " " * SPACING for w, align in widths)
+    layout = _Layout(
+        options=options,
+        row_format="".join("{: " + align + str(w) + "}" + " " * SPACING for w, align in widths),
+        n_columns=len(headers),
+        sum_self_cpu=float(frame["self_cpu_time_total"].sum()),
+        sum_self_device=float(
+            frame.filter(pl.col("is_device") & ~pl.col("is_user_annotation"))["self_device_time_total"].sum()
+        ),
+        has_overload_names=has_overload_names,
+        has_device_time=has_device_time,
+        profile_memory=profile_memory,
+        device_memory=bool(use_device and has_device_mem),
+        has_input_shapes=has_input_shapes,
+        shapes_width=shapes_width,
+        has_stack=has_stack,
+        src_width=src_width,
+        flop_scale=flop_scale,
+    )
     separator = "".join("-" * w + " " * SPACING for w, _ in widths)
     line_length = sum(w + SPACING for w, _ in widths) - SPACING
 
-    sum_self_cpu = float(frame["self_cpu_time_total"].sum())
-    sum_self_device = float(
-        frame.filter(pl.col("is_device") & ~pl.col("is_user_annotation"))["self_device_time_total"].sum()
-    )
-
     out: list[str] = []
-    if header is not None:
-        out += ["=" * line_length, header]
-    if top_level_events_only:
+    if options.header is not None:
+        out += ["=" * line_length, options.header]
+    if options.top_level_events_only:
         out += ["=" * line_length, "This report only display top-level ops statistics"]
-    out += [separator, row_format.format(*headers), separator]
+    out += [separator, layout.row_format.format(*headers), separator]
 
-    shown = frame.filter(pl.col("is_top_level")) if top_level_events_only else frame
-    if row_limit is not None and row_limit >= 0:
-        shown = shown.head(row_limit)
-    for row in shown.iter_rows(named=True):
-        out += _row_lines(
-            row,
-            row_format=row_format,
-            n_columns=len(headers),
-            max_name_width=max_name_column_width,
-            sum_self_cpu=sum_self_cpu,
-            sum_self_device=sum_self_device,
-            time_unit=time_unit,
-            has_overload_names=has_overload_names,
-            has_device_time=has_device_time,
-            profile_memory=profile_memory,
-            device_memory=bool(use_device and has_device_mem),
-            has_input_shapes=has_input_shapes,
-            shapes_width=shapes_width,
-            has_stack=has_stack,
-            src_width=src_width,
-            flop_scale=flop_scale if with_flops else None,
-        )
+    for row in sorted_rows(frame, replace(options, sort_by=None)).iter_rows(named=True):
+        out += _row_lines(row, layout)
     out.append(separator)
-    out.append(f"Self CPU time total: {format_time_in(sum_self_cpu, time_unit)}")
+    out.append(f"Self CPU time total: {layout.time(layout.sum_self_cpu)}")
     if has_device_time:
-        out.append(f"Self {device} time total: {format_time_in(sum_self_device, time_unit)}")
+        out.append(f"Self {device} time total: {layout.time(layout.sum_self_device)}")
     return "\n".join(out) + "\n"
 
 
-def _row_lines(
-    row: dict[str, Any],
-    *,
-    row_format: str,
-    n_columns: int,
-    max_name_width: int | None,
-    sum_self_cpu: float,
-    sum_self_device: float,
-    time_unit: str | None,
-    has_overload_names: bool,
-    has_device_time: bool,
-    profile_memory: bool,
-    device_memory: bool,
-    has_input_shapes: bool,
-    shapes_width: int,
-    has_stack: bool,
-    src_width: int,
-    flop_scale: float | None,
-) -> list[str]:
-    def clip(text: str) -> str:
-        if max_name_width is not None and len(text) >= max_name_width - 3:
-            return text[: max_name_width - 3] + "..."
-        return text
-
+def _row_lines(row: dict[str, Any], layout: _Layout) -> list[str]:
     count = row["count"]
-    values: list[Any] = [clip(row["key"])]
-    if has_overload_names:
-        values.append(clip(row["overload_name"] or ""))
+    time = layout.time
+    values: list[Any] = [layout.clip(row["key"])]
+    if layout.has_overload_names:
+        values.append(layout.clip(row["overload_name"] or ""))
     values += [
-        format_share(row["self_cpu_time_total"], sum_self_cpu),
-        format_time_in(row["self_cpu_time_total"], time_unit),
-        format_share(row["cpu_time_total"], sum_self_cpu),
-        format_time_in(row["cpu_time_total"], time_unit),
-        format_time_in(row["cpu_time_total"] / count if count else 0.0, time_unit),
+        format_share(row["self_cpu_time_total"], layout.sum_self_cpu),
+        time(row["self_cpu_time_total"]),
+        format_share(row["cpu_time_total"], layout.sum_self_cpu),
+        time(row["cpu_time_total"]),
+        time(row["cpu_time_total"] / count if count else 0.0),
     ]
-    if has_device_time:
+    if layout.has_device_time:
         values += [
-            format_time_in(row["self_device_time_total"], time_unit),
-            format_share(row["self_device_time_total"], sum_self_device),
-            format_time_in(row["device_time_total"], time_unit),
-            format_time_in(row["device_time_total"] / count if count else 0.0, time_unit),
+            time(row["self_device_time_total"]),
+            format_share(row["self_device_time_total"], layout.sum_self_device),
+            time(row["device_time_total"]),
+            time(row["device_time_total"] / count if count else 0.0),
         ]
-    if profile_memory:
+    if layout.profile_memory:
         values += [format_memory(row["cpu_memory_usage"]), format_memory(row["self_cpu_memory_usage"])]
-        if device_memory:
+        if layout.device_memory:
             values += [
                 format_memory(row["device_memory_usage"]),
                 format_memory(row["self_device_memory_usage"]),
             ]
     values.append(count)
-    if has_input_shapes:
-        values.append((row["input_shapes"] or "")[:shapes_width])
+    if layout.has_input_shapes:
+        values.append((row["input_shapes"] or "")[: layout.shapes_width])
     stack: Sequence[str] = row["stack"] or []
-    if has_stack:
-        values.append(_trim_path(stack[0], src_width) if stack else "")
-    if flop_scale is not None:
+    if layout.has_stack:
+        values.append(_trim_path(stack[0], layout.src_width) if stack else "")
+    if layout.flop_scale is not None:
         flops = row["flops"]
-        values.append("--" if flops <= 0 else f"{flops * flop_scale:8.3f}")
-    lines = [row_format.format(*values)]
-    if has_stack:
-        blanks = [""] * (n_columns - 1)
-        lines += [row_format.format(*blanks, _trim_path(entry, src_width)) for entry in stack[1:]]
-        lines.append(row_format.format(*blanks, ""))
+        values.append("--" if flops <= 0 else f"{flops * layout.flop_scale:8.3f}")
+    lines = [layout.row_format.format(*values)]
+    if layout.has_stack:
+        blanks = [""] * (layout.n_columns - 1)
+        lines += [layout.row_format.format(*blanks, _trim_path(e, layout.src_width)) for e in stack[1:]]
+        lines.append(layout.row_format.format(*blanks, ""))
     return lines
