@@ -146,7 +146,10 @@ def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:
     if matched.any():
         prev = int(hs[0])
         if counts[0] > 0:
-            early = (~matched) & (dev_end < dmin[0])
+            # device work from before the first step (launch not in the file) delays its start,
+            # but only work that ends while its host span still runs: work ending later is the
+            # step's own (its launch was not recorded), and a step never starts after its host end
+            early = (~matched) & (dev_end < dmin[0]) & (dev_end <= he[0])
             if early.any():
                 prev = max(prev, int(dev_end[early].max()))
         for k in range(n):

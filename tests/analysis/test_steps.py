@@ -1,0 +1,98 @@
+"""Step windows: a step is its host span stretched over the device work it launched, and it
+never starts after its own host span ended (issue 15)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import torchscope
+from torchscope.analysis.overview import overview, step_windows
+from torchscope.trace.model import Trace
+
+SHARED = [
+    "cpu/cpu_only_gloo_rank34.pt.trace.json.gz",
+    "cuda/alexnet_benchmark.json.gz",
+    "cuda/backward_thread_small.json",
+    "cuda/cuda_event_sync_multi_stream.json.gz",
+    "cuda/diff_control_rank3_of_8.json.gz",
+    "cuda/diff_test_rank1_of_2.json.gz",
+    "cuda/nccl_rank0_of_2.json.gz",
+    "cuda/nccl_rank1_of_2_profile_memory.json.gz",
+    "cuda/rank0_ns_resolution.pt.trace.json.gz",
+    "cuda/triton_kernel.json.gz",
+    "multirank/rank-0.json.gz",
+    "other_devices/amd_mi250_rocm6.json.gz",
+    "other_devices/mtia_inference.json.gz",
+    "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz",
+    "tensorboard_samples/resnet50_num_workers_4.pt.trace.json.gz",
+]
+
+
+@pytest.mark.parametrize("rel", SHARED)
+def test_no_step_starts_after_its_host_end(load_trace: Callable[[str], Trace], rel: str) -> None:
+    win, _ = step_windows(load_trace(rel))
+    assert win.height > 0
+    late = win.filter(win["start_ns"] > win["host_end_ns"])
+    assert late.height == 0, late
+
+
+def _kernel(name: str, ts_us: float, dur_us: float, corr: int | None) -> dict[str, Any]:
+    args: dict[str, Any] = {"device": 0, "stream": 7}
+    if corr is not None:
+        args["correlation"] = corr
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts_us, "dur": dur_us, "args": args}
+
+
+def test_unlaunched_device_work_ending_after_the_host_span_does_not_start_the_step(tmp_path: Path) -> None:
+    """The issue's case: a 100 ms host step whose only launched kernel runs at 160 ms, and a
+    kernel whose launch is not in the file ending at 157 ms, before the step's first kernel.
+    The step was reported as 135 us starting 57 ms after its host end."""
+    t0 = 1_000_000.0
+    host = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": t0, "dur": 100_000.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0 + 10, "dur": 50.0},
+        {
+            "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+            "ts": t0 + 20, "dur": 10.0, "args": {"correlation": 41},
+        },
+    ]
+    device = [
+        _kernel("unlaunched_kernel", t0 + 150_000, 7_000, None),  # ends at 157 ms
+        _kernel("gemm_kernel", t0 + 160_000, 135, 41),
+    ]
+    path = tmp_path / "late_kernel.json"
+    path.write_text(json.dumps({"traceEvents": host + device}))
+    t = torchscope.load(path)
+    assert isinstance(t, Trace)
+    win, from_trace = step_windows(t)
+    assert from_trace and win.height == 1
+    row = win.row(0, named=True)
+    assert row["start_ns"] == int(t0 * 1e3)  # the host start, not the unlaunched kernel's end
+    assert row["end_ns"] == int((t0 + 160_135) * 1e3)  # stretched to its own kernel's end
+    assert overview(t).breakdown_ns["Total"] == pytest.approx(160_135e3)
+
+
+def test_device_work_before_the_first_step_still_delays_its_start(tmp_path: Path) -> None:
+    """The plugin's rule is kept where it applies: work from before the step (no launch in the
+    file) that ends inside the host span starts the step when the device is free."""
+    t0 = 1_000_000.0
+    host = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": t0, "dur": 1_000.0},
+        {
+            "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+            "ts": t0 + 20, "dur": 10.0, "args": {"correlation": 5},
+        },
+    ]
+    device = [_kernel("previous_step_kernel", t0 - 100, 400, None), _kernel("mine", t0 + 600, 100, 5)]
+    path = tmp_path / "early_kernel.json"
+    path.write_text(json.dumps({"traceEvents": host + device}))
+    t = torchscope.load(path)
+    assert isinstance(t, Trace)
+    row = step_windows(t)[0].row(0, named=True)
+    assert row["start_ns"] == int((t0 + 300) * 1e3)
+    assert row["end_ns"] == int((t0 + 1_000) * 1e3)
