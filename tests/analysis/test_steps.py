@@ -45,7 +45,16 @@ def _kernel(name: str, ts_us: float, dur_us: float, corr: int | None) -> dict[st
     args: dict[str, Any] = {"device": 0, "stream": 7}
     if corr is not None:
         args["correlation"] = corr
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts_us, "dur": dur_us, "args": args}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": 0,
+        "tid": 7,
+        "ts": ts_us,
+        "dur": dur_us,
+        "args": args,
+    }
 
 
 def test_unlaunched_device_work_ending_after_the_host_span_does_not_start_the_step(tmp_path: Path) -> None:
@@ -54,11 +63,25 @@ def test_unlaunched_device_work_ending_after_the_host_span_does_not_start_the_st
     The step was reported as 135 us starting 57 ms after its host end."""
     t0 = 1_000_000.0
     host = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": t0, "dur": 100_000.0},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#3",
+            "pid": 1,
+            "tid": 1,
+            "ts": t0,
+            "dur": 100_000.0,
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0 + 10, "dur": 50.0},
         {
-            "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-            "ts": t0 + 20, "dur": 10.0, "args": {"correlation": 41},
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": t0 + 20,
+            "dur": 10.0,
+            "args": {"correlation": 41},
         },
     ]
     device = [
@@ -82,10 +105,24 @@ def test_device_work_before_the_first_step_still_delays_its_start(tmp_path: Path
     file) that ends inside the host span starts the step when the device is free."""
     t0 = 1_000_000.0
     host = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": t0, "dur": 1_000.0},
         {
-            "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-            "ts": t0 + 20, "dur": 10.0, "args": {"correlation": 5},
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#0",
+            "pid": 1,
+            "tid": 1,
+            "ts": t0,
+            "dur": 1_000.0,
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": t0 + 20,
+            "dur": 10.0,
+            "args": {"correlation": 5},
         },
     ]
     device = [_kernel("previous_step_kernel", t0 - 100, 400, None), _kernel("mine", t0 + 600, 100, 5)]
