@@ -82,6 +82,7 @@ def startup_in_window(ctx: Context) -> list[Finding]:
             ),
             evidence={"share": share, "seconds_by_call": calls, "calls": long_calls.height},
             impact=share,
+            share=share,
         )
     ]
 
