@@ -18,7 +18,7 @@ TRACES = REPO.parent / "shared" / "traces"
 
 MISSING = (
     f"the real traces are missing: the suite reads them from {TRACES} (a folder 'shared/traces' beside "
-    "the checkout, one file per row of the table in the README's 'Running the tests', each from "
+    "the checkout, holding the files the README's 'Running the tests' lists, from "
     "HolisticTraceAnalysis' tests/data or kineto's tb_plugin/samples); put them there and run again"
 )
 
