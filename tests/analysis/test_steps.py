@@ -57,41 +57,36 @@ def _kernel(name: str, ts_us: float, dur_us: float, corr: int | None) -> dict[st
     }
 
 
+def _host(name: str, cat: str, ts_us: float, dur_us: float, corr: int | None = None) -> dict[str, Any]:
+    ev: dict[str, Any] = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts_us, "dur": dur_us}
+    if corr is not None:
+        ev["args"] = {"correlation": corr}
+    return ev
+
+
+def _load(tmp: Path, name: str, events: list[dict[str, Any]]) -> Trace:
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = torchscope.load(path)
+    assert isinstance(t, Trace)
+    return t
+
+
 def test_unlaunched_device_work_ending_after_the_host_span_does_not_start_the_step(tmp_path: Path) -> None:
     """The issue's case: a 100 ms host step whose only launched kernel runs at 160 ms, and a
     kernel whose launch is not in the file ending at 157 ms, before the step's first kernel.
     The step was reported as 135 us starting 57 ms after its host end."""
     t0 = 1_000_000.0
     host = [
-        {
-            "ph": "X",
-            "cat": "user_annotation",
-            "name": "ProfilerStep#3",
-            "pid": 1,
-            "tid": 1,
-            "ts": t0,
-            "dur": 100_000.0,
-        },
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0 + 10, "dur": 50.0},
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": "cudaLaunchKernel",
-            "pid": 1,
-            "tid": 1,
-            "ts": t0 + 20,
-            "dur": 10.0,
-            "args": {"correlation": 41},
-        },
+        _host("ProfilerStep#3", "user_annotation", t0, 100_000.0),
+        _host("aten::mm", "cpu_op", t0 + 10, 50.0),
+        _host("cudaLaunchKernel", "cuda_runtime", t0 + 20, 10.0, corr=41),
     ]
     device = [
         _kernel("unlaunched_kernel", t0 + 150_000, 7_000, None),  # ends at 157 ms
         _kernel("gemm_kernel", t0 + 160_000, 135, 41),
     ]
-    path = tmp_path / "late_kernel.json"
-    path.write_text(json.dumps({"traceEvents": host + device}))
-    t = torchscope.load(path)
-    assert isinstance(t, Trace)
+    t = _load(tmp_path, "late_kernel", host + device)
     win, from_trace = step_windows(t)
     assert from_trace and win.height == 1
     row = win.row(0, named=True)
@@ -105,31 +100,11 @@ def test_device_work_before_the_first_step_still_delays_its_start(tmp_path: Path
     file) that ends inside the host span starts the step when the device is free."""
     t0 = 1_000_000.0
     host = [
-        {
-            "ph": "X",
-            "cat": "user_annotation",
-            "name": "ProfilerStep#0",
-            "pid": 1,
-            "tid": 1,
-            "ts": t0,
-            "dur": 1_000.0,
-        },
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": "cudaLaunchKernel",
-            "pid": 1,
-            "tid": 1,
-            "ts": t0 + 20,
-            "dur": 10.0,
-            "args": {"correlation": 5},
-        },
+        _host("ProfilerStep#0", "user_annotation", t0, 1_000.0),
+        _host("cudaLaunchKernel", "cuda_runtime", t0 + 20, 10.0, corr=5),
     ]
     device = [_kernel("previous_step_kernel", t0 - 100, 400, None), _kernel("mine", t0 + 600, 100, 5)]
-    path = tmp_path / "early_kernel.json"
-    path.write_text(json.dumps({"traceEvents": host + device}))
-    t = torchscope.load(path)
-    assert isinstance(t, Trace)
+    t = _load(tmp_path, "early_kernel", host + device)
     row = step_windows(t)[0].row(0, named=True)
     assert row["start_ns"] == int((t0 + 300) * 1e3)
     assert row["end_ns"] == int((t0 + 1_000) * 1e3)
