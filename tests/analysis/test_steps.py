@@ -26,11 +26,18 @@ SHARED = [
     "cuda/rank0_ns_resolution.pt.trace.json.gz",
     "cuda/triton_kernel.json.gz",
     "multirank/rank-0.json.gz",
+    "multirank/rank-1.json.gz",
     "other_devices/amd_mi250_rocm6.json.gz",
     "other_devices/mtia_inference.json.gz",
+    "other_devices/mtia_training_large.json.gz",
     "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz",
     "tensorboard_samples/resnet50_num_workers_4.pt.trace.json.gz",
 ]
+
+
+def test_the_list_is_every_shared_trace(traces_dir: Path) -> None:
+    on_disk = {str(p.relative_to(traces_dir)) for p in traces_dir.rglob("*.json*")}
+    assert on_disk == set(SHARED)
 
 
 @pytest.mark.parametrize("rel", SHARED)
@@ -108,3 +115,21 @@ def test_device_work_before_the_first_step_still_delays_its_start(tmp_path: Path
     row = step_windows(t)[0].row(0, named=True)
     assert row["start_ns"] == int((t0 + 300) * 1e3)
     assert row["end_ns"] == int((t0 + 1_000) * 1e3)
+
+
+def test_a_deep_launch_queue_does_not_push_a_step_past_its_host_end(tmp_path: Path) -> None:
+    """GPU-bound steps: step 0's kernel (launched at 1 ms) runs 5-30 ms, past step 1's whole
+    host span (10-20 ms). Step 1 starts by its host end (20 ms), not at 30 ms; the steps stay
+    contiguous, so the breakdown still adds up to the span."""
+    host = [
+        _host("ProfilerStep#0", "user_annotation", 0.0, 10_000.0),
+        _host("cudaLaunchKernel", "cuda_runtime", 1_000.0, 10.0, corr=1),
+        _host("ProfilerStep#1", "user_annotation", 10_000.0, 10_000.0),
+        _host("cudaLaunchKernel", "cuda_runtime", 11_000.0, 10.0, corr=2),
+    ]
+    device = [_kernel("long", 5_000.0, 25_000.0, 1), _kernel("next", 30_000.0, 10_000.0, 2)]
+    t = _load(tmp_path, "deep_queue", host + device)
+    win, _ = step_windows(t)
+    assert win["start_ns"].to_list() == [0, 20_000_000]
+    assert win["end_ns"].to_list() == [20_000_000, 40_000_000]
+    assert (win["start_ns"] <= win["host_end_ns"]).all()
