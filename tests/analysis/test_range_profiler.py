@@ -12,7 +12,8 @@ from typing import Any
 import polars as pl
 
 import torchscope
-from torchscope.analysis.advisor import advise
+from torchscope.analysis.advisor import Context, advise
+from torchscope.analysis.advisor.window import startup_calls
 from torchscope.analysis.kernels import is_range_profiled, kernel_counters, kernel_stats, profiler_ranges
 from torchscope.trace.model import Trace
 
@@ -55,6 +56,10 @@ def test_the_advice_says_the_trace_is_range_profiled() -> None:
     assert found[0].rule == "range_profiled"
     assert "77 kernel ranges" in found[0].message and "no kernel timeline" in found[0].message
     assert found[0].evidence["counters"][0].startswith("smsp__")
+    # its launches are slow because each replays its kernel: that is not device start-up
+    calls = set(startup_calls(Context(_load()))["name"].cast(pl.String))
+    assert "cudaFree" in calls and not any("Launch" in c for c in calls)
+    assert "startup_in_window" not in {f.rule for f in advise(_load(), min_share=0)}
 
 
 def test_a_trace_without_ranges_says_nothing(traces_dir: Path) -> None:

@@ -42,7 +42,13 @@ def startup_calls(ctx: Context) -> pl.DataFrame:
 
 
 def _startup_calls(ctx: Context) -> pl.DataFrame:
+    from torchscope.analysis.kernels import is_range_profiled
+
     long_calls = kinds(ctx.trace, "runtime").filter((pl.col("dur_ns") >= STARTUP_CALL_NS) & ~_WAIT)
+    if is_range_profiled(ctx.trace):
+        # the range profiler replays each kernel inside its launch call: long launches are the
+        # replay, not start-up (the trace has no device timeline to tell them apart either)
+        long_calls = long_calls.filter(~pl.col("name").cast(pl.String).str.contains("Launch"))
     if long_calls.height == 0:
         return long_calls
     s = long_calls["start_ns"].to_numpy()
