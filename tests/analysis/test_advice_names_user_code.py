@@ -119,6 +119,23 @@ def test_hot_spots_rank_the_users_lines_first(stack_run: tuple[Path, list[Trace]
     assert all(i > mine for i in theirs)
 
 
+def test_exported_stacks_of_a_run_begin_with_the_script(
+    stack_run: tuple[Path, list[Trace]], tmp_path: Path
+) -> None:
+    """The run's collapsed stacks hold no frame of ours (runpy, the console script, the CLI, the
+    runner, and what they call before the script runs): the script's ``<module>`` is the root."""
+    from torchscope.capture.events import export_stacks
+
+    _, traces = stack_run
+    out = tmp_path / "stacks.txt"
+    export_stacks(traces, out, "self_cpu_time_total")
+    lines = out.read_text().splitlines()
+    assert lines
+    assert not [line for line in lines if "torchscope/" in line or "runpy" in line]
+    with_script = [line for line in lines if "train.py(" in line]
+    assert with_script and all(line.startswith("train.py(") for line in with_script)
+
+
 def test_without_stacks_the_advice_does_not_send_a_run_to_torchscope_run(tmp_path: Path) -> None:
     _, traces = _run(tmp_path)
     for t in traces:

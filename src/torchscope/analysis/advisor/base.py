@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from torchscope.analysis.frames import is_tool_frame, is_user_frame
+from torchscope.analysis.frames import is_user_frame, tool_frame_rows
 from torchscope.analysis.kernels import LaunchStats, launch_stats
 from torchscope.analysis.operators import operators
 from torchscope.analysis.overview import Overview, overview
@@ -69,11 +70,15 @@ class Context:
     def stack_of(self, row: int, depth: int = 6) -> list[str]:
         """Python frames (innermost first) above an event row, when stacks were recorded;
         torchscope's own frames (the runner, the CLI, runpy) are left out."""
-        return [f for f in self._python_frames(row) if not is_tool_frame(f)][:depth]
+        return self._python_frames(row)[:depth]
 
     def user_frame_of(self, row: int) -> str | None:
         """The innermost frame of the user's code above an event row (not torch's, not ours)."""
         return next((f for f in self._python_frames(row) if is_user_frame(f)), None)
+
+    @cached_property
+    def _tool_rows(self) -> np.ndarray:
+        return tool_frame_rows(self.trace.events)
 
     def _python_frames(self, row: int) -> list[str]:
         ev = self.trace.events
@@ -82,7 +87,7 @@ class Context:
         out: list[str] = []
         cur = parent[row]
         while cur is not None and cur >= 0:
-            if kinds[cur] == "python_function":
+            if kinds[cur] == "python_function" and not self._tool_rows[cur]:
                 out.append(str(self.names[cur]))
             cur = parent[cur]
         return out
