@@ -35,8 +35,9 @@ def test_a_trace_is_analysed_without_torch(traces_dir: Path) -> None:
     result = json.loads(out)
     assert result["kernels"] == 79  # the file's own count of 'kernel' events
     assert "Self CUDA" in result["header"] and "# of Calls" in result["header"]
-    # 43 s of window, 10.7 ms of kernels, 21 synchronizations, fp32 matmuls on an A100
-    assert {"low_device_utilization", "host_device_sync", "tf32_matmul"} <= set(result["rules"])
+    # 43 s of window, 97% of it CUDA start-up; its 21 synchronizations and fp32 matmuls are under
+    # the advisor's 1% floor (tests/analysis/test_rules_on_real_traces.py)
+    assert result["rules"] == ["startup_in_window", "low_device_utilization"]
 
 
 def test_public_names_are_the_lazy_ones() -> None:

@@ -42,9 +42,14 @@ def test_library_time_goes_to_the_call_the_user_made() -> None:
     inner = ("/x/site-packages/numpy/_core/fromnumeric.py", "transpose", 60)
     assert hot_frame((helper, inner, public, user)) == public
     assert hot_frame((user, public)) == user
+    # torch's own Python is the model running: its time goes to the user's line that called it
     ctor = ("/x/site-packages/torch/optim/sgd.py", "__init__", 29)
     lazy = ("/x/site-packages/torch/_compile.py", "inner", 42)
-    assert hot_frame((lazy, ctor, user)) == ctor  # SGD(...) is the call the user made
+    assert hot_frame((lazy, ctor, user)) == user
+    backward = ("/x/site-packages/torch/_tensor.py", "backward", 566)
+    engine = ("/x/site-packages/torch/autograd/__init__.py", "backward", 250)
+    assert hot_frame((engine, backward, user)) == user
+    assert hot_frame((engine, backward)) == backward  # no user frame: the library's own
 
 
 def test_script_only_keeps_the_script_frames_and_drops_everything_outside_it(tmp_path: Path) -> None:

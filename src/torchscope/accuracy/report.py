@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from torchscope.accuracy.metrics import TensorMetrics
 from torchscope.accuracy.result import WORST_METRICS, AccuracyResult, OpResult
 
 # the per-op columns of the dashboard (and of --json), in display order
@@ -93,7 +94,37 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def non_finite(w: TensorMetrics) -> str | None:
+    """"62 of 4,096 outputs inf (reference 0)": NaN/Inf counts in words, when there are any.
+
+    They come first: cosine and max_abs are computed on the finite elements only, so an fp16
+    overflow reads "cosine=1 max_abs=14.8" while its outputs are infinite."""
+    parts = []
+    for what, mine, ref in (("NaN", w.nan, w.ref_nan), ("inf", w.inf, w.ref_inf)):
+        if mine or ref:
+            parts.append(f"{mine:,} of {w.numel:,} outputs {what} (reference {ref:,})")
+    return "; ".join(parts) or None
+
+
+def metrics_line(w: TensorMetrics) -> str:
+    """The one-line description of a tensor's error: NaN/Inf counts first, then the metrics of
+    the finite elements (named as such when some were left out)."""
+    specials = non_finite(w)
+    numbers = f"cosine={_fmt(w.cosine)} max_abs={_fmt(w.max_abs_error)}"
+    if specials is None:
+        return f"{w.problem or ''}  {numbers}".strip()
+    return f"{specials}; {w.problem + '; ' if w.problem else ''}on the finite outputs: {numbers}"
+
+
 _SHORT_DIRECTION = {"forward": "fwd", "backward": "bwd"}  # the usual abbreviations, not "for"/"bac"
+
+
+def _specials_note(w: TensorMetrics | None) -> str:
+    """" (62 inf)" for the status column: the table's metrics are of the finite outputs."""
+    if w is None:
+        return ""
+    parts = [f"{n:,} {what}" for what, n in (("NaN", w.nan), ("inf", w.inf)) if n]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _top_table(title: str, records: list[OpResult]) -> Any:
@@ -116,7 +147,9 @@ def _top_table(title: str, records: list[OpResult]) -> Any:
             _fmt(w.max_rel_error if w else None),
             _fmt(w.rel_l2_error if w else None),
             _fmt(w.cosine if w else None),
-            o.status + (" (cascade)" if o.cascade else ""),
+            o.status
+            + (" (cascade)" if o.cascade else "")
+            + _specials_note(w),
         )
     return table
 
@@ -157,7 +190,7 @@ def print_result(result: AccuracyResult, top: int = 10) -> None:
         fw = fm.worst
         console.print(
             f"[bold red]first divergent module[/bold red]: #{fm.index} {escape(fm.module or '(top level)')} "
-            f"{escape(fm.op)} ({fm.direction})" + (f"  {escape(fw.problem or '')}" if fw is not None else "")
+            f"{escape(fm.op)} ({fm.direction})" + (f"  {escape(metrics_line(fw))}" if fw is not None else "")
         )
     console.print(_top_table(f"top {top} module calls by error", result.top_module_calls(top)))
 
@@ -181,9 +214,7 @@ def _print_ops(console: Any, result: AccuracyResult, top: int) -> None:
         if first.mutated_inputs:
             console.print(f"  modified inputs in place: {', '.join(first.mutated_inputs)}")
         if w is not None:
-            console.print(
-                f"  {escape(w.problem or '')}  cosine={_fmt(w.cosine)} max_abs={_fmt(w.max_abs_error)}"
-            )
+            console.print(f"  {escape(metrics_line(w))}")
     console.print(_top_table(f"top {top} ops by error", result.top(top)))
     mods = sorted(result.modules(), key=lambda m: (-m["diverged"], -m["max_abs_error"]))[:top]
     mt = Table(title="ops by module")

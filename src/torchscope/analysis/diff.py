@@ -2,21 +2,34 @@
 
 "Why is this version slow?" answers itself when the ops and kernels that appeared, vanished or
 changed are listed by how much step time they moved: a run with cuDNN/oneDNN switched off shows
-``aten::thnn_conv2d`` / ``_slow_conv2d_forward`` appearing at the top. Times are per step (the
-runs may have profiled different numbers of steps); self time is compared so that a parent op
-does not repeat its children's change. Either side may be a ``TraceSet`` (ranks are averaged).
+``aten::thnn_conv2d`` / ``_slow_conv2d_forward`` appearing at the top.
+
+Like is compared with like. Both sides are measured over the same steps: by default the
+``ProfilerStep`` numbers both runs kept (the overview's steps, so a tail step cut short by the
+profiler is out on both sides), or the first ``min(n_a, n_b)`` kept steps of each when the runs
+numbered their steps differently; ``steps_a``/``steps_b`` pick the iterations, as HTA's
+``TraceDiff.compare_traces(control_iteration=, test_iteration=)`` does. Step time and its
+breakdown are the mean over those steps; an op or kernel counts on a side when it belongs to one
+of them (``Trace.events.step``: launched inside the step), divided by the number of steps, so
+every value is per step. A run without ``ProfilerStep`` annotations is one whole-trace step, and
+so is the other side then (steps cannot be matched with nothing). Op time is self time (host +
+device), so a parent does not repeat its children's change; HTA sums each op's inclusive
+duration instead (``tests/analysis/test_diff.py`` shows both). Either side may be a ``TraceSet``:
+the step set is the steps every rank kept, and ranks are averaged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from torchscope.analysis import keys as K
-from torchscope.analysis.kernels import kernel_stats
-from torchscope.analysis.operators import operators
+from torchscope.analysis import names
+from torchscope.analysis.frames import kinds
+from torchscope.analysis.operators import _device_time_per_row
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, overview
 from torchscope.analysis.report import records
 from torchscope.trace.model import Trace, TraceSet
@@ -27,59 +40,101 @@ _TABLE: dict[str, Any] = {"name": pl.String(), "calls": pl.Float64(), "ns": pl.F
 @dataclass(frozen=True)
 class Side:
     source: str
-    steps: int
+    steps: int  # how many steps the values are averaged over (1 for a whole-trace comparison)
     step_ns: float
     breakdown_ns: dict[str, float]
     ops: pl.DataFrame  # name, calls, ns (per step; host self + device self)
     kernels: pl.DataFrame  # name, calls, ns (per step)
+    step_numbers: tuple[int, ...] = ()  # the ProfilerStep numbers compared; () for the whole trace
 
 
-def _side(t: Trace | TraceSet) -> Side:
-    traces = list(t.values()) if isinstance(t, TraceSet) else [t]
+def _traces(t: Trace | TraceSet) -> list[Trace]:
+    return list(t.values()) if isinstance(t, TraceSet) else [t]
+
+
+def _kept_steps(t: Trace | TraceSet) -> list[int] | None:
+    """The step numbers every trace of the side kept (in order), or None when any has none."""
+    kept: list[int] | None = None
+    for tr in _traces(t):
+        ov = overview(tr)
+        if not ov.steps_from_trace or ov.steps.height == 0:
+            return None
+        mine = [int(s) for s in ov.steps["step"].to_list()]
+        kept = mine if kept is None else [s for s in kept if s in set(mine)]
+    return kept
+
+
+def choose_steps(
+    a: Trace | TraceSet,
+    b: Trace | TraceSet,
+    steps_a: Sequence[int] | None = None,
+    steps_b: Sequence[int] | None = None,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The steps each side is measured over (see the module docstring); ``()`` means the whole
+    trace. A step asked for that a side did not keep is a ``ValueError`` naming it."""
+    ka, kb = _kept_steps(a), _kept_steps(b)
+    if steps_a is not None or steps_b is not None:
+        want_a = list(steps_a if steps_a is not None else steps_b or [])
+        want_b = list(steps_b if steps_b is not None else want_a)
+        for side, want, kept in (("A", want_a, ka), ("B", want_b, kb)):
+            missing = [s for s in want if s not in (kept or [])]
+            if missing or not want:
+                have = ", ".join(map(str, kept)) if kept else "none (no ProfilerStep annotations)"
+                raise ValueError(f"run {side} has no step {missing or want}: the steps it kept are {have}")
+        return tuple(want_a), tuple(want_b)
+    if not ka or not kb:
+        return (), ()
+    common = [s for s in ka if s in set(kb)]
+    if common:
+        return tuple(common), tuple(common)
+    n = min(len(ka), len(kb))
+    return tuple(ka[:n]), tuple(kb[:n])
+
+
+def _side(t: Trace | TraceSet, steps: tuple[int, ...]) -> Side:
+    traces = _traces(t)
     source = t.source if isinstance(t, TraceSet) else t.meta.source
     n_tr = max(len(traces), 1)
-    ops, kers, steps, step_ns = [], [], 0, 0.0
+    n = max(len(steps), 1)
+    ops, kers, step_ns = [], [], 0.0
     br = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
     for tr in traces:
         ov = overview(tr)
-        n = max(ov.steps.height, 1)
-        steps += ov.steps.height
-        step_ns += ov.breakdown_ns["Total"] / n_tr
+        win = ov.steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.steps
+        w = max(win.height, 1) if steps else 1  # whole trace: all its steps are one
+        step_ns += float(win["dur_ns"].sum()) / w / n_tr
         for c in BREAKDOWN_CATEGORIES:
-            br[c] += ov.breakdown_ns[c] / n_tr
-        o = operators(tr).filter(pl.col("kind") == "cpu_op")
+            br[c] += float(win[c].sum()) / w / n_tr
+        in_steps = pl.col("step").is_in(list(steps)) if steps else pl.lit(True)
+        self_dev, _ = _device_time_per_row(tr)
+        o = kinds(tr, "cpu_op").filter(in_steps & ~names.PROFILER_STEP)
+        o = o.with_columns(pl.Series("device_self_ns", self_dev[o["id"].to_numpy()]))
         ops.append(
-            o.select(
-                "name",
-                (pl.col("calls") / n / n_tr).alias("calls"),
-                ((pl.col("host_self_ns") + pl.col("device_self_ns")) / n / n_tr).alias("ns"),
+            o.group_by(pl.col("name").cast(pl.String)).agg(
+                (pl.len().cast(pl.Float64) / n / n_tr).alias("calls"),
+                ((pl.col("self_ns") + pl.col("device_self_ns")).sum().cast(pl.Float64) / n / n_tr).alias(
+                    "ns"
+                ),
             )
         )
-        k = kernel_stats(tr)
+        # a kernel belongs to a step through its launch (HTA's rule); one whose launch is not in
+        # the file (queued before the profiler started) is in no step, whenever it ran
+        launched = (pl.col("launcher") >= 0) | (pl.col("op") >= 0)
+        k = kinds(tr, "kernel").filter(in_steps & launched if steps else in_steps)
         kers.append(
-            k.select(
-                "name",
-                (pl.col("count") / n / n_tr).alias("calls"),
-                (pl.col("total_ns") / n / n_tr).alias("ns"),
+            k.group_by(pl.col("name").cast(pl.String)).agg(
+                (pl.len().cast(pl.Float64) / n / n_tr).alias("calls"),
+                (pl.col("dur_ns").sum().cast(pl.Float64) / n / n_tr).alias("ns"),
             )
         )
 
     def total(frames: list[pl.DataFrame]) -> pl.DataFrame:
         if not frames:
             return pl.DataFrame(schema=_TABLE)
-        both = pl.concat(
-            [
-                f.select(
-                    pl.col("name").cast(pl.String),
-                    pl.col("calls").cast(pl.Float64),
-                    pl.col("ns").cast(pl.Float64),
-                )
-                for f in frames
-            ]
-        )
+        both = pl.concat([f.select(pl.col(c).cast(dt) for c, dt in _TABLE.items()) for f in frames])
         return both.group_by("name").agg(pl.col("calls").sum(), pl.col("ns").sum())
 
-    return Side(source, steps // n_tr, step_ns, br, total(ops), total(kers))
+    return Side(source, len(steps) if steps else 1, step_ns, br, total(ops), total(kers), steps)
 
 
 def _compare(a: pl.DataFrame, b: pl.DataFrame, what: str) -> pl.DataFrame:
@@ -89,6 +144,8 @@ def _compare(a: pl.DataFrame, b: pl.DataFrame, what: str) -> pl.DataFrame:
         pl.col("ns").fill_null(0.0).alias("a_ns"),
         pl.col("ns_b").fill_null(0.0).alias("b_ns"),
     )
+    # calls per step are sums of 1/n: compare them at a precision no real count difference has
+    same_calls = (pl.col("a_calls") - pl.col("b_calls")).abs() < 1e-9
     return (
         j.with_columns(
             pl.lit(what).alias("what"),
@@ -97,9 +154,11 @@ def _compare(a: pl.DataFrame, b: pl.DataFrame, what: str) -> pl.DataFrame:
             .then(pl.lit("appeared"))
             .when(pl.col("b_calls") == 0)
             .then(pl.lit("vanished"))
-            .when(pl.col("a_calls") != pl.col("b_calls"))
+            .when(~same_calls)
             .then(pl.lit("count_changed"))
-            .otherwise(pl.lit("time_changed"))
+            .when(pl.col("b_ns") != pl.col("a_ns"))
+            .then(pl.lit("time_changed"))
+            .otherwise(pl.lit("unchanged"))
             .alias("status"),
         )
         .select("what", "name", "status", "a_calls", "b_calls", "a_ns", "b_ns", "delta_ns")
@@ -109,7 +168,7 @@ def _compare(a: pl.DataFrame, b: pl.DataFrame, what: str) -> pl.DataFrame:
 
 @dataclass(frozen=True)
 class TraceDiff:
-    """Per-step comparison of run ``a`` (baseline) and run ``b``."""
+    """Per-step comparison of run ``a`` (baseline) and run ``b`` over the same steps."""
 
     a: Side
     b: Side
@@ -118,20 +177,29 @@ class TraceDiff:
 
     @property
     def changes(self) -> pl.DataFrame:
-        """Ops and kernels together, by |delta|; kernels first on ties (they are where time goes)."""
-        both = pl.concat([self.kernels, self.operators])
+        """Ops and kernels that changed, by |delta|; kernels first on ties (they are where time
+        goes). Unchanged rows (same calls, same time) are left out."""
+        both = pl.concat([self.kernels, self.operators]).filter(pl.col("status") != "unchanged")
         return (
             both.with_columns(pl.col("delta_ns").abs().alias("_impact"))
             .sort(["_impact", "what", "name"], descending=[True, False, False])
             .drop("_impact")
         )
 
+    @property
+    def breakdown_delta_ns(self) -> dict[str, float]:
+        """Per category, B - A per step, largest change first: where the step time moved."""
+        d = {c: self.b.breakdown_ns[c] - self.a.breakdown_ns[c] for c in BREAKDOWN_CATEGORIES}
+        return dict(sorted(d.items(), key=lambda kv: -abs(kv[1])))
+
     def to_dict(self, top: int = 50) -> dict[str, Any]:
+        """The JSON of ``torchscope diff``; categories and changes are ordered by |delta|, so
+        what changed leads."""
         a, b = self.a, self.b
         return {
             K.VERSION: K.REPORT_VERSION,
-            K.DIFF_A: {"source": a.source, "steps": a.steps},
-            K.DIFF_B: {"source": b.source, "steps": b.steps},
+            K.DIFF_A: {"source": a.source, "steps": a.steps, "step_numbers": list(a.step_numbers)},
+            K.DIFF_B: {"source": b.source, "steps": b.steps, "step_numbers": list(b.step_numbers)},
             K.DIFF_STEP: {
                 "a": a.step_ns / 1e3,
                 "b": b.step_ns / 1e3,
@@ -139,12 +207,8 @@ class TraceDiff:
                 "ratio": (b.step_ns / a.step_ns) if a.step_ns else None,
             },
             K.DIFF_BREAKDOWN: {
-                c: {
-                    "a": a.breakdown_ns[c] / 1e3,
-                    "b": b.breakdown_ns[c] / 1e3,
-                    "delta": (b.breakdown_ns[c] - a.breakdown_ns[c]) / 1e3,
-                }
-                for c in BREAKDOWN_CATEGORIES
+                c: {"a": a.breakdown_ns[c] / 1e3, "b": b.breakdown_ns[c] / 1e3, "delta": d / 1e3}
+                for c, d in self.breakdown_delta_ns.items()
             },
             K.DIFF_CHANGES: records(self.changes, top),
             K.DIFF_OPERATORS: records(self.operators, top),
@@ -152,7 +216,18 @@ class TraceDiff:
         }
 
 
-def diff_traces(a: Trace | TraceSet, b: Trace | TraceSet) -> TraceDiff:
-    """Compare baseline ``a`` with ``b``: step time, breakdown, ops and kernels per step."""
-    sa, sb = _side(a), _side(b)
+DiffResult = TraceDiff  # the name the report's renderers know it by
+
+
+def diff_traces(
+    a: Trace | TraceSet,
+    b: Trace | TraceSet,
+    steps_a: Sequence[int] | None = None,
+    steps_b: Sequence[int] | None = None,
+) -> TraceDiff:
+    """Compare baseline ``a`` with ``b`` over the same steps: step time, breakdown, ops and
+    kernels per step. ``steps_a``/``steps_b`` pick the ``ProfilerStep`` numbers of each side
+    (one given: the same numbers on both)."""
+    ia, ib = choose_steps(a, b, steps_a, steps_b)
+    sa, sb = _side(a, ia), _side(b, ib)
     return TraceDiff(sa, sb, _compare(sa.ops, sb.ops, "operator"), _compare(sa.kernels, sb.kernels, "kernel"))

@@ -3,15 +3,18 @@
 Filtering a 200k-row, 31-column events table copies every column; the report runs a few
 hundred such filters. Partitioning by kind once and handing out the parts (a cheap concat when
 several kinds are asked for) makes the whole report a fraction of the load time. The cache is
-keyed by the trace object and dies with it; ``memo`` keeps whole analyses the same way.
+keyed by the trace object and dies with it; ``memo`` keeps whole analyses the same way. It also
+says whose code a Python frame is (the tool's, torch's or the user's), so advice names the user's code.
 """
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import numpy as np
 import polars as pl
 
 from torchscope.trace.model import Trace
@@ -55,3 +58,120 @@ def kinds(trace: Trace, *names: str) -> pl.DataFrame:
     if not got:
         return trace.events.clear()
     return got[0] if len(got) == 1 else pl.concat(got)
+
+
+# -- Python frames: whose code is it ---------------------------------------------------------
+# Kineto names a Python frame "path/file.py(line): function". torchscope's own frames (the
+# runner that executes a `torchscope run` script, its sampler, the CLI, the capture skin),
+# Python's runpy and the console script are the tool, never the user's code. Wherever the
+# package is installed, they sit directly under ".../torchscope/<one of our subpackages>/", so
+# a user's project that merely lives in a folder named "torchscope" is not taken for ours.
+# (regular expressions both Python's re and Polars' str.contains read, for vectorized filters)
+# torchscope's own code: what it calls before the user's script starts is the tool's too
+OWN_FRAME_PATTERN = (
+    r"((^|/)torchscope/(runner|cli|capture|analysis|render|trace|accuracy)/\w+\.py\(\d+\)"
+    r"|(^|/)torchscope/__main__\.py\(\d+\))"
+)
+# Python's module runner and the console script: never the user's frames, but what they run
+# is (``python -m pytest`` runs the user's tests, ``python -m torchscope`` our CLI)
+LAUNCHER_FRAME_PATTERN = r"((^|/)bin/torchscope\(\d+\)|(^|/)runpy\.py\(\d+\)|<frozen runpy>)"
+TOOL_FRAME_PATTERN = f"({OWN_FRAME_PATTERN}|{LAUNCHER_FRAME_PATTERN})"
+_TOOL_FRAME = re.compile(TOOL_FRAME_PATTERN)
+# torch's own Python source ("…/site-packages/torch/nn/modules/module.py(1954): _call_impl")
+# and its methods called from Python ("<built-in method nonzero of type object>")
+_TORCH_SOURCE = re.compile(r"(^|/)torch/[\w/]+\.py\(\d+\): ")
+_TORCH_BUILTIN = re.compile(r"<built-in (method|function) \w+ of (Tensor|type) object>")
+# the spans `torchscope run` adds around the script's steps (setup, after the last step)
+TOOL_SPAN_PREFIX = "torchscope#"
+
+
+def is_tool_frame(frame: str) -> bool:
+    """A frame of torchscope itself, runpy or the console script: never the user's code."""
+    return bool(_TOOL_FRAME.search(frame))
+
+
+def is_torch_frame(frame: str) -> bool:
+    """A frame of torch's own Python source or a torch method called from Python."""
+    return bool(_TORCH_SOURCE.search(frame) or _TORCH_BUILTIN.match(frame))
+
+
+def is_user_frame(frame: str) -> bool:
+    """A frame of the user's code: a source frame that is neither the tool's nor torch's."""
+    return (
+        not is_tool_frame(frame)
+        and not is_torch_frame(frame)
+        and not frame.startswith(("<built-in", "nn.Module: ", "torch/"))
+        and bool(re.search(r"\.py\(\d+\): ", frame))
+    )
+
+
+def tool_frame_rows(events: pl.DataFrame) -> np.ndarray:
+    """Per event row: whether it is a Python frame of the tool, for vectorized filters.
+
+    A tool frame (``is_tool_frame``), and every frame torchscope's own code called (the torch
+    profiler it starts, the imports it makes, the ``compile`` and ``exec`` with which the
+    runner runs the script), down to the script's own code: the ``<module>`` frame that a
+    tool frame's ``exec`` runs. Below it everything is the user's run, torch's frames included.
+    runpy's frames are always dropped, but at the root of a process (``python -m pytest``)
+    they pass nothing on: what they run is the user's code. ``events`` is a trace's whole
+    events table (rows indexed by ``id``).
+    """
+    n = events.height
+    py = (events["kind"] == "python_function").to_numpy()
+    tool = np.zeros(n, bool)
+    if not py.any():
+        return tool
+    name = events["name"].cast(pl.String)
+    py_names = name.filter(pl.Series(py))
+    own = np.zeros(n, bool)
+    own[py] = py_names.str.contains(OWN_FRAME_PATTERN).to_numpy()
+    tool[py] = py_names.str.contains(TOOL_FRAME_PATTERN).to_numpy()
+    pattern = tool.copy()
+    is_exec = py & (name == "<built-in function exec>").fill_null(False).to_numpy()
+    is_module = py & name.str.ends_with("): <module>").fill_null(False).to_numpy()
+    parent = events["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    # the nearest Python frame above each Python frame (spans and ops may sit between)
+    nearest = np.full(n, -1, np.int64)
+    rows = np.flatnonzero(py)
+    cur = parent[rows]
+    for _ in range(256):
+        live = cur >= 0
+        if not live.any():
+            break
+        hit = np.zeros(rows.size, bool)
+        hit[live] = py[cur[live]]
+        nearest[rows[hit]] = cur[hit]
+        keep = live & ~hit
+        rows, cur = rows[keep], parent[cur[keep]]
+    # parents before children: a frame is under our code when its parent is (our frames, what
+    # they call, runpy's frames included) unless it is the script's entry; a built-in that a
+    # launcher calls directly (runpy's exec) is launcher mechanics
+    builtin = py & name.str.starts_with("<built-in").fill_null(False).to_numpy()
+    under = own.copy()
+    py_rows = np.flatnonzero(py)
+    depth = events["depth"].fill_null(0).cast(pl.Int64).to_numpy()[py_rows]
+    order = py_rows[np.argsort(depth, kind="stable")]
+    levels = np.searchsorted(np.sort(depth), np.unique(depth))
+    for a, b in zip(levels, [*levels[1:], order.size], strict=True):
+        r = order[a:b]
+        p = nearest[r]
+        has = p >= 0
+        pc = np.maximum(p, 0)
+        pp = np.where(has, nearest[pc], -1)
+        entry = is_module[r] & has & is_exec[pc] & (pp >= 0) & pattern[np.maximum(pp, 0)]
+        under[r] |= has & under[pc] & ~entry
+        tool[r] |= under[r] | (builtin[r] & has & pattern[pc])
+    return tool
+
+
+def ran_under_torchscope_run(trace: Trace) -> bool:
+    """Whether the trace was recorded by ``torchscope run`` (its spans or its runner's frames)."""
+
+    def compute() -> bool:
+        ann = kinds(trace, "user_annotation", "python_function")
+        if ann.height == 0:
+            return False
+        n = ann["name"].cast(pl.String)
+        return bool((n.str.starts_with(TOOL_SPAN_PREFIX) | n.str.contains(r"torchscope/runner/")).any())
+
+    return memo(trace, "ran_under_torchscope_run", compute)

@@ -9,6 +9,7 @@ split into host wait, kernel wait and other, and queue length per stream. All ve
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ import polars as pl
 from torchscope.analysis import intervals as iv
 from torchscope.analysis import names
 from torchscope.analysis.frames import kinds, memo
+from torchscope.trace import dialect
 from torchscope.trace.model import Trace
 
 DEVICE_KINDS = ["kernel", "memcpy", "memset"]
@@ -367,3 +369,69 @@ def queue_length(trace: Trace, graph_launches: bool = True) -> pl.DataFrame:
         )
         .sort("device", "stream")
     )
+
+
+# -- CUPTI range profiler --------------------------------------------------------------------
+def profiler_ranges(trace: Trace) -> pl.DataFrame:
+    """CUPTI range-profiler counters, one row per range (one profiled kernel), in trace order.
+
+    A trace recorded with the range profiler (``cuda_profiler_range`` events) replays each
+    kernel alone to read its performance counters: it has ranges instead of kernel events, and
+    their timestamps are the replay's, not the run's. Columns: ``range`` (0..n-1), ``kernel``
+    (null where CUPTI gave no name), ``start_ns``, ``dur_ns``, ``op`` (the op whose
+    ``cudaLaunchKernel`` made it: the n-th range is the n-th launch, as HTA matches them; null
+    when the counts differ), then one Float64 column per counter (``smsp__...sum``...).
+    """
+    return memo(trace, "profiler_ranges", lambda: _profiler_ranges(trace))
+
+
+def _profiler_ranges(trace: Trace) -> pl.DataFrame:
+    cats = list(dialect.PROFILER_RANGE_CATEGORIES)
+    rng = (
+        kinds(trace, "other")
+        .filter(pl.col("cat").cast(pl.String).str.to_lowercase().is_in(cats))
+        .sort("start_ns", maintain_order=True)
+    )
+    counters = [json.loads(a) if a else {} for a in rng["args"].to_list()]
+    names_ = sorted({k for c in counters for k, v in c.items() if isinstance(v, int | float)})
+    ev = trace.events
+    launches = kinds(trace, "runtime").filter(
+        pl.col("name").cast(pl.String).str.starts_with("cudaLaunchKernel")
+    ).sort("start_ns", maintain_order=True)
+    op: list[str | None] = [None] * rng.height
+    if launches.height == rng.height and rng.height:
+        parent = launches["parent"].fill_null(-1).to_list()
+        all_names = ev["name"].cast(pl.String)
+        op = [str(all_names[int(p)]) if p >= 0 else None for p in parent]
+    kernel = rng["name"].cast(pl.String)
+    return pl.DataFrame(
+        {
+            "range": pl.Series(range(rng.height), dtype=pl.Int64),
+            "kernel": kernel.replace(dialect.PROFILER_RANGE_UNNAMED, None),
+            "start_ns": rng["start_ns"],
+            "dur_ns": rng["dur_ns"],
+            "op": pl.Series(op, dtype=pl.String),
+            **{
+                n: pl.Series([c.get(n) for c in counters], dtype=pl.Float64)
+                for n in names_
+            },
+        }
+    )
+
+
+def kernel_counters(trace: Trace) -> pl.DataFrame:
+    """Range-profiler counters per kernel name: ``kernel``, ``ranges`` (how many times it was
+    profiled), then each counter summed over its ranges; largest first by the first counter
+    total. Empty when the trace was not range-profiled."""
+    r = profiler_ranges(trace)
+    counters = [c for c in r.columns if c not in ("range", "kernel", "start_ns", "dur_ns", "op")]
+    if r.height == 0:
+        return pl.DataFrame(schema={"kernel": pl.String, "ranges": pl.UInt32})
+    out = r.group_by("kernel").agg(pl.len().alias("ranges"), *[pl.col(c).sum() for c in counters])
+    total = pl.sum_horizontal(*[pl.col(c) for c in counters]) if counters else pl.lit(0)
+    return out.sort([total, pl.col("kernel")], descending=[True, False], nulls_last=True)
+
+
+def is_range_profiled(trace: Trace) -> bool:
+    """Whether the trace carries CUPTI range-profiler ranges (see ``profiler_ranges``)."""
+    return profiler_ranges(trace).height > 0

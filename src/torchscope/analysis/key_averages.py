@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from torchscope.analysis.frames import tool_frame_rows
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS
 from torchscope.trace.tree import subtree_sum
@@ -223,6 +224,7 @@ def _python_stacks(ev: pl.DataFrame, depth_limit: int) -> pl.Series:
                 py_names.str.contains(a, literal=True) & py_names.str.contains(b, literal=True)
             ).to_numpy()
         framed[np.nonzero(framed)[0][dropped]] = False
+        framed &= ~tool_frame_rows(ev)  # torchscope's own frames (the runner, the CLI)
     nearest = np.full(n, -1, np.int64)  # nearest kept Python frame above each event
     order = np.argsort(depth, kind="stable")
     bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=0)) + 2))

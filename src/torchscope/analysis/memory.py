@@ -243,15 +243,52 @@ def allocations_by_op(trace: Trace) -> pl.DataFrame:
     )
 
 
-def leak_candidates(trace: Trace) -> pl.DataFrame:
-    """Allocations never freed inside the profiled window: device, ts_ns, bytes, addr, op_name."""
-    ev = memory_events(trace).sort("device", "addr", "ts_ns")
+def outstanding_allocations(trace: Trace) -> pl.DataFrame:
+    """Allocations never freed by the end of the trace: device, ts_ns, bytes, addr, op_name.
+
+    An allocation is outstanding when no later event touches its address: a free ends it, and
+    so does a later allocation at the same address (the allocator hands an address out again
+    only after it was freed, even when the profiler missed the free). Events are taken in the
+    order the profiler recorded them, never re-sorted among equal timestamps: microsecond
+    traces put a free and the next allocation of the same block at one timestamp.
+    """
+    ev = memory_events(trace).with_row_index("_order")
+    cols = ["device", "ts_ns", "bytes", "addr", "op_name"]
     if ev.height == 0:
-        return ev.select("device", "ts_ns", "bytes", "addr", "op_name")
-    nxt = pl.col("bytes").shift(-1).over("device", "addr")
-    return (
-        ev.with_columns(nxt.alias("next_bytes"))
-        .filter((pl.col("bytes") > 0) & (pl.col("next_bytes").is_null() | (pl.col("next_bytes") > 0)))
-        .select("device", "ts_ns", "bytes", "addr", "op_name")
-        .sort(["bytes", "device", "ts_ns", "addr"], descending=[True, False, False, False])
-    )
+        return ev.select(cols)
+    nxt = pl.col("bytes").shift(-1).over("device", "addr", order_by="_order")
+    return ev.filter((pl.col("bytes") > 0) & nxt.is_null()).select(cols)
+
+
+def leak_candidates(trace: Trace) -> pl.DataFrame:
+    """Possible leaks: memory never freed by the end of the trace that grows step after step.
+
+    With two or more ``ProfilerStep``s, an op's outstanding allocations
+    (``outstanding_allocations``) are a possible leak only when it left some in two or more
+    steps before the last: a steady per-step pattern frees what it allocates, optimizer state
+    and lazily created buffers are allocated once and kept, and the last step's tensors are
+    still alive when the profiler stops; none of them is a leak, while a list that gains a
+    tensor every step is. The last step's allocations of such an op are listed too when their
+    size is one it leaked before. Without steps, every outstanding allocation is a candidate.
+    Columns: device, ts_ns, bytes, addr, op_name, largest first.
+    """
+    out = outstanding_allocations(trace)
+    from torchscope.analysis.overview import profiler_steps
+
+    steps = profiler_steps(trace)
+    if out.height and steps.height >= 2:
+        starts = steps["start_ns"].to_numpy()
+        last = steps.height - 1
+        step_of = np.searchsorted(starts, out["ts_ns"].to_numpy(), side="right") - 1
+        group = ["device", "op_name"]
+        earlier = (pl.col("_step") >= 0) & (pl.col("_step") < last)
+        out = (
+            out.with_columns(pl.Series("_step", step_of))
+            .with_columns(
+                pl.col("_step").filter(earlier).n_unique().over(group).alias("_steps"),
+                earlier.any().over([*group, "bytes"]).alias("_seen"),
+            )
+            .filter((pl.col("_steps") >= 2) & (earlier | (pl.col("_step") == last) & pl.col("_seen")))
+            .drop("_step", "_steps", "_seen")
+        )
+    return out.sort(["bytes", "device", "ts_ns", "addr"], descending=[True, False, False, False])

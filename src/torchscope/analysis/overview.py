@@ -91,6 +91,11 @@ def _profiler_steps(trace: Trace) -> pl.DataFrame:
 def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:
     """The steps as the plugin sees them: host spans stretched over the device work they launched.
 
+    Steps are contiguous and never overlap, and a step never starts after its own host span
+    ended: device work whose launch is not in the file delays the first step only when it ends
+    inside that step's host span, and a step's device tail stops where the next step's host
+    span ends (on every shared trace the plugin's windows are unchanged by either rule).
+
     Returns (frame with step, start_ns, end_ns, host_start_ns, host_end_ns, device_events; and
     whether the steps came from ``ProfilerStep#N`` annotations).
     """
@@ -146,13 +151,22 @@ def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:
     if matched.any():
         prev = int(hs[0])
         if counts[0] > 0:
-            early = (~matched) & (dev_end < dmin[0])
+            # device work from before the first step (launch not in the file) delays its start,
+            # but only work that ends while its host span still runs: work ending later is the
+            # step's own (its launch was not recorded), and a step never starts after its host end
+            early = (~matched) & (dev_end < dmin[0]) & (dev_end <= he[0])
             if early.any():
                 prev = max(prev, int(dev_end[early].max()))
         for k in range(n):
             s = max(prev, int(hs[k]))
             e = max(int(he[k]), s) if counts[k] == 0 else max(int(he[k]), int(dmax[k]))
             e = max(e, s)
+            if k + 1 < n:
+                # a step ends where the next one begins, and the next begins by its own host
+                # end at the latest: with a deep launch queue, this step's device tail that runs
+                # after the next step's host span ended is counted in the next step (the plugin
+                # would start the next step after its own host span)
+                e = max(min(e, int(he[k + 1])), s)
             starts[k], ends[k] = s, e
             prev = e
         if n > 1:  # drop tail steps whose kernels the profiler may have missed

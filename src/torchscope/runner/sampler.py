@@ -41,6 +41,7 @@ Func = tuple[str, str, int]  # (filename, function name, first line)
 
 _LIBRARY_PARTS = ("site-packages" + os.sep, "dist-packages" + os.sep, "<frozen ", "<built-in")
 _STDLIB = os.path.dirname(os.__file__) + os.sep
+_TORCH_PART = os.sep + "torch" + os.sep  # torch's own package, under site-packages
 # Every frame of our own package is machinery, wherever it is installed (an editable install is
 # not under site-packages): the step hook the runner wraps around the user's optimizer.step()
 # must never be a hot spot; its time goes to the user's line that called step().
@@ -80,14 +81,19 @@ def hot_frame(stack: tuple[Func, ...]) -> Func:
     """The frame a sample's time is charged to as "self": the call the user's code made.
 
     Time inside a library is charged to the outermost public library function the user's
-    code called (``numpy.argwhere``, not its helpers ``_wrapfunc``/``nonzero``/``transpose``;
-    ``Conv2d.forward``, not ``_conv_forward``): that is the line a user can change. Time in
-    the user's own code stays with the innermost user frame.
+    code called (``numpy.argwhere``, not its helpers ``_wrapfunc``/``nonzero``/``transpose``):
+    that is the call a user can change. Time in torch's own Python (``Tensor.backward`` in
+    ``torch/_tensor.py``, ``Sequential.forward`` in ``container.py``, an optimizer's ``step``)
+    is the model running, which every profile shows first and no user writes: it is charged to
+    the innermost frame of the user's code that called into torch, so the user's lines rank
+    first. Time in the user's own code stays with the innermost user frame.
     """
     user = next((i for i, f in enumerate(stack) if not _is_library(f[0])), len(stack))
     if user == 0:
         return stack[0]
     lib = stack[:user]  # leaf first: lib[-1] is what the user's code called
+    if user < len(stack) and _TORCH_PART in lib[-1][0]:
+        return stack[user]
     public = [f for f in lib if not f[1].startswith("_") or (f[1].startswith("__") and f[1].endswith("__"))]
     return public[-1] if public else lib[-1]
 

@@ -39,7 +39,16 @@ CATEGORY_KIND: dict[str, str] = {
     "concurrent_kernel": "kernel",
     # profiler's own spans
     "trace": "span",
+    # CUPTI range profiler: one span per profiled kernel (replayed alone), its performance
+    # counters in ``args``. Not device time (the replay's timestamps are not the run's), so they
+    # stay "other", whose args the reader keeps verbatim; ``PROFILER_RANGE_CATEGORIES`` names them.
+    "cuda_profiler_range": "other",
 }
+
+# categories of CUPTI range-profiler events (``analysis.kernels.profiler_ranges`` reads them)
+PROFILER_RANGE_CATEGORIES: frozenset[str] = frozenset({"cuda_profiler_range"})
+# the name Kineto writes for a range whose kernel name CUPTI did not give
+PROFILER_RANGE_UNNAMED = "__missing__"
 
 # categories whose events ran on a device track (pid = device index, tid = stream)
 DEVICE_CATEGORIES: frozenset[str] = frozenset(

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import polars as pl
 
+from torchscope.analysis.frames import is_user_frame, tool_frame_rows
 from torchscope.analysis.kernels import LaunchStats, launch_stats
 from torchscope.analysis.operators import operators
 from torchscope.analysis.overview import Overview, overview
@@ -24,6 +26,10 @@ class Finding:
     fix: str
     evidence: dict[str, Any] = field(default_factory=dict)
     impact: float = 0.0
+    # the share of the profiled time the finding measured, when it measures time: findings
+    # below ``MIN_SHARE`` of the run are not shown (``advise``); None for findings about
+    # settings or shapes, whose cost the trace does not measure
+    share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "message": self.message, "evidence": self.evidence, "fix": self.fix}
@@ -62,14 +68,26 @@ class Context:
         return float(self.overview.steps["dur_ns"].sum()) or 1.0
 
     def stack_of(self, row: int, depth: int = 6) -> list[str]:
-        """Python frames (innermost first) above an event row, when stacks were recorded."""
+        """Python frames (innermost first) above an event row, when stacks were recorded;
+        torchscope's own frames (the runner, the CLI, runpy) are left out."""
+        return self._python_frames(row)[:depth]
+
+    def user_frame_of(self, row: int) -> str | None:
+        """The innermost frame of the user's code above an event row (not torch's, not ours)."""
+        return next((f for f in self._python_frames(row) if is_user_frame(f)), None)
+
+    @cached_property
+    def _tool_rows(self) -> np.ndarray:
+        return tool_frame_rows(self.trace.events)
+
+    def _python_frames(self, row: int) -> list[str]:
         ev = self.trace.events
         kinds = ev["kind"]
         parent = ev["parent"]
         out: list[str] = []
         cur = parent[row]
-        while cur is not None and cur >= 0 and len(out) < depth:
-            if kinds[cur] == "python_function":
+        while cur is not None and cur >= 0:
+            if kinds[cur] == "python_function" and not self._tool_rows[cur]:
                 out.append(str(self.names[cur]))
             cur = parent[cur]
         return out

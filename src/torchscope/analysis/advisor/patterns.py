@@ -42,6 +42,7 @@ def tf32_matmul(ctx: Context) -> list[Finding]:
             fix="Allow TF32: torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')).",
             evidence={"kernels": fp32.height, "example": str(fp32["name"][0]), "share": share},
             impact=share,
+            share=share,
         )
     ]
 
@@ -64,6 +65,7 @@ def optimizer_foreach(ctx: Context) -> list[Finding]:
                 "share": float(single["dur_ns"].sum()) / ctx.host_span_ns,
             },
             impact=float(single["dur_ns"].sum()) / ctx.host_span_ns,
+            share=float(single["dur_ns"].sum()) / ctx.host_span_ns,
         )
     ]
 
@@ -259,5 +261,6 @@ def launch_bound(ctx: Context) -> list[Finding]:
                 "median_launch_delay_us": (ls.median_launch_delay_ns or 0) / 1e3,
             },
             impact=host_wait / span,
+            share=host_wait / span,
         )
     ]

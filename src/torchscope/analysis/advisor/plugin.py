@@ -54,6 +54,7 @@ def dataloader_bottleneck(ctx: Context) -> list[Finding]:
                 "loader": loader,
             },
             impact=share,
+            share=share,
         )
     ]
 
@@ -145,6 +146,7 @@ def communication_heavy(ctx: Context) -> list[Finding]:
             fix="Overlap or shrink communication: gradient compression hooks, gradient accumulation, a larger batch, or bucket tuning (bucket_cap_mb).",
             evidence={"communication_us_per_step": b["Communication"] / 1e3, "share": share},
             impact=share,
+            share=share,
         )
     ]
 

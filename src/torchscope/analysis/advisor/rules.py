@@ -25,6 +25,7 @@ RULES: tuple[Rule, ...] = (
     seeds.python_outside_ops,
     seeds.double_precision,
     window.startup_in_window,
+    window.range_profiled,
 )
 
 RULE_IDS: tuple[str, ...] = tuple(r.__name__ for r in RULES)

@@ -4,6 +4,7 @@ Python outside torch ops, and double precision compute."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -11,7 +12,7 @@ import polars as pl
 from torchscope.analysis import intervals as iv
 from torchscope.analysis import names
 from torchscope.analysis.advisor.base import Context, Finding
-from torchscope.analysis.frames import kinds
+from torchscope.analysis.frames import TOOL_SPAN_PREFIX, kinds, ran_under_torchscope_run, tool_frame_rows
 from torchscope.analysis.outside import accounted_spans, outside_per_window
 
 
@@ -68,48 +69,108 @@ def slow_conv_path(ctx: Context) -> list[Finding]:
                 "example_stack": ctx.stack_of(int(example["id"])),
             },
             impact=share,
+            share=share,
         )
     ]
 
 
-def host_device_sync(ctx: Context) -> list[Finding]:
-    """``.item()`` and synchronizing runtime calls, when the steps make them at least once each.
-
-    Only the host side is counted (``_local_scalar_dense``, ``cudaStreamSynchronize``,
-    synchronous ``cudaMemcpy``...): the device-side ``cuda_sync`` rows mirror the same waits.
-    """
+def _device_syncs(ctx: Context) -> pl.DataFrame:
+    """The host's waits for the device: synchronizing runtime calls, and ``.item()``
+    (``_local_scalar_dense``) calls that copied from the device (a runtime call beneath them).
+    ``.item()`` of a CPU tensor (Adam's step count, a CPU run's loss) waits for nothing."""
     sync = kinds(ctx.trace, "cpu_op", "runtime").filter(names.SYNC_OP)
+    scalar = sync["name"].cast(pl.String) == "aten::_local_scalar_dense"
+    if not scalar.any():
+        return sync
+    runtime = kinds(ctx.trace, "runtime")
+    parent = ctx.trace.events["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    copied = np.zeros(ctx.trace.events.height, bool)
+    cur = parent[runtime["id"].to_numpy()]
+    for _ in range(8):  # .item() -> _local_scalar_dense -> cudaMemcpyAsync: a few levels at most
+        cur = cur[cur >= 0]
+        if cur.size == 0:
+            break
+        copied[cur] = True
+        cur = parent[cur]
+    return sync.filter(~scalar | pl.Series(copied[sync["id"].to_numpy()]))
+
+
+def _library_call(ctx: Context, row: int) -> str | None:
+    """The library call the user made that an event ran inside (``Optimizer.step#Adam.step``)."""
+    parent = ctx.trace.events["parent"]
+    cur = parent[row]
+    while cur is not None and cur >= 0:
+        name = str(ctx.names[cur])
+        if name.startswith("Optimizer."):
+            return name
+        cur = parent[cur]
+    return None
+
+
+def host_device_sync(ctx: Context) -> list[Finding]:
+    """The host waits for the device, when the steps make it wait at least once each.
+
+    Only the host side is counted (``.item()`` that copied from the device, ``cudaStreamSynchronize``,
+    synchronous ``cudaMemcpy``...): the device-side ``cuda_sync`` rows mirror the same waits. A
+    run without a device is never told this. Waits inside a library call the user made (an
+    optimizer's ``step``) are attributed to that call, not counted as the user's own; the
+    example names the innermost frame of the user's code when stacks were recorded.
+    """
+    if kinds(ctx.trace, "kernel", "memcpy", "memset", "runtime").height == 0:
+        return []  # no device: nothing to wait for
+    sync = _device_syncs(ctx)
     steps = ctx.overview.steps.height if ctx.overview.steps_from_trace else 0
     if sync.height == 0 or sync.height < steps:
         return []
-    by = (
-        sync.group_by(pl.col("name").cast(pl.String))
-        .agg(pl.len().alias("calls"), pl.col("dur_ns").sum())
-        .sort(["calls", "name"], descending=[True, False])
-    )
-    first = sync.sort("start_ns").row(0, named=True)
-    what = ", ".join(f"{n} x{c}" for n, c, _ in by.head(3).iter_rows())
+    ids = sync["id"].to_list()
+    owner = [_library_call(ctx, int(i)) for i in ids]
+    sync = sync.with_columns(pl.Series("library_call", owner, dtype=pl.String))
+    mine = sync.filter(pl.col("library_call").is_null())
+    lib = sync.filter(pl.col("library_call").is_not_null())
+
+    def counts(df: pl.DataFrame, key: str) -> list[tuple[str, int]]:
+        by = df.group_by(key).agg(pl.len().alias("calls")).sort(["calls", key], descending=[True, False])
+        return [(str(k), int(c)) for k, c in by.iter_rows()]
+
+    by_name = counts(mine.with_columns(pl.col("name").cast(pl.String)), "name")
+    by_library = counts(lib, "library_call")
+    first = (mine if mine.height else sync).sort("start_ns").row(0, named=True)
     share = float(sync["dur_ns"].sum()) / ctx.host_span_ns
-    per_step = sync.height / steps if steps else None
-    where = (
-        f"{per_step:.1f} times per step"
-        if per_step is not None
-        else f"{sync.height} times in the profiled window"
+    per_step = mine.height / steps if steps else None
+    parts = []
+    if mine.height:
+        where = f"{per_step:.1f} times per step" if per_step is not None else f"{mine.height} times in the profiled window"
+        parts.append(f"The host waits for the device {where} ({', '.join(f'{n} x{c}' for n, c in by_name[:3])})")
+    if lib.height:
+        inside = ", ".join(f"{n} x{c}" for n, c in by_library[:3])
+        parts.append(("and" if mine.height else "The host waits for the device") + f" inside library calls: {inside}")
+    user_frame = ctx.user_frame_of(int(first["id"]))
+    message = " ".join(parts) + (f"; first at {user_frame}." if user_frame else ".")
+    fix = (
+        "Keep values on the device: avoid .item(), .cpu(), .numpy(), print(tensor) and torch.cuda.synchronize() "
+        "inside the step; compare and index with tensor ops (torch.nonzero, masking) and read results once after the loop."
     )
+    if lib.height and not mine.height:
+        fix = (
+            "The waits are inside the library calls named: use their device-side variants "
+            "(an optimizer's capturable=True or fused=True keeps its step count on the device)."
+        )
     return [
         Finding(
             rule="host_device_sync",
-            message=f"The host waits for the device {where} ({what}).",
-            fix="Keep values on the device: avoid .item(), .cpu(), .numpy(), print(tensor) and torch.cuda.synchronize() "
-            "inside the step; compare and index with tensor ops (torch.nonzero, masking) and read results once after the loop.",
+            message=message,
+            fix=fix,
             evidence={
-                "calls": sync.height,
+                "calls": mine.height,
                 "per_step": per_step,
-                "by_name": {n: c for n, c, _ in by.iter_rows()},
+                "by_name": dict(by_name),
+                "in_library_calls": dict(by_library),
+                "user_frame": user_frame,
                 "example_stack": ctx.stack_of(int(first["id"])),
                 "share": share,
             },
             impact=max(share, 0.01),
+            share=share,
         )
     ]
 
@@ -127,6 +188,8 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
         kinds(ctx.trace, "cpu_op", "user_annotation")
         .filter(
             (names.PROFILER_STEP | (pl.col("kind") == "user_annotation"))
+            # the spans `torchscope run` adds (setup, after the last step) are not the user's regions
+            & ~pl.col("name").cast(pl.String).str.starts_with(TOOL_SPAN_PREFIX)
             & ~names.DATALOADER
             & ~names.OPTIMIZER
             & ~names.HOST_COLLECTIVE
@@ -176,6 +239,7 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
     if groups.height == 0:
         return []
     covered = accounted_spans(ctx.trace)
+    under_run = ran_under_torchscope_run(ctx.trace)
     py = kinds(ctx.trace, "python_function")
     out: list[Finding] = []
     for region, outside_i, span_i, calls in groups.select("region", "outside", "span", "calls").iter_rows():
@@ -220,7 +284,10 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
                 f"collective, runtime call and device kernel; {how}, so the code that ran there is unknown."
             )
             fix = (
-                "Record with with_stack=True (or profile with `torchscope run`, whose sampler names the Python "
+                "See the run's Python hot spots (their 'outside ops' column) for the code that runs there, then "
+                "move it into torch ops or out of the step."
+                if under_run
+                else "Record with with_stack=True (or profile with `torchscope run`, whose sampler names the Python "
                 "functions) to see which code runs there, then move it into torch ops or out of the step."
             )
         out.append(
@@ -238,6 +305,7 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
                     "python_stacks": bool(py.height),
                 },
                 impact=outside / total,
+                share=outside / total,
             )
         )
     return out
@@ -275,6 +343,9 @@ def _python_culprits(
     ranked by their time outside torch ops, each with the hottest frame beneath it. The
     profiler's own frames are left out; the flag says whether any were. The last list says, for
     each culprit, whether it is torch's own code (its methods, its source, its nn modules)."""
+    # torchscope's own frames (the runner executing a `torchscope run` script, the CLI, runpy)
+    # are never culprits: the user's frames beneath them are the top level
+    py = py.filter(~pl.Series(tool_frame_rows(ctx.trace.events)[py["id"].to_numpy()]))
     if py.height == 0:
         return [], False, []
     ev = ctx.trace.events
@@ -297,8 +368,8 @@ def _python_culprits(
         if not step.any():
             break
         root = np.where(step, p, root)
-    out: list[str] = []
-    torchs_own: list[bool] = []
+    # one entry per label: the same function called several times is one culprit, its time summed
+    by_label: dict[str, list[Any]] = {}  # frame -> [outside ns, torch's own, label]
     plumbing = False
     for i in np.argsort(-outside):
         if not top_level[i] or outside[i] <= 0:
@@ -315,18 +386,17 @@ def _python_culprits(
             forwards = rows[par == rows[i]]
             own = any(_TORCH_SOURCE.search(str(names_[int(c)])) for c in forwards)
         hot = rows[mine[np.argmax(self_ns[mine])]] if mine.size else rows[i]
-        label = _ADDR.sub("", name)
-        if hot != rows[i]:
-            label += f" (in {_ADDR.sub('', str(names_[int(hot)]))})"
+        frame = _ADDR.sub("", name)
         if not name.startswith(_MODULE_FRAME):
-            own = _is_torch_frame(_ADDR.sub("", name)) and _is_torch_frame(
-                _ADDR.sub("", str(names_[int(hot)]))
-            )
-        out.append(label)
-        torchs_own.append(own)
-        if len(out) >= top:
-            break
-    return out, plumbing, torchs_own
+            own = _is_torch_frame(frame) and _is_torch_frame(_ADDR.sub("", str(names_[int(hot)])))
+        entry = by_label.get(frame)
+        if entry is None:  # its costliest call names the hottest frame beneath it
+            label = frame + (f" (in {_ADDR.sub('', str(names_[int(hot)]))})" if hot != rows[i] else "")
+            by_label[frame] = [float(outside[i]), own, label]
+        else:
+            entry[0] += float(outside[i])
+    ranked = sorted(by_label.values(), key=lambda v: (-v[0], v[2]))[:top]
+    return [str(v[2]) for v in ranked], plumbing, [bool(v[1]) for v in ranked]
 
 
 def double_precision(ctx: Context) -> list[Finding]:
@@ -350,5 +420,6 @@ def double_precision(ctx: Context) -> list[Finding]:
             fix="Use float32 (torch.set_default_dtype(torch.float32), model.float(), inputs.float()); float64 is many times slower and skips oneDNN/cuDNN/Tensor Cores.",
             evidence={"share": share, "ops": top["name"].head(5).to_list()},
             impact=share,
+            share=share,
         )
     ]

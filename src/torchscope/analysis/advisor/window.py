@@ -42,7 +42,13 @@ def startup_calls(ctx: Context) -> pl.DataFrame:
 
 
 def _startup_calls(ctx: Context) -> pl.DataFrame:
+    from torchscope.analysis.kernels import is_range_profiled
+
     long_calls = kinds(ctx.trace, "runtime").filter((pl.col("dur_ns") >= STARTUP_CALL_NS) & ~_WAIT)
+    if is_range_profiled(ctx.trace):
+        # the range profiler replays each kernel inside its launch call: long launches are the
+        # replay, not start-up (the trace has no device timeline to tell them apart either)
+        long_calls = long_calls.filter(~pl.col("name").cast(pl.String).str.contains("Launch"))
     if long_calls.height == 0:
         return long_calls
     s = long_calls["start_ns"].to_numpy()
@@ -82,5 +88,40 @@ def startup_in_window(ctx: Context) -> list[Finding]:
             ),
             evidence={"share": share, "seconds_by_call": calls, "calls": long_calls.height},
             impact=share,
+            share=share,
+        )
+    ]
+
+
+def range_profiled(ctx: Context) -> list[Finding]:
+    """A CUPTI range-profiler trace: its kernels were replayed one at a time for their counters,
+    so it has no kernel timeline and its times are not the run's. Said first, with the counters'
+    place, so that "kernel time 0" is not read as an idle device."""
+    from torchscope.analysis.kernels import kernel_counters, profiler_ranges
+
+    ranges = profiler_ranges(ctx.trace)
+    if ranges.height == 0:
+        return []
+    per_kernel = kernel_counters(ctx.trace)
+    counters = [c for c in per_kernel.columns if c not in ("kernel", "ranges")]
+    return [
+        Finding(
+            rule="range_profiled",
+            message=(
+                f"This trace was recorded with the CUPTI range profiler: {ranges.height} kernel ranges "
+                f"({per_kernel.height} kernels) carry {len(counters)} performance counters, and there is "
+                "no kernel timeline (each kernel was replayed alone), so device time and utilization "
+                "are not measured here."
+            ),
+            fix="Read the counters per kernel (analysis.kernels.kernel_counters / profiler_ranges); "
+            "profile again without the range profiler (experimental_config profiler_metrics unset) "
+            "for kernel times.",
+            evidence={
+                "ranges": ranges.height,
+                "kernels": per_kernel.height,
+                "counters": counters,
+                "launches_matched": bool(ranges["op"].is_not_null().any()),
+            },
+            impact=1.0,  # it changes how every other number reads
         )
     ]

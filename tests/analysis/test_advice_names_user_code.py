@@ -1,0 +1,211 @@
+"""Advice that names the user's code (issue 15): no finding names torchscope's own frames, the
+runner's setup region, or a frame twice; none tells a `torchscope run` user to use `torchscope
+run`; device rules stay silent without a device; library-internal syncs are attributed to the
+library call the user made; Python hot spots rank the user's lines first."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import torchscope
+from torchscope.analysis.advisor import Context, advise
+from torchscope.analysis.advisor.seeds import host_device_sync, python_outside_ops
+from torchscope.analysis.frames import is_tool_frame, is_torch_frame, is_user_frame, ran_under_torchscope_run
+from torchscope.trace.model import Trace
+
+pytest.importorskip("torch")
+
+SCRIPT = """
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def batch(i):
+    rows = [[float((i * 7 + j * 3) % 11) for j in range(64)] for _ in range(256)]  # Python work
+    return torch.tensor(rows), torch.randint(0, 10, (256,))
+
+
+def train_step(x, y):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+history = []
+for i in range(8):
+    x, y = batch(i)
+    history.append(train_step(x, y).item())  # .item() every step: on a CPU run, no device wait
+print("done", history[-1])
+"""
+
+
+def _run(tmp: Path, *flags: str) -> tuple[Path, list[Trace]]:
+    script = tmp / "train.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    out = tmp / "out"
+    subprocess.run(
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), "--no-summary", *flags, str(script)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+        cwd=tmp,
+    )
+    traces = []
+    for p in sorted((out / "traces").glob("*.json*")):
+        t = torchscope.load(p)
+        assert isinstance(t, Trace)
+        traces.append(t)
+    assert traces
+    return out, traces
+
+
+@pytest.fixture(scope="module")
+def stack_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Trace]]:
+    return _run(tmp_path_factory.mktemp("stack"), "--stack")
+
+
+def test_python_outside_ops_names_only_the_users_code(stack_run: tuple[Path, list[Trace]]) -> None:
+    _, traces = stack_run
+    every = [f for t in traces for f in python_outside_ops(Context(t), 0.0, 0.0)]  # no thresholds
+    assert every
+    for f in every:
+        # not the runner's setup or after-last-step spans: they are ours, not a region of the script
+        assert not f.evidence["region"].startswith("torchscope#")
+        frames = [c.split(" (in ")[0] for c in f.evidence["python_functions"]]
+        assert not [c for c in frames if is_tool_frame(c)]
+        assert len(frames) == len(set(frames))  # each frame once, its calls summed
+        assert "torchscope run" not in f.fix  # the user is running it already
+    step = next(f for f in every if f.evidence["region"] == "ProfilerStep#*")
+    assert step.evidence["python_functions"][0].startswith(("train.py(9): batch", "train.py(14): train_step"))
+
+
+def test_cpu_run_gets_no_device_advice(stack_run: tuple[Path, list[Trace]]) -> None:
+    _, traces = stack_run
+    for t in traces:
+        assert t.events.filter(t.events["name"].cast(str) == "aten::_local_scalar_dense").height >= 1  # type: ignore[arg-type]
+        assert host_device_sync(Context(t)) == []
+        rules = {f.rule for f in advise(t, min_share=0)}
+        assert not rules & {
+            "host_device_sync",
+            "enable_amp",
+            "tf32_matmul",
+            "low_device_utilization",
+            "launch_bound",
+        }
+        for f in advise(t, min_share=0):
+            assert not any(is_tool_frame(s) for s in f.evidence.get("example_stack") or [])
+
+
+def test_hot_spots_rank_the_users_lines_first(stack_run: tuple[Path, list[Trace]]) -> None:
+    out, _ = stack_run
+    report: dict[str, Any] = json.loads((out / "report.json").read_text())
+    hot = [r for r in report["hotspots"] if r["self_ns"] > 0]
+    files = [Path(r["file"]).name for r in hot]
+    assert files[0] == "train.py"
+    mine = max(i for i, r in enumerate(hot) if r["file"].endswith("train.py"))
+    theirs = [i for i, r in enumerate(hot) if r["file"].endswith(("torch/_tensor.py", "container.py"))]
+    assert all(i > mine for i in theirs)
+
+
+def test_exported_stacks_of_a_run_begin_with_the_script(
+    stack_run: tuple[Path, list[Trace]], tmp_path: Path
+) -> None:
+    """The run's collapsed stacks hold no frame of ours (runpy, the console script, the CLI, the
+    runner, and what they call before the script runs): the script's ``<module>`` is the root."""
+    from torchscope.compat.events import export_stacks
+
+    _, traces = stack_run
+    out = tmp_path / "stacks.txt"
+    export_stacks(traces, out, "self_cpu_time_total")
+    lines = out.read_text().splitlines()
+    assert lines
+    assert not [line for line in lines if "torchscope/" in line or "runpy" in line]
+    with_script = [line for line in lines if "train.py(" in line]
+    assert with_script and all(line.startswith("train.py(") for line in with_script)
+
+
+def test_without_stacks_the_advice_does_not_send_a_run_to_torchscope_run(tmp_path: Path) -> None:
+    _, traces = _run(tmp_path)
+    for t in traces:
+        assert ran_under_torchscope_run(t)
+        for f in python_outside_ops(Context(t), 0.0, 0.0):
+            assert "torchscope run" not in f.fix and "hot spots" in f.fix
+
+
+def test_whose_frame_it_is() -> None:
+    assert is_tool_frame("/usr/lib/python3/site-packages/torchscope/runner/target.py(76): execute")
+    assert is_tool_frame("src/torchscope/runner/sampler.py(109): start")
+    assert is_tool_frame("<frozen runpy>(88): _run_code")
+    assert is_torch_frame("site-packages/torch/_tensor.py(566): backward")
+    assert is_user_frame("train.py(14): train_step")
+    # a user's project that lives in a folder named torchscope is the user's
+    assert is_user_frame("/home/me/torchscope/tests/cli/scripts/train.py(3): main")
+    assert not is_tool_frame("/home/me/torchscope/train.py(3): main")
+    assert not is_user_frame("site-packages/torch/nn/modules/container.py(248): forward")
+
+
+def _ev(name: str, cat: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+
+def test_a_sync_inside_the_optimizer_is_attributed_to_optimizer_step(tmp_path: Path) -> None:
+    """A CUDA step: the user's loss.item() copies from the device (a sync), and so does an
+    optimizer's internal .item(); a CPU .item() (a step count) copies nothing and is no wait."""
+    events = [
+        _ev("ProfilerStep#0", "user_annotation", 0, 1000),
+        _ev("train.py(20): train_step", "python_function", 10, 980),
+        _ev("aten::item", "cpu_op", 100, 50),
+        _ev("aten::_local_scalar_dense", "cpu_op", 101, 48),
+        _ev("cudaMemcpyAsync", "cuda_runtime", 102, 10, correlation=7),
+        _ev("cudaStreamSynchronize", "cuda_runtime", 113, 30),
+        _ev("Optimizer.step#Adam.step", "user_annotation", 300, 400),
+        _ev("aten::item", "cpu_op", 310, 50),
+        _ev("aten::_local_scalar_dense", "cpu_op", 311, 48),
+        _ev("cudaMemcpyAsync", "cuda_runtime", 312, 10, correlation=8),
+        _ev("cudaStreamSynchronize", "cuda_runtime", 323, 30),
+        _ev("aten::item", "cpu_op", 400, 5),
+        _ev("aten::_local_scalar_dense", "cpu_op", 401, 3),  # a CPU scalar: nothing beneath
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy DtoH",
+            "pid": 0,
+            "tid": 7,
+            "ts": 105,
+            "dur": 2,
+            "args": {"device": 0, "stream": 7, "correlation": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy DtoH",
+            "pid": 0,
+            "tid": 7,
+            "ts": 315,
+            "dur": 2,
+            "args": {"device": 0, "stream": 7, "correlation": 8},
+        },
+    ]
+    path = tmp_path / "syncs.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = torchscope.load(path)
+    assert isinstance(t, Trace)
+    (f,) = host_device_sync(Context(t))
+    # the user's own: one .item() and its stream sync; the optimizer's two, attributed to it
+    assert f.evidence["by_name"] == {"aten::_local_scalar_dense": 1, "cudaStreamSynchronize": 1}
+    assert f.evidence["in_library_calls"] == {"Optimizer.step#Adam.step": 2}
+    assert f.evidence["per_step"] == 2.0 and f.evidence["user_frame"] == "train.py(20): train_step"
+    assert "inside library calls: Optimizer.step#Adam.step x2" in f.message
+    assert f.message.endswith("first at train.py(20): train_step.")

@@ -1,0 +1,180 @@
+"""``diff`` compares like with like: the same steps on both sides, per step, checked against
+HTA's TraceDiff on the shared pair and on a real pair made by removing one kernel."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+import torchscope
+from torchscope.analysis.diff import choose_steps, diff_traces
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
+from torchscope.trace.model import Trace
+
+trace_diff = pytest.importorskip("hta.trace_diff")
+
+CONTROL = "cuda/diff_control_rank3_of_8.json.gz"
+TEST = "cuda/diff_test_rank1_of_2.json.gz"
+STEPS = list(range(1009, 1015))  # the six steps both runs kept
+
+
+def _hta(control: Path, test: Path, device: Any, steps: list[int], tmp: Path) -> pl.DataFrame:
+    """HTA's compare_traces over ``steps`` of each (HTA reads a directory per trace)."""
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    dirs = []
+    for i, src in enumerate((control, test)):
+        d = tmp / f"hta{i}"
+        d.mkdir()
+        (d / src.name).symlink_to(src)
+        dirs.append(str(d))
+    df = trace_diff.TraceDiff.compare_traces(
+        dirs[0], dirs[1], control_iteration=steps, test_iteration=steps, device_type=device
+    )
+    return pl.from_pandas(df.reset_index())
+
+
+def test_the_shared_pair_uses_the_same_steps_and_agrees_with_hta(
+    traces_dir: Path, load_trace: Callable[[str], Trace], tmp_path: Path
+) -> None:
+    a, b = load_trace(CONTROL), load_trace(TEST)
+    assert choose_steps(a, b) == (tuple(STEPS), tuple(STEPS))
+    d = diff_traces(a, b)
+    assert d.a.steps == d.b.steps == 6
+    hta = _hta(traces_dir / CONTROL, traces_dir / TEST, trace_diff.DeviceType.GPU, STEPS, tmp_path)
+    hta = hta.filter(~pl.col("name").str.starts_with("Memcpy") & ~pl.col("name").str.starts_with("Memset"))
+    ours = d.kernels.with_columns((pl.col(c) * 6) for c in ("a_calls", "b_calls", "a_ns", "b_ns"))
+    joined = ours.join(hta, on="name", how="full", coalesce=True)
+    assert joined.height == hta.height == ours.height == 197
+    # every kernel: the same calls and time on each side over the same six steps (HTA: us)
+    assert joined["a_calls"].round(6).to_list() == joined["Control_counts"].to_list()
+    assert joined["b_calls"].round(6).to_list() == joined["Test_counts"].to_list()
+    assert (joined["a_ns"] / 1e3).round(3).to_list() == joined["Control_total_duration"].to_list()
+    assert (joined["b_ns"] / 1e3).round(3).to_list() == joined["Test_total_duration"].to_list()
+    # HTA's categories are ours: appeared = added, vanished = deleted, '=' = same calls
+    status = dict(zip(d.kernels["name"], d.kernels["status"], strict=True))
+    for name, change, ca, cb in hta.select(
+        "name", "counts_change_categories", "Control_counts", "Test_counts"
+    ).iter_rows():
+        expected = (
+            "appeared" if ca == 0 else "vanished" if cb == 0 else "count_changed" if change != "=" else None
+        )
+        assert status[name] == expected or (
+            expected is None and status[name] in ("time_changed", "unchanged")
+        )
+
+
+def test_the_shared_pair_operator_counts_agree_with_hta(
+    traces_dir: Path, load_trace: Callable[[str], Trace], tmp_path: Path
+) -> None:
+    """Op counts per step equal HTA's over the same steps. Times differ by design: ours are self
+    time (host + the device work the op launched), HTA's the op's inclusive host duration."""
+    d = diff_traces(load_trace(CONTROL), load_trace(TEST))
+    hta = _hta(traces_dir / CONTROL, traces_dir / TEST, trace_diff.DeviceType.CPU, STEPS, tmp_path)
+    joined = d.operators.join(hta, on="name", how="left")
+    assert joined["Control_counts"].null_count() == 0  # every op we list, HTA lists
+    assert (joined["a_calls"] * 6).round(6).to_list() == joined["Control_counts"].to_list()
+    assert (joined["b_calls"] * 6).round(6).to_list() == joined["Test_counts"].to_list()
+
+
+def test_the_diff_leads_with_what_changed(load_trace: Callable[[str], Trace]) -> None:
+    d = diff_traces(load_trace(CONTROL), load_trace(TEST))
+    r = d.to_dict()
+    step = r["step_us"]
+    assert step["a"] == pytest.approx(77501.667, abs=1e-3) and step["b"] == pytest.approx(
+        124085.833, abs=1e-3
+    )
+    # categories by |delta|: the step got 46.6 ms slower, 44.4 ms of it in kernels
+    cats = list(r["breakdown_us"])
+    assert cats[:2] == ["Kernel", "Memcpy"] and sorted(cats) == sorted(BREAKDOWN_CATEGORIES)
+    assert r["breakdown_us"]["Kernel"]["delta"] == pytest.approx(44435.5, abs=0.1)
+    assert sum(v["delta"] for v in r["breakdown_us"].values()) == pytest.approx(step["delta"], abs=0.01)
+    first = r["changes"][0]
+    assert (first["name"], first["status"]) == ("CompiledFunctionBackward", "appeared")
+    assert all(c["status"] != "unchanged" for c in r["changes"])
+
+
+def _without_one_kernel(src: Path, dst: Path, step: int) -> tuple[str, str, int]:
+    """``src`` with the first kernel of ``step``'s launches removed (its launch stays): the
+    kernel's name, the op that launched it, and its duration (ns)."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    events = doc["traceEvents"]
+    t = torchscope.load(src)
+    assert isinstance(t, Trace)
+    k = (
+        t.events.filter((pl.col("kind") == "kernel") & (pl.col("step") == step))
+        .sort("start_ns")
+        .row(0, named=True)
+    )
+    name = str(k["name"])
+    corr = int(k["correlation"])
+    drop = [
+        i
+        for i, e in enumerate(events)
+        if e.get("cat") == "kernel"
+        and e.get("name") == name
+        and (e.get("args") or {}).get("correlation") == corr
+    ]
+    assert len(drop) == 1
+    del events[drop[0]]
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return name, str(t.events["name"][int(k["op"])]), int(k["dur_ns"])
+
+
+def test_a_trace_with_one_kernel_removed(
+    traces_dir: Path, load_trace: Callable[[str], Trace], tmp_path: Path
+) -> None:
+    """The issue's pair: identical steps, one kernel fewer in the second. The step time was
+    reported as going from 58,631.5 to 135 us and four unchanged ops as ``count_changed``."""
+    a = load_trace(CONTROL)
+    fewer = tmp_path / "one_kernel_fewer.json.gz"
+    name, op, dur_ns = _without_one_kernel(traces_dir / CONTROL, fewer, 1011)
+    removed = 1
+    b = torchscope.load(fewer)
+    assert isinstance(b, Trace)
+    d = diff_traces(a, b)
+    assert d.a.step_numbers == d.b.step_numbers == tuple(STEPS)
+    k = d.kernels.filter(pl.col("name") == name).row(0, named=True)
+    assert k["status"] == "count_changed"
+    assert (k["a_calls"] - k["b_calls"]) * 6 == pytest.approx(removed)
+    others = d.kernels.filter(pl.col("name") != name)
+    assert set(others["status"]) == {"unchanged"}
+    # every op is unchanged but the one that launched the kernel: the same calls, and its
+    # device self time short by exactly the kernel's duration
+    changed_ops = d.operators.filter(pl.col("status") != "unchanged")
+    assert changed_ops["name"].to_list() == [op] and changed_ops["status"].to_list() == ["time_changed"]
+    assert changed_ops["delta_ns"][0] * 6 == pytest.approx(-dur_ns)
+    assert sorted(d.changes["name"].to_list()) == sorted([name, op])
+    # the step did not collapse: same steps, the same windows, at most the kernel's time less
+    assert d.b.step_ns <= d.a.step_ns and d.b.step_ns >= d.a.step_ns - (k["a_ns"] - k["b_ns"]) * 6
+    # the per-iteration choice: step 1011 alone shows the whole kernel removed
+    one = diff_traces(a, b, steps_a=[1011])
+    assert one.a.step_numbers == one.b.step_numbers == (1011,)
+    row = one.kernels.filter(pl.col("name") == name).row(0, named=True)
+    assert row["a_calls"] - row["b_calls"] == removed
+    # HTA over the same steps says the same
+    hta = _hta(traces_dir / CONTROL, fewer, trace_diff.DeviceType.GPU, STEPS, tmp_path)
+    changed = hta.filter(pl.col("diff_counts") != 0)
+    assert changed["name"].to_list() == [name] and changed["diff_counts"].to_list() == [-removed]
+
+
+def test_asking_for_a_step_a_run_did_not_keep_names_it(load_trace: Callable[[str], Trace]) -> None:
+    with pytest.raises(ValueError, match=r"run B has no step \[7\]: the steps it kept are 1009, 1010"):
+        diff_traces(load_trace(CONTROL), load_trace(TEST), steps_a=[1009], steps_b=[7])
+
+
+def test_differently_numbered_runs_compare_their_first_steps(load_trace: Callable[[str], Trace]) -> None:
+    """No step number in common: the first min(n_a, n_b) kept steps of each side."""
+    a = load_trace(CONTROL)
+    b = load_trace("cuda/nccl_rank0_of_2.json.gz")
+    assert choose_steps(a, b) == ((1009, 1010, 1011), (4, 5, 6))  # the NCCL run kept three steps
+    d = diff_traces(a, b)
+    assert d.a.steps == d.b.steps == 3

@@ -1,0 +1,135 @@
+"""Step windows: a step is its host span stretched over the device work it launched, and it
+never starts after its own host span ended (issue 15)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import torchscope
+from torchscope.analysis.overview import overview, step_windows
+from torchscope.trace.model import Trace
+
+SHARED = [
+    "cpu/cpu_only_gloo_rank34.pt.trace.json.gz",
+    "cuda/alexnet_benchmark.json.gz",
+    "cuda/backward_thread_small.json",
+    "cuda/cuda_event_sync_multi_stream.json.gz",
+    "cuda/diff_control_rank3_of_8.json.gz",
+    "cuda/diff_test_rank1_of_2.json.gz",
+    "cuda/nccl_rank0_of_2.json.gz",
+    "cuda/nccl_rank1_of_2_profile_memory.json.gz",
+    "cuda/rank0_ns_resolution.pt.trace.json.gz",
+    "cuda/triton_kernel.json.gz",
+    "multirank/rank-0.json.gz",
+    "multirank/rank-1.json.gz",
+    "other_devices/amd_mi250_rocm6.json.gz",
+    "other_devices/mtia_inference.json.gz",
+    "other_devices/mtia_training_large.json.gz",
+    "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz",
+    "tensorboard_samples/resnet50_num_workers_4.pt.trace.json.gz",
+]
+
+
+def test_the_list_is_every_shared_trace(traces_dir: Path) -> None:
+    on_disk = {str(p.relative_to(traces_dir)) for p in traces_dir.rglob("*.json*")}
+    assert on_disk == set(SHARED)
+
+
+@pytest.mark.parametrize("rel", SHARED)
+def test_no_step_starts_after_its_host_end(load_trace: Callable[[str], Trace], rel: str) -> None:
+    win, _ = step_windows(load_trace(rel))
+    assert win.height > 0
+    late = win.filter(win["start_ns"] > win["host_end_ns"])
+    assert late.height == 0, late
+
+
+def _kernel(name: str, ts_us: float, dur_us: float, corr: int | None) -> dict[str, Any]:
+    args: dict[str, Any] = {"device": 0, "stream": 7}
+    if corr is not None:
+        args["correlation"] = corr
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": 0,
+        "tid": 7,
+        "ts": ts_us,
+        "dur": dur_us,
+        "args": args,
+    }
+
+
+def _host(name: str, cat: str, ts_us: float, dur_us: float, corr: int | None = None) -> dict[str, Any]:
+    ev: dict[str, Any] = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts_us, "dur": dur_us}
+    if corr is not None:
+        ev["args"] = {"correlation": corr}
+    return ev
+
+
+def _load(tmp: Path, name: str, events: list[dict[str, Any]]) -> Trace:
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = torchscope.load(path)
+    assert isinstance(t, Trace)
+    return t
+
+
+def test_unlaunched_device_work_ending_after_the_host_span_does_not_start_the_step(tmp_path: Path) -> None:
+    """The issue's case: a 100 ms host step whose only launched kernel runs at 160 ms, and a
+    kernel whose launch is not in the file ending at 157 ms, before the step's first kernel.
+    The step was reported as 135 us starting 57 ms after its host end."""
+    t0 = 1_000_000.0
+    host = [
+        _host("ProfilerStep#3", "user_annotation", t0, 100_000.0),
+        _host("aten::mm", "cpu_op", t0 + 10, 50.0),
+        _host("cudaLaunchKernel", "cuda_runtime", t0 + 20, 10.0, corr=41),
+    ]
+    device = [
+        _kernel("unlaunched_kernel", t0 + 150_000, 7_000, None),  # ends at 157 ms
+        _kernel("gemm_kernel", t0 + 160_000, 135, 41),
+    ]
+    t = _load(tmp_path, "late_kernel", host + device)
+    win, from_trace = step_windows(t)
+    assert from_trace and win.height == 1
+    row = win.row(0, named=True)
+    assert row["start_ns"] == int(t0 * 1e3)  # the host start, not the unlaunched kernel's end
+    assert row["end_ns"] == int((t0 + 160_135) * 1e3)  # stretched to its own kernel's end
+    assert overview(t).breakdown_ns["Total"] == pytest.approx(160_135e3)
+
+
+def test_device_work_before_the_first_step_still_delays_its_start(tmp_path: Path) -> None:
+    """The plugin's rule is kept where it applies: work from before the step (no launch in the
+    file) that ends inside the host span starts the step when the device is free."""
+    t0 = 1_000_000.0
+    host = [
+        _host("ProfilerStep#0", "user_annotation", t0, 1_000.0),
+        _host("cudaLaunchKernel", "cuda_runtime", t0 + 20, 10.0, corr=5),
+    ]
+    device = [_kernel("previous_step_kernel", t0 - 100, 400, None), _kernel("mine", t0 + 600, 100, 5)]
+    t = _load(tmp_path, "early_kernel", host + device)
+    row = step_windows(t)[0].row(0, named=True)
+    assert row["start_ns"] == int((t0 + 300) * 1e3)
+    assert row["end_ns"] == int((t0 + 1_000) * 1e3)
+
+
+def test_a_deep_launch_queue_does_not_push_a_step_past_its_host_end(tmp_path: Path) -> None:
+    """GPU-bound steps: step 0's kernel (launched at 1 ms) runs 5-30 ms, past step 1's whole
+    host span (10-20 ms). Step 1 starts by its host end (20 ms), not at 30 ms; the steps stay
+    contiguous, so the breakdown still adds up to the span."""
+    host = [
+        _host("ProfilerStep#0", "user_annotation", 0.0, 10_000.0),
+        _host("cudaLaunchKernel", "cuda_runtime", 1_000.0, 10.0, corr=1),
+        _host("ProfilerStep#1", "user_annotation", 10_000.0, 10_000.0),
+        _host("cudaLaunchKernel", "cuda_runtime", 11_000.0, 10.0, corr=2),
+    ]
+    device = [_kernel("long", 5_000.0, 25_000.0, 1), _kernel("next", 30_000.0, 10_000.0, 2)]
+    t = _load(tmp_path, "deep_queue", host + device)
+    win, _ = step_windows(t)
+    assert win["start_ns"].to_list() == [0, 20_000_000]
+    assert win["end_ns"].to_list() == [20_000_000, 40_000_000]
+    assert (win["start_ns"] <= win["host_end_ns"]).all()
