@@ -258,3 +258,43 @@ def test_charts_use_round_ticks_and_mark_the_memory_peak(resnet: dict[str, Any],
         f"peak {fmt(p['peak_allocated_bytes'], 'bytes')}" for p in peaks
     )
     assert page.errors == []
+
+
+def test_stack_and_module_drill_downs_on_a_live_capture(tmp_path: Path, page: Any) -> None:
+    import torch
+    from torch.profiler import profile
+
+    from torchscope.models import mlp
+
+    model = mlp((32, 64, 10))
+    with profile(with_stack=True, with_modules=True, record_shapes=True) as prof:
+        for _ in range(2):
+            model(torch.randn(4, 32)).sum().backward()
+    prof.export_chrome_trace(str(tmp_path / "mlp.json"))
+    payload = build_payload(torchscope.load(tmp_path / "mlp.json"))
+    report = payload["report"]
+    page.goto(write_html(payload, tmp_path / "mlp.html").as_uri())
+    # operators -> call stacks
+    page.click("#tabs button[data-view=operators]")
+    page.fill("[data-testid=filter]", "aten::linear")
+    page.click("[data-testid=ops-table] tbody tr:has(td:text-is('aten::linear'))")
+    stacks = sorted(r["stack"] for r in report["call_stacks"] if r["name"] == "aten::linear")
+    assert len(stacks) >= 2  # two Linear layers: two call sites
+    got = page.eval_on_selector_all(
+        "[data-testid=drill-stacks] tbody tr td:first-child", "t => t.map(x => x.textContent)"
+    )
+    assert sorted(got) == stacks
+    # modules -> the ops each calls itself
+    page.click("#tabs button[data-view=modules]")
+    path = next(r["path"] for r in report["modules"] if r["module"] == "Linear_0")
+    page.click(f"[data-testid=module-tree] button[data-path='{path}']")
+    rows = page.eval_on_selector_all(
+        "[data-testid=drill-module-ops] tbody tr",
+        "r => r.map(x => x.cells[0].textContent + ' ' + x.cells[1].textContent)",
+    )
+    assert (
+        rows
+        == [f"{r['name']} {r['calls']}" for r in report["module_ops"] if r["path"] == path]
+        == ["aten::linear 2"]
+    )
+    assert page.errors == []

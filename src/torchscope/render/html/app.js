@@ -407,12 +407,18 @@
     const device = rows.some((r) => r.device_us > 0); // a column of zeros says nothing
     function node(n, depth) {
       const row = h("span", { class: "row" }, h("span", { class: "bar", style: `width:${Math.max(1, (160 * n.host_us) / total)}px` }),
-        h("span", {}, n.module), h("span", { class: "muted" }, `host ${fmt(n.host_us, UNITS().host_us)}` + (device ? ` · device ${fmt(n.device_us, UNITS().device_us)}` : "") +
+        h("button", { class: "link", "data-path": n.path, onclick: (e) => { e.preventDefault(); openOps(n); } }, n.module), h("span", { class: "muted" }, `host ${fmt(n.host_us, UNITS().host_us)}` + (device ? ` · device ${fmt(n.device_us, UNITS().device_us)}` : "") +
           ` · ${fmtCount(n.calls)} call${n.calls === 1 ? "" : "s"}`));
       if (!n.children.length) return h("li", {}, row);
       return h("li", {}, h("details", depth < 2 ? { open: true } : {}, h("summary", {}, row), h("ul", {}, n.children.map((c) => node(c, depth + 1)))));
     }
-    return [h("h2", {}, "Modules"), h("div", { class: "tree", "data-testid": "module-tree" }, h("ul", {}, root.children.map((c) => node(c, 0))))];
+    const drill = h("div", { class: "drill", "data-testid": "module-drill" }, h("span", { class: "muted" }, "Click a module for the ops it calls itself."));
+    function openOps(n) {
+      drill.replaceChildren(h("h3", {}, n.path), ...drillRows("Ops it calls itself (its submodules' are theirs)", "module_ops", "path", n.path,
+        [nameCol("name", "op"), col("calls", "calls"), col("host_us", "host total"), ...(device ? [col("device_us", "device total")] : [])], "drill-module-ops"));
+      drill.scrollIntoView({ block: "nearest" });
+    }
+    return [h("h2", {}, "Modules"), h("div", { class: "tree", "data-testid": "module-tree" }, h("ul", {}, root.children.map((c) => node(c, 0)))), drill];
   }
 
   function viewDistributed() {
@@ -487,7 +493,7 @@
     operators: "Operators", operators_by_shape: "Operators by input shape", call_stacks: "Python call stacks", flops: "FLOPs",
     kernels: "Kernels", kernels_by_op: "Kernels by launching op", kernel_types: "Kernel types", temporal_breakdown: "Time on the device",
     comm_comp_overlap: "Communication hidden behind computation", launch_stats: "Launches", idle_time: "Idle time per stream",
-    queue_length: "Queue length per stream", memory: "Memory", modules: "Modules", recommendations: "Recommendations",
+    queue_length: "Queue length per stream", memory: "Memory", modules: "Modules", module_ops: "Ops by module", recommendations: "Recommendations",
     distributed: "Distributed", warnings: "Warnings", steps_count: "Steps" };
   const SKIP = ["units", "report_version", "kind", "ranks", "source"];
   function sections(r) {

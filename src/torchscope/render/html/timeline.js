@@ -109,29 +109,28 @@ const TorchscopeTimeline = (() => {
     return p;
   }
 
-  /** @type {WeakMap<TimelineData, Promise<Map<number, Record<string, any>>>>} */
+  /** @typedef {{index: number[], columns: [string, any[]][]}} DetailTable */
+  /** @type {WeakMap<TimelineData, Promise<DetailTable>>} */
   const detailCache = new WeakMap();
-  /** @param {TimelineData} t @returns {Promise<Map<number, Record<string, any>>>} */
+  /** The details table, inflated once (the page starts it in the background after the first frame).
+   * @param {TimelineData} t @returns {Promise<DetailTable>} */
   function details(t) {
     let p = detailCache.get(t);
     if (!p) {
       p = (t.details ? inflate(t.details) : Promise.resolve(new ArrayBuffer(0))).then((buf) => {
-        /** @type {Map<number, Record<string, any>>} */
-        const m = new Map();
-        if (!buf.byteLength) return m;
+        if (!buf.byteLength) return { index: [], columns: [] };
         const table = JSON.parse(new TextDecoder().decode(buf));
-        const keys = Object.keys(table).filter((k) => k !== "index");
-        /** @type {number[]} */ (table.index).forEach((e, i) => {
-          /** @type {Record<string, any>} */
-          const row = {};
-          for (const k of keys) if (table[k][i] !== null && table[k][i] !== undefined) row[k] = table[k][i];
-          m.set(e, row);
-        });
-        return m;
+        return { index: table.index, columns: Object.keys(table).filter((k) => k !== "index").map((k) => /** @type {[string, any[]]} */ ([k, table[k]])) };
       });
       detailCache.set(t, p);
     }
     return p;
+  }
+  /** An event's details: [column, value] where it has one. @param {DetailTable} d @param {number} e @returns {[string, any][]} */
+  function detailOf(d, e) {
+    const k = lowerBound((q) => d.index[q], e, 0, d.index.length);
+    if (d.index[k] !== e) return [];
+    return d.columns.filter(([, v]) => v[k] !== null && v[k] !== undefined).map(([c, v]) => /** @type {[string, any]} */ ([c, v[k]]));
   }
 
   /** first k in [lo, hi) with key(k) >= v, for a non-decreasing key
@@ -408,8 +407,7 @@ const TorchscopeTimeline = (() => {
       add("track", `${tr.group} · ${tr.label}`);
       add("start", opt.fmtNs(C.start[e]) + " since the trace's start");
       add("duration", opt.fmtNs(C.dur[e]));
-      const more = (await details(t)).get(e) || {};
-      for (const [k, v] of Object.entries(more)) add(k.replace(/_/g, " "), typeof v === "string" ? v : String(v));
+      for (const [k, v] of detailOf(await details(t), e)) add(k.replace(/_/g, " "), typeof v === "string" ? v : String(v));
       // the stack: the enclosing events, innermost first
       /** @type {string[]} */ const stack = [];
       for (let p = C.parent[e], d = 0; p >= 0 && d < 64; p = C.parent[p], d++) stack.push(t.names[C.name[p]]);
@@ -449,21 +447,21 @@ const TorchscopeTimeline = (() => {
       matches = new Uint32Array(count);
       for (let i = 0, k = 0; i < n; i++) if (hitName[C.name[i]]) matches[k++] = i;
       matchAt = -1;
-      found.dataset.ms = String(performance.now() - t0);
-      found.dataset.count = String(count);
       found.textContent = count ? ` ${count} matches` : " no match";
-      if (count) step(1);
-      else draw();
+      // the time to the result: matches counted, the view on the first, its details shown
+      const done = () => { found.dataset.ms = String(performance.now() - t0); found.dataset.count = String(count); };
+      if (count) void step(1).then(done);
+      else { draw(); done(); }
       return count;
     }
-    /** @param {number} d */
-    function step(d) {
+    /** @param {number} d @returns {Promise<void>} */
+    async function step(d) {
       if (!matches.length) return;
       matchAt = (matchAt + d + matches.length) % matches.length;
       const e = matches[matchAt], span = Math.max(view.x1 - view.x0 > 50 * C.dur[e] ? (view.x1 - view.x0) : 0, C.dur[e] * 20, 1000);
       show(C.start[e] + C.dur[e] / 2 - span / 2, C.start[e] + C.dur[e] / 2 + span / 2);
       found.textContent = ` ${matchAt + 1} of ${matches.length} matches`;
-      void select(e);
+      await select(e);
     }
 
     /** the range's aggregate: per name, the events overlapping it and their time inside it */
@@ -537,6 +535,7 @@ const TorchscopeTimeline = (() => {
       search, button("search-prev", "◀", () => step(-1)), button("search-next", "▶", () => { if (search.dataset.q !== search.value) { search.dataset.q = search.value; doSearch(search.value); } else step(1); }), found);
     host.replaceChildren(tools, info, wrap, detail, agg);
     draw();
+    setTimeout(() => { void details(t); }, 50); // inflate the details while the user looks
     /** @type {TimelineController} */
     const ctl = { range: () => [view.x0, view.x1], show, rectOf, select, selected: () => selected, search: doSearch, cols: C };
     controllers.set(canvas, ctl);
