@@ -180,7 +180,9 @@ def main() -> int:
                 f"Overview rendered   {in_page / 1000:.2f} s after navigation ({wall / 1000:.2f} s wall from goto)   (target < 1 s)"
             )
             tl = timeline_in_chromium(html, args.chromium, args.query)
-            print(f"timeline ready      {tl['timeline_ms']:.0f} ms after the tab's click (inflate, index, first frame)")
+            print(
+                f"timeline ready      {tl['timeline_ms']:.0f} ms after the tab's click (inflate, index, first frame)"
+            )
             print(
                 f"pan, zoomed out     median frame {tl['frame_ms']:.1f} ms over {int(tl['frames'])} frames "
                 f"(draw {tl['draw_ms']:.1f} ms, {int(tl['rects']):,} rectangles)   (target < 16 ms)"

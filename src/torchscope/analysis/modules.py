@@ -63,7 +63,9 @@ def module_tree(trace: Trace) -> pl.DataFrame:
     )
 
 
-def _module_paths(trace: Trace, is_mod: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[int, str], dict[int, int]]:
+def _module_paths(
+    trace: Trace, is_mod: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, dict[int, str], dict[int, int]]:
     """(parent column, module event rows, each module row's path, each one's depth)."""
     ev = trace.events
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
@@ -93,7 +95,13 @@ def module_ops(trace: Trace) -> pl.DataFrame:
     module's, less the Python time between ops.
     """
     ev = trace.events
-    schema = {"path": pl.String, "name": pl.String, "calls": pl.UInt32, "host_ns": pl.Int64, "device_ns": pl.Int64}
+    schema = {
+        "path": pl.String,
+        "name": pl.String,
+        "calls": pl.UInt32,
+        "host_ns": pl.Int64,
+        "device_ns": pl.Int64,
+    }
     is_mod = (
         ev["kind"].is_in(["python_function", "user_annotation"])
         & ev["name"].cast(pl.String).str.starts_with(MODULE_PREFIX)

@@ -222,10 +222,10 @@
       svg.appendChild(s("line", { x1: L, x2: W, y1: Y(v), y2: Y(v), stroke: "#eee" }));
       svg.appendChild(s("text", { x: L - 6, y: Y(v) + 4, "text-anchor": "end" }, TorchscopeCharts.trim(opts.fmtY(v))));
     }
-    for (const v of xt) {
+    xt.forEach((v, i) => {
       svg.appendChild(s("line", { x1: X(v), x2: X(v), y1: H - B, y2: H - B + 4, stroke: "#999" }));
-      svg.appendChild(s("text", { x: X(v), y: H - B + 15, "text-anchor": "middle" }, TorchscopeCharts.trim(fmtUs(v))));
-    }
+      svg.appendChild(s("text", { x: X(v), y: H - B + 15, "text-anchor": i === xt.length - 1 ? "end" : "middle" }, TorchscopeCharts.trim(fmtUs(v))));
+    });
     svg.appendChild(s("text", { x: W - 10, y: H - 1, "text-anchor": "end" }, "time since the trace's start"));
     series.forEach((ser, j) => {
       let d = "";
