@@ -136,7 +136,7 @@ def test_arrows_lead_from_an_op_to_its_kernels_and_back(resnet: dict[str, Any], 
     click_event(page, op["i"])
     buttons = page.query_selector_all("[data-testid=launched-kernels] [data-testid=goto-kernel]")
     assert len(buttons) == kernels.height
-    assert f"{kernels.height} kernels" in page.inner_text("[data-testid=launched-kernels]")
+    assert f"launched {kernels.height} kernels/copies" in page.inner_text("[data-testid=launched-kernels]")
     buttons[0].click()
     first = kernels.row(0, named=True)
     page.wait_for_function(
@@ -297,4 +297,33 @@ def test_stack_and_module_drill_downs_on_a_live_capture(tmp_path: Path, page: An
         == [f"{r['name']} {r['calls']}" for r in report["module_ops"] if r["path"] == path]
         == ["aten::linear 2"]
     )
+    assert page.errors == []
+
+
+def test_hostile_names_in_search_details_and_range_stay_text(tmp_path: Path, page: Any) -> None:
+    data = Path(__file__).resolve().parents[1] / "data"
+    html = write_html(
+        build_payload(torchscope.load(data / "hostile_names.pt.trace.json")), tmp_path / "h.html"
+    )
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    canvas = open_timeline(page, html.as_uri())
+    page.fill("[data-testid=timeline-search]", "<script>")
+    page.press("[data-testid=timeline-search]", "Enter")
+    count = page.wait_for_selector("[data-testid=timeline-search-count][data-count]")
+    assert int(count.get_attribute("data-count")) >= 1
+    assert "<script>window.__pwned=" in page.inner_text(
+        "[data-testid=event-details]"
+    )  # the first match, as text
+    box = canvas.bounding_box()
+    page.keyboard.down("Shift")
+    page.mouse.move(box["x"] + 205, box["y"] + 60)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] - 5, box["y"] + 80, steps=3)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    page.wait_for_selector("[data-testid=range-table]")
+    assert "<script>window.__pwned=1</script>" in page.inner_text("[data-testid=range-table]")
+    assert page.evaluate("window.__pwned") is None and dialogs == []
+    assert page.query_selector("#view img, #view script, #view svg[onload]") is None
     assert page.errors == []

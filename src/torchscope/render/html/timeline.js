@@ -425,7 +425,7 @@ const TorchscopeTimeline = (() => {
         linked = launchedBy(e);
         if (linked.length) {
           const box = el("div", { "data-testid": "launched-kernels" });
-          box.append(el("div", { class: "muted" }, `${linked.length} kernels and copies launched (arrows on the timeline)`));
+          box.append(el("div", { class: "muted" }, `launched ${linked.length} kernels/copies (arrows on the timeline)`));
           linked.slice(0, 30).forEach((k) => box.append(jump(k, "↘ " + t.names[C.name[k]] + " · " + opt.fmtNs(C.dur[k]), "goto-kernel")));
           add("launched", box);
         }
