@@ -334,8 +334,9 @@ const TorchscopeTimeline = (() => {
       const max = Math.max(1, ...c.bytes), base = lane.y + lane.h - 3, hgt = lane.h - 8;
       g.fillStyle = "#fff4e6"; g.fillRect(LABEL, lane.y, W - LABEL, lane.h);
       g.beginPath();
-      g.moveTo(LABEL, base);
-      let px = LABEL, py = base;
+      const first = c.offset_us.length ? Math.min(W, Math.max(LABEL, LABEL + (c.offset_us[0] * 1000 - view.x0) * s)) : LABEL;
+      g.moveTo(first, base);
+      let px = first, py = base;
       for (let i = 0; i < c.offset_us.length; i++) {
         const x = Math.min(W, Math.max(LABEL, LABEL + (c.offset_us[i] * 1000 - view.x0) * s));
         const yv = base - (c.bytes[i] / max) * hgt;
@@ -458,7 +459,9 @@ const TorchscopeTimeline = (() => {
     async function step(d) {
       if (!matches.length) return;
       matchAt = (matchAt + d + matches.length) % matches.length;
-      const e = matches[matchAt], span = Math.max(view.x1 - view.x0 > 50 * C.dur[e] ? (view.x1 - view.x0) : 0, C.dur[e] * 20, 1000);
+      // keep the zoom where the match is visible and not wider than the view; else frame it
+      const e = matches[matchAt], cur = view.x1 - view.x0, px = C.dur[e] * scale();
+      const span = px >= 3 && C.dur[e] < cur ? cur : Math.max(C.dur[e] * 20, 1000);
       show(C.start[e] + C.dur[e] / 2 - span / 2, C.start[e] + C.dur[e] / 2 + span / 2);
       found.textContent = ` ${matchAt + 1} of ${matches.length} matches`;
       await select(e);
