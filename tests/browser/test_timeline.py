@@ -327,3 +327,27 @@ def test_hostile_names_in_search_details_and_range_stay_text(tmp_path: Path, pag
     assert page.evaluate("window.__pwned") is None and dialogs == []
     assert page.query_selector("#view img, #view script, #view svg[onload]") is None
     assert page.errors == []
+
+
+def test_wheel_zooms_at_the_pointer_and_drag_pans(resnet: dict[str, Any], page: Any) -> None:
+    canvas = open_timeline(page, resnet["url"])
+    box = canvas.bounding_box()
+    x0, x1 = visible(canvas)
+    px = 700  # the pointer, in canvas px; the label column is 200 px wide
+    at = x0 + (px - 200) / (box["width"] - 200) * (x1 - x0)
+    page.mouse.move(box["x"] + px, box["y"] + 100)
+    page.mouse.wheel(0, -100)  # zoom in: 80 % of the span, the time under the pointer stays
+    page.wait_for_function(
+        f"Number(document.querySelector('[data-testid=timeline-canvas]').dataset.x1) < {x1}"
+    )
+    a0, a1 = visible(canvas)
+    assert a1 - a0 == pytest.approx(0.8 * (x1 - x0))
+    assert a0 + (px - 200) / (box["width"] - 200) * (a1 - a0) == pytest.approx(at)
+    page.mouse.down()
+    page.mouse.move(box["x"] + px - 100, box["y"] + 100, steps=5)  # drag left: later times come in
+    page.mouse.up()
+    b0, b1 = visible(canvas)
+    assert b0 - a0 == pytest.approx(100 / (box["width"] - 200) * (a1 - a0)) and b1 - b0 == pytest.approx(
+        a1 - a0
+    )
+    assert page.errors == []
