@@ -133,6 +133,18 @@ def test_module_rows_from_a_live_capture(tmp_path: Path) -> None:
     assert kids == ["Linear_0", "Linear_1", "ReLU_0"]
     inner = sum(r["host_us"] for r in rows if r["path"].startswith(seq["path"] + "/") and r["depth"] == 2)
     assert inner <= seq["host_us"] <= top["host_us"]
+    # the Modules drill-down: each leaf module's own ops (their callees are theirs, not the module's)
+    trace = torchscope.load(path)
+    ops = {
+        (r["path"], r["name"]): r for r in build_payload(trace, with_timeline=False)["report"][K.MODULE_OPS]
+    }
+    linear0 = f"{seq['path']}/Linear_0"
+    assert {k for k in ops if k[0] == linear0} == {(linear0, "aten::linear")}
+    assert {k for k in ops if k[0].endswith("ReLU_0")} == {(f"{seq['path']}/ReLU_0", "aten::relu")}
+    linears = trace.ops.filter(pl.col("name") == "aten::linear").sort("start_ns")
+    assert ops[(linear0, "aten::linear")]["calls"] == 1
+    assert ops[(linear0, "aten::linear")]["host_us"] * 1000 == linears["dur_ns"][0]  # the first Linear's call
+    assert not any(k[1] == "aten::addmm" for k in ops)  # linear's callee belongs to linear
 
 
 def test_payload_for_ranks_is_the_sets_report_and_is_json(traces_dir: Path) -> None:
