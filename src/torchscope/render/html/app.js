@@ -331,9 +331,9 @@
     col("host_self_us", "host self"), col("host_total_us", "host total"), col("host_avg_us", "host avg"), col("host_max_us", "host max"),
     col("device_self_us", "device self"), col("device_total_us", "device total")];
   // a drill-down panel: the report's rows of `key` whose `field` is `value`, as a table
-  function drillRows(title, key, field, value, cols, id) {
+  function drillRows(title, key, field, value, cols, id, none) {
     const rows = (rep()[key] || []).filter((x) => x[field] === value);
-    return [h("h4", {}, title), rows.length ? table(cols, rows, { id }) : h("div", { class: "muted", "data-testid": id }, "none in the report")];
+    return [h("h4", {}, title), rows.length ? table(cols, rows, { id }) : h("div", { class: "muted", "data-testid": id }, none || "none in the report")];
   }
   function viewOperators() {
     const ops = rep().operators || [];
@@ -348,7 +348,7 @@
         ...drillRows("Python call stacks", "call_stacks", "name", o.name, [nameCol("stack", "stack (innermost first)"), col("calls", "calls"),
           col("host_total_us", "host total"), col("host_self_us", "host self")], "drill-stacks"),
         ...drillRows("Kernels launched", "kernels_by_op", "op_name", o.name, [nameCol("name", "kernel"), col("count", "calls"), col("total_us", "total"),
-          col("mean_us", "mean")], "drill-kernels"));
+          col("mean_us", "mean")], "drill-kernels", o.device_total_us ? "none launched by this op itself: the ops it calls launch its device time (drill into them)" : null));
       drill.scrollIntoView({ block: "nearest" });
     };
     return [h("h2", {}, "Operators"), h("div", { class: "muted" }, (device ? "By device time (with the ops they call), then host time." : "By host time.") + " Click a row to drill down."),
