@@ -142,7 +142,16 @@ def test_arrows_lead_from_an_op_to_its_kernels_and_back(resnet: dict[str, Any], 
     page.wait_for_function(
         f"document.querySelector('[data-testid=timeline-selection]').dataset.event === '{first['i']}'"
     )
-    assert first["name"][:40] in page.inner_text("[data-testid=event-details]")
+    text = page.inner_text("[data-testid=event-details]")
+    assert first["name"][:40] in text
+    # the kernel's launch parameters and its correlation id, as the Trace has them
+    for key, col in (
+        ("grid", "grid"),
+        ("block", "block"),
+        ("registers per thread", "registers_per_thread"),
+        ("correlation", "correlation"),
+    ):
+        assert f"{key}\n{first[col]}\n" in text
     page.click("[data-testid=goto-launcher]")  # and back to the op that launched it
     page.wait_for_function(
         f"document.querySelector('[data-testid=timeline-selection]').dataset.event === '{op['i']}'"
