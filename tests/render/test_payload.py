@@ -3,7 +3,6 @@ plumbing (memory curves, timeline) that is all the payload adds to the report.""
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -12,7 +11,8 @@ import polars as pl
 
 import torchscope
 from torchscope.analysis import keys as K
-from torchscope.render.payload import build_payload, memory_curves, timeline
+from torchscope.render.payload import DETAIL_COLUMNS, build_payload, memory_curves, timeline, unpack_timeline
+from torchscope.render.text import cut
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -47,16 +47,71 @@ def test_memory_curve_keeps_the_peak_the_report_names(traces_dir: Path) -> None:
     assert cuda["allocated"]["offset_us"][0] == (int(mem["ts_ns"][0]) - t0) / 1e3
 
 
-def test_timeline_arrays_round_trip(traces_dir: Path) -> None:
+def test_timeline_holds_every_event_with_a_duration(traces_dir: Path) -> None:
+    trace = torchscope.load(traces_dir / "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz")
+    tl = timeline(trace)
+    cols = unpack_timeline(tl)
+    with_dur = trace.events.filter(pl.col("dur_ns") > 0)
+    assert tl["events"] == tl["total"] == with_dur.height == 43187
+    t0 = int(trace.events["start_ns"].min())  # type: ignore[arg-type]
+    np.testing.assert_array_equal(cols["start"], with_dur["start_ns"].to_numpy() - t0)
+    np.testing.assert_array_equal(cols["dur"], with_dur["dur_ns"].to_numpy())
+    names = [tl["names"][i] for i in cols["name"]]
+    assert names == [
+        cut(n) for n in with_dur["name"].cast(pl.String).to_list()
+    ]  # long names cut for the page
+    # tracks: host threads under their process, streams under their device
+    streams = [t for t in tl["tracks"] if t["device"] >= 0]
+    assert [(t["group"], t["label"]) for t in streams] == [("device 0", "stream 7")]
+    assert all(t["rows"] == cols["row"][cols["track"] == i].max() + 1 for i, t in enumerate(tl["tracks"]))
+
+
+def test_timeline_links_kernels_to_their_launching_op_and_keeps_details(traces_dir: Path) -> None:
+    trace = torchscope.load(traces_dir / "cuda/alexnet_benchmark.json.gz")
+    tl = timeline(trace)
+    cols, ev = unpack_timeline(tl), trace.events.filter(pl.col("dur_ns") > 0)
+    kernels = np.flatnonzero(np.array(tl["kinds"])[cols["kind"]] == "kernel")
+    assert kernels.size == ev.filter(pl.col("kind") == "kernel").height > 0
+    op_row = ev["op"].to_numpy()
+    for k in kernels[:50]:
+        launcher = cols["op"][k]
+        assert launcher >= 0 and ev["id"][int(launcher)] == op_row[k]  # the Trace's op column, as an index
+        assert tl["names"][cols["name"][launcher]].startswith("aten::")
+    # the stack: each parent index is an event enclosing the child on the same track
+    child = np.flatnonzero(cols["parent"] >= 0)
+    par = cols["parent"][child]
+    assert np.all(cols["start"][par] <= cols["start"][child]) and np.all(
+        cols["track"][par] == cols["track"][child]
+    )
+    # details only for the events that have one, with the Trace's values
+    kernel = ev.with_row_index("i").filter(pl.col("kind") == "kernel").row(0, named=True)
+    assert cols["details"][kernel["i"]]["grid"] == kernel["grid"] and kernel["grid"].startswith("[")
+    assert cols["details"][kernel["i"]]["correlation"] == kernel["correlation"] is not None
+    assert (
+        len(cols["details"])
+        == ev.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in DETAIL_COLUMNS)).height
+        < ev.height
+    )
+
+
+def test_timeline_over_the_cap_keeps_the_longest(traces_dir: Path) -> None:
     trace = torchscope.load(traces_dir / "cuda/alexnet_benchmark.json.gz")
     tl = timeline(trace, max_events=100)
     with_dur = trace.events.filter(pl.col("dur_ns") > 0)
     assert tl["total"] == with_dur.height and tl["events"] == 100
-    dur = np.frombuffer(base64.b64decode(tl["dur"]), dtype="<f4")
+    dur = unpack_timeline(tl)["dur"]
     longest = np.sort(with_dur["dur_ns"].to_numpy())[::-1][:100]
-    np.testing.assert_allclose(np.sort(dur)[::-1], longest, rtol=1e-6)  # the longest events are kept
-    names = np.frombuffer(base64.b64decode(tl["name"]), dtype="<u4")
-    assert names.max() < len(tl["names"])
+    np.testing.assert_array_equal(np.sort(dur)[::-1], longest)
+
+
+def test_the_largest_shared_trace_fits_the_page_whole(traces_dir: Path) -> None:
+    from torchscope.render.html import render_html
+
+    trace = torchscope.load(traces_dir / "other_devices/mtia_training_large.json.gz")
+    payload = build_payload(trace)
+    tl = payload["runs"][0]["timeline"]
+    assert tl["events"] == tl["total"] == trace.events.filter(pl.col("dur_ns") > 0).height == 138373
+    assert len(render_html(payload).encode()) < 10_000_000
 
 
 def test_module_rows_from_a_live_capture(tmp_path: Path) -> None:
@@ -78,6 +133,18 @@ def test_module_rows_from_a_live_capture(tmp_path: Path) -> None:
     assert kids == ["Linear_0", "Linear_1", "ReLU_0"]
     inner = sum(r["host_us"] for r in rows if r["path"].startswith(seq["path"] + "/") and r["depth"] == 2)
     assert inner <= seq["host_us"] <= top["host_us"]
+    # the Modules drill-down: each leaf module's own ops (their callees are theirs, not the module's)
+    trace = torchscope.load(path)
+    ops = {
+        (r["path"], r["name"]): r for r in build_payload(trace, with_timeline=False)["report"][K.MODULE_OPS]
+    }
+    linear0 = f"{seq['path']}/Linear_0"
+    assert {k for k in ops if k[0] == linear0} == {(linear0, "aten::linear")}
+    assert {k for k in ops if k[0].endswith("ReLU_0")} == {(f"{seq['path']}/ReLU_0", "aten::relu")}
+    linears = trace.ops.filter(pl.col("name") == "aten::linear").sort("start_ns")
+    assert ops[(linear0, "aten::linear")]["calls"] == 1
+    assert ops[(linear0, "aten::linear")]["host_us"] * 1000 == linears["dur_ns"][0]  # the first Linear's call
+    assert not any(k[1] == "aten::addmm" for k in ops)  # linear's callee belongs to linear
 
 
 def test_payload_for_ranks_is_the_sets_report_and_is_json(traces_dir: Path) -> None:

@@ -40,6 +40,7 @@ MEMORY_PEAKS = "peaks"
 MEMORY_BY_OP = "by_op"
 MEMORY_LEAKS = "leaks"
 MODULES = "modules"
+MODULE_OPS = "module_ops"  # {path, name, calls, host_us, device_us}: the ops each module calls itself
 DISTRIBUTED = "distributed"  # traceset only: {ranks, collectives, slowest_rank, wait_for_slowest}
 RANKS = "ranks"  # traceset only: {name: report of that rank}
 RECOMMENDATIONS = "recommendations"  # list of {rule, message, evidence, fix} (+ rank in a traceset)
@@ -70,6 +71,7 @@ REPORT_KEYS: tuple[str, ...] = (
     QUEUE_LENGTH,
     MEMORY,
     MODULES,
+    MODULE_OPS,
     RECOMMENDATIONS,
     UNITS,
 )

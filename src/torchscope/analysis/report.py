@@ -28,7 +28,7 @@ from torchscope.analysis.kernels import (
     temporal_breakdown,
 )
 from torchscope.analysis.memory import allocations_by_op, leak_candidates, memory_peaks
-from torchscope.analysis.modules import module_tree
+from torchscope.analysis.modules import module_ops, module_tree
 from torchscope.analysis.operators import call_stacks, flops, operators
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, Overview
 from torchscope.trace.model import Trace, TraceSet
@@ -174,6 +174,7 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
             leaks=M.Leak.from_frame(leak_candidates(trace), top),
         ),
         modules=M.Module.from_frame(module_tree(trace), top * 5),
+        module_ops=M.ModuleOp.from_frame(module_ops(trace), top * 10),
         recommendations=recs,
         units=M.units_of(launch, temporal, comm, *(f.evidence for f in recs)),
     )

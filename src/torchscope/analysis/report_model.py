@@ -270,6 +270,16 @@ class Module(Row, kw_only=True):
     device_us: float
 
 
+class ModuleOp(Row, kw_only=True):
+    """An op a module calls itself (``analysis.modules.module_ops``): the Modules drill-down."""
+
+    path: str
+    name: str
+    calls: int
+    host_us: float
+    device_us: float
+
+
 class Finding(msgspec.Struct, kw_only=True, omit_defaults=True):
     rule: str
     message: str
@@ -302,6 +312,7 @@ class TraceReport(msgspec.Struct, kw_only=True):
     queue_length: list[QueueLength]
     memory: Memory
     modules: list[Module]
+    module_ops: list[ModuleOp]
     recommendations: list[Finding]
     units: dict[str, str]
 

@@ -91,7 +91,11 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
     if avg and avg.get("Total"):
         total = avg["Total"]
         n = len(steps)
-        label = f"{n} step{'s' if n != 1 else ''}" if meta.get("steps_from_trace") else "the whole run as one step"
+        label = (
+            f"{n} step{'s' if n != 1 else ''}"
+            if meta.get("steps_from_trace")
+            else "the whole run as one step"
+        )
         # the heading is printed on its own: as a title it wrapped to the narrow table's width
         console.print(f"[italic]where the time goes ({label}, average {fmt_us(total)} per step)[/italic]")
         t = Table()

@@ -5,7 +5,7 @@ dashboard (the offline file and ``serve``) all read the report ``analysis.report
 made, so they cannot disagree; nothing here computes an analysis. The payload embeds that
 report under ``"report"`` (long names cut for display; ``full_report`` keeps them) and adds
 only what is drawing, not analysis: the memory curves (decimated, peaks kept) and the
-timeline (typed arrays, base64, capped to the longest events). A view that fails to build
+timeline (packed typed arrays, the whole trace up to a cap, details only where present). A view that fails to build
 costs that view and a warning, never the page.
 """
 
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import gzip
+import json
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,11 +31,7 @@ from torchscope.trace.model import Trace, TraceSet
 
 PAYLOAD_VERSION = 2  # 2: the views read the report; runs hold only curves and the timeline
 MEMORY_POINTS = 1500  # per device curve
-TIMELINE_EVENTS = 200_000  # longest events kept for the embedded timeline
-
-
-def _b64(arr: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes()).decode()
+TIMELINE_EVENTS = 1_000_000  # events with a duration the embedded timeline keeps (the longest, past it)
 
 
 def _jsonable(value: Any) -> Any:
@@ -119,41 +117,117 @@ def memory_curves(trace: Trace, points: int = MEMORY_POINTS) -> list[dict[str, A
 
 def _track_label(pid: int, tid: int, device: int, threads: dict[tuple[int, int], str]) -> str:
     if device >= 0:
-        return f"device {device} · stream {tid}"
-    return threads.get((pid, tid)) or f"pid {pid} · thread {tid}"
+        return f"stream {tid}"
+    return threads.get((pid, tid)) or f"thread {tid}"
+
+
+def _pack(*arrays: np.ndarray) -> str:
+    """Little-endian arrays, each padded to 8 bytes, gzipped, base64: the page inflates them with
+    the browser's own ``DecompressionStream`` (sorted starts and small ints compress 3-6x)."""
+    parts = []
+    for arr in arrays:
+        raw = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes()
+        parts.append(raw + b"\0" * (-len(raw) % 8))
+    return base64.b64encode(gzip.compress(b"".join(parts), compresslevel=6, mtime=0)).decode()
+
+
+# the per-event columns the details panel shows, where an event has them (the Trace's names)
+DETAIL_COLUMNS = (
+    "input_dims",
+    "input_types",
+    "concrete_inputs",
+    "grid",
+    "block",
+    "registers_per_thread",
+    "shared_memory",
+    "blocks_per_sm",
+    "warps_per_sm",
+    "occupancy_pct",
+    "bytes",
+    "correlation",
+    "external_id",
+    "seq",
+    "args",
+)
+# the packed arrays, in order: (field, dtype); the page decodes them by this list
+TIMELINE_LAYOUT = (
+    ("start", "f8"),  # ns since the trace's first event
+    ("dur", "f8"),  # ns
+    ("name", "u4"),  # index into names
+    ("parent", "i4"),  # enclosing event's index in these arrays, -1 at the root (the stack)
+    ("op", "i4"),  # device/runtime work: the launching op's index, -1 if none (the flows)
+    ("track", "u2"),
+    ("row", "u1"),  # row inside the track: host nesting depth; device annotations below kernels
+    ("kind", "u1"),
+)
+MAX_ROWS = 32  # deeper host nesting is drawn on the last row
 
 
 def timeline(trace: Trace, max_events: int = TIMELINE_EVENTS) -> dict[str, Any]:
-    """Events with a duration as typed arrays (base64): what the canvas timeline draws."""
+    """Every event with a duration (up to ``max_events``, else the longest), as packed arrays.
+
+    The page draws them with level of detail, searches their interned names, and shows an
+    event's details (``details``: only the events that have any, inflated on first click), its
+    stack (the ``parent`` chain) and its flows (``op``: device work to its launching op).
+    """
     ev = trace.events.filter(pl.col("dur_ns") > 0)
     total = ev.height
     if total > max_events:
-        ev = ev.top_k(max_events, by="dur_ns").sort("start_ns")
+        ev = ev.top_k(max_events, by="dur_ns").sort("id")
     if ev.height == 0:
         return {"events": 0, "total": total, "t0_ns": 0, "tracks": [], "names": [], "kinds": []}
     th = trace.threads
     labels: dict[tuple[int, int], str] = {}
+    procs: dict[int, str] = {}
     for r in th.iter_rows(named=True):
         text = r["label"] or r["thread_name"] or ""
-        proc = r["process_name"] or ""
-        if text or proc:
-            labels[(r["pid"], r["tid"])] = " · ".join(x for x in (proc, text) if x)
+        if text:
+            labels[(r["pid"], r["tid"])] = text
+        if r["process_name"] or r.get("process_label"):
+            procs[r["pid"]] = r["process_name"] or r["process_label"]
+    ev = ev.with_columns(
+        pl.when(pl.col("device") < 0)
+        .then(pl.col("depth").fill_null(0).clip(0, MAX_ROWS - 1))
+        .when(pl.col("kind") == "device_annotation")
+        .then(1)
+        .otherwise(0)
+        .cast(pl.UInt8)
+        .alias("row")
+    )
     tracks = (
         ev.group_by("pid", "tid", "device")
-        .agg(pl.col("start_ns").min().alias("first"), pl.col("depth").max().alias("depth"))
+        .agg(pl.col("row").max().alias("rows"))
         .sort(["device", "pid", "tid"])
     )
-    track_rows = tracks.to_dicts()
     key = tracks.select("pid", "tid", "device").with_row_index("track")
-    ev = ev.join(key, on=["pid", "tid", "device"], how="left")
+    ev = ev.join(key, on=["pid", "tid", "device"], how="left", maintain_order="left")
+    # the Trace's row ids (parent, op) to indices in these arrays
+    index = np.full(trace.events.height + 1, -1, dtype=np.int64)
+    ids = ev["id"].to_numpy()
+    index[ids] = np.arange(ev.height)
+
+    def to_index(col: str) -> np.ndarray:
+        raw = ev[col].fill_null(-1).to_numpy().astype(np.int64)
+        return np.where(raw >= 0, index[raw], -1).astype(np.int32)
+
     names = ev["name"].cast(pl.String)
     uniq = names.unique(maintain_order=True)
     name_idx = pl.DataFrame({"name": uniq}).with_row_index("ni")
-    ni = pl.DataFrame({"name": names}).join(name_idx, on="name", how="left")["ni"].to_numpy()
+    ni = pl.DataFrame({"name": names}).join(name_idx, on="name", how="left", maintain_order="left")["ni"]
     kinds = [str(k) for k in ev["kind"].cast(pl.String).unique(maintain_order=True).to_list()]
     kind_idx = {k: i for i, k in enumerate(kinds)}
-    ki = np.array([kind_idx[k] for k in ev["kind"].cast(pl.String).to_list()], dtype=np.uint8)
+    ki = ev["kind"].cast(pl.String).replace_strict(kind_idx, return_dtype=pl.UInt8)
     t0 = int(trace.events["start_ns"].min())  # type: ignore[arg-type]  # the trace's start, as the report's
+    columns = {
+        "start": (ev["start_ns"].to_numpy() - t0).astype(np.float64),
+        "dur": ev["dur_ns"].to_numpy().astype(np.float64),
+        "name": ni.to_numpy().astype(np.uint32),
+        "parent": to_index("parent"),
+        "op": to_index("op"),
+        "track": ev["track"].to_numpy().astype(np.uint16),
+        "row": ev["row"].to_numpy(),
+        "kind": ki.to_numpy(),
+    }
     return {
         "events": ev.height,
         "total": total,
@@ -161,22 +235,37 @@ def timeline(trace: Trace, max_events: int = TIMELINE_EVENTS) -> dict[str, Any]:
         "tracks": [
             {
                 "label": _track_label(r["pid"], r["tid"], r["device"], labels),
+                "group": f"device {r['device']}"
+                if r["device"] >= 0
+                else procs.get(r["pid"]) or f"process {r['pid']}",
                 "pid": r["pid"],
                 "tid": r["tid"],
                 "device": r["device"],
-                "depth": int(r["depth"] or 0) + 1 if r["device"] < 0 else 1,
+                "rows": int(r["rows"]) + 1,
             }
-            for r in track_rows
+            for r in tracks.iter_rows(named=True)
         ],
         "names": [cut(n) for n in uniq.to_list()],
         "kinds": kinds,
-        "start": _b64((ev["start_ns"].to_numpy() - t0).astype(np.float64)),
-        "dur": _b64(ev["dur_ns"].to_numpy().astype(np.float32)),
-        "track": _b64(ev["track"].to_numpy().astype(np.uint16)),
-        "depth": _b64(np.clip(ev["depth"].fill_null(0).to_numpy(), 0, 255).astype(np.uint8)),
-        "name": _b64(ni.astype(np.uint32)),
-        "kind": _b64(ki),
+        "layout": [list(f) for f in TIMELINE_LAYOUT],
+        "packed": _pack(*(columns[f].astype(dt) for f, dt in TIMELINE_LAYOUT)),
+        "details": _details(ev),
     }
+
+
+def _details(ev: pl.DataFrame) -> str:
+    """The details columns, only for the events that have one (gzipped JSON, base64):
+    ``{"index": [event index...], column: [value or null, ...]}``. Strings stay strings."""
+    present = [c for c in DETAIL_COLUMNS if c in ev.columns and ev[c].null_count() < ev.height]
+    if not present:
+        return ""
+    rows = ev.with_row_index("index").filter(pl.any_horizontal(pl.col(c).is_not_null() for c in present))
+    table: dict[str, Any] = {"index": rows["index"].to_list()}
+    for c in present:
+        col = rows[c]
+        table[c] = [cut(v) if isinstance(v, str) else v for v in col.to_list()]
+    text = json.dumps(_jsonable(table), separators=(",", ":"), ensure_ascii=False)
+    return base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0)).decode()
 
 
 def run_view(
@@ -192,7 +281,9 @@ def run_view(
     run["memory_curves"] = warnings.attempt(f"{name}: memory curves", lambda: memory_curves(trace), [])
     # the flame trees (analysis.flame) shrink with the timeline's share when a payload holds many runs
     nodes = max(300, MAX_NODES * timeline_events // TIMELINE_EVENTS)
-    run["flame"] = warnings.attempt(f"{name}: flame graphs", lambda: cut_strings(flame_graphs(trace, max_nodes=nodes)), {})
+    run["flame"] = warnings.attempt(
+        f"{name}: flame graphs", lambda: cut_strings(flame_graphs(trace, max_nodes=nodes)), {}
+    )
     if with_timeline:
         run["timeline"] = warnings.attempt(f"{name}: timeline", lambda: timeline(trace, timeline_events))
     return run
@@ -260,7 +351,9 @@ def build_payload(
             "b": _short_name(compare.meta.source) or "B",
             "report": d,
             "units": units_of(*(d or {}).get(K.DIFF_CHANGES, [])[:1], d or {}),
-            "flame": warnings.attempt("flame diff", lambda: cut_strings(flame_diff(items[0][1], compare)), {}),
+            "flame": warnings.attempt(
+                "flame diff", lambda: cut_strings(flame_diff(items[0][1], compare)), {}
+            ),
         }
     for key, value in (extra or {}).items():
         payload[key] = _jsonable(value)
@@ -291,3 +384,22 @@ def _short_name(source: str) -> str:
     for suffix in (".gz", ".json", ".pt.trace"):
         name = name.removesuffix(suffix)
     return name
+
+
+def unpack_timeline(tl: Mapping[str, Any]) -> dict[str, Any]:
+    """The timeline's packed arrays and details as the page decodes them (for tests and tools):
+    each ``TIMELINE_LAYOUT`` field as a numpy array, and ``details`` as {event index: row}."""
+    raw = gzip.decompress(base64.b64decode(tl["packed"]))
+    n, off = tl["events"], 0
+    out: dict[str, Any] = {}
+    for field, dt in tl["layout"]:
+        dtype = np.dtype("<" + dt)
+        out[field] = np.frombuffer(raw, dtype=dtype, count=n, offset=off)
+        off += -(-n * dtype.itemsize // 8) * 8
+    details: dict[int, dict[str, Any]] = {}
+    if tl.get("details"):
+        table = json.loads(gzip.decompress(base64.b64decode(tl["details"])))
+        for i, e in enumerate(table.pop("index")):
+            details[e] = {k: v[i] for k, v in table.items() if v[i] is not None}
+    out["details"] = details
+    return out

@@ -1,4 +1,4 @@
-"""The HTML dashboard: one page (``index.html`` + ``flame.js`` + ``app.js`` + ``app.css``), two transports.
+"""The HTML dashboard: one page (``index.html`` + the view modules + ``app.js`` + ``app.css``), two transports.
 
 ``render_html(payload)`` inlines our CSS, JS and the payload into a single self-contained file
 that works offline and can be attached to a bug; ``serve_page()`` is the same page with no
@@ -19,6 +19,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+# the page's view modules, inlined before app.js in this order
+VIEW_MODULES = ("charts.js", "flame.js", "timeline.js")
+
 
 @cache
 def _asset(name: str) -> str:
@@ -38,12 +41,12 @@ def embed_json(data: Any) -> str:
 
 
 def _script() -> str:
-    """The page's one inline script: the flame-graph module (it defines one global) then the app.
+    """The page's one inline script: the view modules (each defines one global) then the app.
 
     One script keeps the Content-Security-Policy at a single hash; each file stays its own
-    module in the source tree (``flame.js`` is type-checked by ``tsc``, see ``frontend/``).
+    module in the source tree (the view modules are type-checked by ``tsc``, see ``frontend/``).
     """
-    return _asset("flame.js") + "\n;\n" + _asset("app.js")
+    return "\n;\n".join(_asset(name) for name in VIEW_MODULES + ("app.js",))
 
 
 def _page(title: str, data_json: str) -> str:

@@ -127,7 +127,7 @@
         "data-key": c.key,
         onclick: () => { if (sortKey === c.key) desc = !desc; else { sortKey = c.key; desc = !!c.num; } draw(); },
       }, c.label)));
-      const body = r.slice(0, opts.limit || 1000).map((x) => h("tr", {}, cols.map((c) => {
+      const body = r.slice(0, opts.limit || 1000).map((x) => h("tr", opts.onRow ? { class: "clickable", onclick: () => opts.onRow(x) } : {}, cols.map((c) => {
         const v = x[c.key];
         return h("td", { class: c.num ? "num" : (c.cls || null) }, c.fmt ? c.fmt(v, x) : (v ?? "–"));
       })));
@@ -170,12 +170,13 @@
   function stackedBars(rows, cats, xKey, opts) {
     const W = 900, H = 240, L = 86, B = 24, n = rows.length;
     const svg = s("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-testid": opts.id });
-    const max = Math.max(1e-9, ...rows.map((r) => cats.reduce((a, c) => a + (r[c] || 0), 0)));
+    const tk = TorchscopeCharts.ticks(Math.max(0, ...rows.map((r) => cats.reduce((a, c) => a + (r[c] || 0), 0))), 4, opts.binary);
+    const max = tk[tk.length - 1];
     const bw = Math.max(1, (W - L - 10) / Math.max(n, 1));
-    for (let t = 0; t <= 4; t++) {
-      const y = H - B - (t / 4) * (H - B - 10);
+    for (const v of tk) {
+      const y = H - B - (v / max) * (H - B - 10);
       svg.appendChild(s("line", { x1: L, x2: W, y1: y, y2: y, stroke: "#eee" }));
-      svg.appendChild(s("text", { x: L - 6, y: y + 4, "text-anchor": "end" }, opts.fmt((t / 4) * max)));
+      svg.appendChild(s("text", { x: L - 6, y: y + 4, "text-anchor": "end" }, TorchscopeCharts.trim(opts.fmt(v))));
     }
     rows.forEach((r, i) => {
       let y = H - B;
@@ -206,20 +207,26 @@
     });
     return svg;
   }
+  // series on a time axis (µs since the trace's start) with round ticks on both axes, a legend,
+  // and marks (the report's peaks): [{ts, v, label}]
   function lineChart(series, opts) {
-    const W = 900, H = 260, L = 80, B = 24;
+    const W = 900, H = 260, L = 80, B = 28, T = 14;
     const svg = s("svg", { width: W, height: H, "data-testid": opts.id });
     const xs = series.flatMap((x) => x.ts), ys = series.flatMap((x) => x.v);
     if (!xs.length) return empty("no samples");
-    const x0 = Math.min(...xs), x1 = Math.max(...xs), ymax = Math.max(1, ...ys);
-    const X = (t) => L + ((t - x0) / Math.max(1e-9, x1 - x0)) * (W - L - 10);
-    const Y = (v) => H - B - (v / ymax) * (H - B - 10);
-    for (let t = 0; t <= 4; t++) {
-      svg.appendChild(s("line", { x1: L, x2: W, y1: Y((t / 4) * ymax), y2: Y((t / 4) * ymax), stroke: "#eee" }));
-      svg.appendChild(s("text", { x: L - 6, y: Y((t / 4) * ymax) + 4, "text-anchor": "end" }, opts.fmtY((t / 4) * ymax)));
+    const x0 = Math.min(...xs), xt = TorchscopeCharts.ticks(Math.max(...xs), 6), x1 = xt[xt.length - 1];
+    const yt = TorchscopeCharts.ticks(Math.max(1, ...ys), 4, opts.binary), ymax = yt[yt.length - 1];
+    const X = (t) => L + ((t - Math.min(0, x0)) / Math.max(1e-9, x1 - Math.min(0, x0))) * (W - L - 10);
+    const Y = (v) => H - B - (v / ymax) * (H - B - T);
+    for (const v of yt) {
+      svg.appendChild(s("line", { x1: L, x2: W, y1: Y(v), y2: Y(v), stroke: "#eee" }));
+      svg.appendChild(s("text", { x: L - 6, y: Y(v) + 4, "text-anchor": "end" }, TorchscopeCharts.trim(opts.fmtY(v))));
     }
-    svg.appendChild(s("text", { x: L, y: H - 6 }, fmtOffset(x0, 0)));
-    svg.appendChild(s("text", { x: W - 10, y: H - 6, "text-anchor": "end" }, fmtOffset(x1, 0) + " since the trace's start"));
+    xt.forEach((v, i) => {
+      svg.appendChild(s("line", { x1: X(v), x2: X(v), y1: H - B, y2: H - B + 4, stroke: "#999" }));
+      svg.appendChild(s("text", { x: X(v), y: H - B + 15, "text-anchor": i === xt.length - 1 ? "end" : "middle" }, TorchscopeCharts.trim(fmtUs(v))));
+    });
+    svg.appendChild(s("text", { x: W - 10, y: H - 1, "text-anchor": "end" }, "time since the trace's start"));
     series.forEach((ser, j) => {
       let d = "";
       for (let i = 0; i < ser.ts.length; i++) {
@@ -227,6 +234,12 @@
         d += (i ? (" H" + x + " V" + y) : ("M" + x + " " + y));
       }
       svg.appendChild(s("path", { d, fill: "none", stroke: COLORS[j % COLORS.length], "stroke-width": 1.5 }));
+    });
+    (opts.marks || []).forEach((m) => {
+      const g = s("g", { "data-testid": "peak-marker" });
+      g.appendChild(s("circle", { cx: X(m.ts), cy: Y(m.v), r: 4, fill: "#e03131" }));
+      g.appendChild(s("text", { x: X(m.ts) + 6, y: Math.max(T, Y(m.v) - 4), style: "fill:#e03131" }, m.label));
+      svg.appendChild(g);
     });
     return h("div", {}, legend(series.map((x) => x.name)), svg);
   }
@@ -317,25 +330,44 @@
   const OP_COLS = () => [nameCol("name", "name"), { key: "kind", label: "kind" }, col("calls", "calls"),
     col("host_self_us", "host self"), col("host_total_us", "host total"), col("host_avg_us", "host avg"), col("host_max_us", "host max"),
     col("device_self_us", "device self"), col("device_total_us", "device total")];
+  // a drill-down panel: the report's rows of `key` whose `field` is `value`, as a table
+  function drillRows(title, key, field, value, cols, id, none) {
+    const rows = (rep()[key] || []).filter((x) => x[field] === value);
+    return [h("h4", {}, title), rows.length ? table(cols, rows, { id }) : h("div", { class: "muted", "data-testid": id }, none || "none in the report")];
+  }
   function viewOperators() {
     const ops = rep().operators || [];
     if (!ops.length) return [h("h2", {}, "Operators"), empty("No host operators in this trace.")];
     const device = ops.some((o) => o.device_total_us);
     const by = device ? "device_total_us" : "host_total_us";
-    return [h("h2", {}, "Operators"), h("div", { class: "muted" }, device ? "By device time (with the ops they call), then host time." : "By host time."),
+    const drill = h("div", { class: "drill", "data-testid": "op-drill" }, h("span", { class: "muted" }, "Click an operator for its input shapes, call stacks and the kernels it launched."));
+    const open = (o) => {
+      drill.replaceChildren(h("h3", {}, o.name),
+        ...drillRows("By input shape", "operators_by_shape", "name", o.name, [nameCol("input_dims", "input shapes"), col("calls", "calls"),
+          col("host_total_us", "host total"), col("host_avg_us", "host avg"), col("device_total_us", "device total")], "drill-shapes"),
+        ...drillRows("Python call stacks", "call_stacks", "name", o.name, [nameCol("stack", "stack (innermost first)"), col("calls", "calls"),
+          col("host_total_us", "host total"), col("host_self_us", "host self")], "drill-stacks"),
+        ...drillRows("Kernels launched", "kernels_by_op", "op_name", o.name, [nameCol("name", "kernel"), col("count", "calls"), col("total_us", "total"),
+          col("mean_us", "mean")], "drill-kernels", o.device_total_us ? "none launched by this op itself: the ops it calls launch its device time (drill into them)" : null));
+      drill.scrollIntoView({ block: "nearest" });
+    };
+    return [h("h2", {}, "Operators"), h("div", { class: "muted" }, (device ? "By device time (with the ops they call), then host time." : "By host time.") + " Click a row to drill down."),
       hbars(ops.slice(0, 12).map((o) => ({ k: o.name, v: o[by] })), fmtUs, "ops-chart"),
-      table(OP_COLS(), ops, { id: "ops-table" }),
+      table(OP_COLS(), ops, { id: "ops-table", onRow: open }), drill,
       ...reportPart("By input shape", "operators_by_shape"), ...reportPart("FLOPs", "flops"), ...reportPart("Python call stacks", "call_stacks")];
   }
 
   function viewKernels() {
     const ks = rep().kernels || [];
     if (!ks.length) return [h("h2", {}, "Kernels"), empty("No kernels in this trace (CPU-only run)."), ...reportPart("Time on the device", "temporal_breakdown")];
+    const drill = h("div", { class: "drill", "data-testid": "kernel-drill" }, h("span", { class: "muted" }, "Click a kernel for the ops that launched it."));
     return [h("h2", {}, "Kernels"),
       hbars(ks.slice(0, 12).map((k) => ({ k: k.name, v: k.total_us })), fmtUs, "kernels-chart"),
       table([nameCol("name", "name"), col("count", "calls"), col("total_us", "total"), col("share_pct", "share"), col("mean_us", "mean"),
         col("min_us", "min"), col("max_us", "max"), col("occupancy_pct", "est. occupancy"), col("blocks_per_sm", "blocks per SM"),
-        { key: "tensor_core", label: "Tensor Cores", fmt: (v) => (v ? "yes" : "no") }], ks, { id: "kernels-table" }),
+        { key: "tensor_core", label: "Tensor Cores", fmt: (v) => (v ? "yes" : "no") }], ks, { id: "kernels-table", onRow: (k) => drill.replaceChildren(h("h3", {}, k.name),
+        ...drillRows("Launched by", "kernels_by_op", "name", k.name, [nameCol("op_name", "launching op"), col("count", "calls"), col("total_us", "total"), col("mean_us", "mean")], "drill-launchers")) }),
+      drill,
       ...reportPart("Kernels by launching op", "kernels_by_op"), ...reportPart("Kernel types", "kernel_types"),
       ...reportPart("Time on the device", "temporal_breakdown"), ...reportPart("Launches", "launch_stats"),
       ...reportPart("Idle time per stream", "idle_time"), ...reportPart("Queue length per stream", "queue_length")];
@@ -348,7 +380,9 @@
       card(`${p.device} peak allocated`, `${fmtBytes(p.peak_allocated_bytes)} at ${fmt(p.peak_ts_us, "timestamp_us", START())}` + (p.peak_op ? ` in ${p.peak_op}` : ""))))];
     curves.forEach((c) => {
       out.push(h("h3", {}, `${c.device}: allocated and reserved over time`));
-      out.push(lineChart([{ name: "allocated", ts: c.allocated.offset_us, v: c.allocated.bytes }, { name: "reserved", ts: c.reserved.offset_us, v: c.reserved.bytes }], { id: "memory-chart", fmtY: fmtBytes }));
+      const p = peaks.find((x) => x.device === c.device);
+      const marks = p && !none(p.peak_ts_us) ? [{ ts: p.peak_ts_us - START(), v: p.peak_allocated_bytes, label: `peak ${fmtBytes(p.peak_allocated_bytes)}` + (p.peak_op ? ` in ${p.peak_op}` : "") }] : [];
+      out.push(lineChart([{ name: "allocated", ts: c.allocated.offset_us, v: c.allocated.bytes }, { name: "reserved", ts: c.reserved.offset_us, v: c.reserved.bytes }], { id: "memory-chart", fmtY: fmtBytes, binary: true, marks }));
     });
     out.push(h("h3", {}, "Allocations by op (self: the op's own; total: with the ops it calls)"));
     out.push(table([nameCol("name", "op"), { key: "device", label: "device" }, col("allocations", "allocations"),
@@ -373,12 +407,18 @@
     const device = rows.some((r) => r.device_us > 0); // a column of zeros says nothing
     function node(n, depth) {
       const row = h("span", { class: "row" }, h("span", { class: "bar", style: `width:${Math.max(1, (160 * n.host_us) / total)}px` }),
-        h("span", {}, n.module), h("span", { class: "muted" }, `host ${fmt(n.host_us, UNITS().host_us)}` + (device ? ` · device ${fmt(n.device_us, UNITS().device_us)}` : "") +
+        h("button", { class: "link", "data-path": n.path, onclick: (e) => { e.preventDefault(); openOps(n); } }, n.module), h("span", { class: "muted" }, `host ${fmt(n.host_us, UNITS().host_us)}` + (device ? ` · device ${fmt(n.device_us, UNITS().device_us)}` : "") +
           ` · ${fmtCount(n.calls)} call${n.calls === 1 ? "" : "s"}`));
       if (!n.children.length) return h("li", {}, row);
       return h("li", {}, h("details", depth < 2 ? { open: true } : {}, h("summary", {}, row), h("ul", {}, n.children.map((c) => node(c, depth + 1)))));
     }
-    return [h("h2", {}, "Modules"), h("div", { class: "tree", "data-testid": "module-tree" }, h("ul", {}, root.children.map((c) => node(c, 0))))];
+    const drill = h("div", { class: "drill", "data-testid": "module-drill" }, h("span", { class: "muted" }, "Click a module for the ops it calls itself."));
+    function openOps(n) {
+      drill.replaceChildren(h("h3", {}, n.path), ...drillRows("Ops it calls itself (its submodules' are theirs)", "module_ops", "path", n.path,
+        [nameCol("name", "op"), col("calls", "calls"), col("host_us", "host total"), ...(device ? [col("device_us", "device total")] : [])], "drill-module-ops"));
+      drill.scrollIntoView({ block: "nearest" });
+    }
+    return [h("h2", {}, "Modules"), h("div", { class: "tree", "data-testid": "module-tree" }, h("ul", {}, root.children.map((c) => node(c, 0)))), drill];
   }
 
   function viewDistributed() {
@@ -408,13 +448,17 @@
     const signed = (v, unit) => (none(v) ? DASH : h("span", { class: v > 0 ? "pos" : v < 0 ? "neg" : "" }, (v > 0 ? "+" : "") + fmt(v, unit)));
     const out = [h("h2", {}, `Diff: ${d.a} → ${d.b}`),
       h("div", { class: "cards" }, card("step A", fmtUs(st.a)), card("step B", fmtUs(st.b)), card("change", (st.delta > 0 ? "+" : "") + fmtUs(st.delta)))];
-    const cats = Object.entries(D.breakdown_us || {}).map(([c, x]) => ({ category: c, ...x }));
+    const cats = Object.entries(D.breakdown_us || {}).filter(([c]) => c !== "Total").map(([c, x]) => ({ category: c, ...x }));
+    if (cats.length && !none(st.a) && !none(st.b)) {
+      out.push(h("h3", {}, "Where the step time went: A's step, each category's change, B's step"));
+      out.push(TorchscopeCharts.waterfall(cats, st.a, st.b, fmtUs, `A: ${d.a}`, `B: ${d.b}`));
+    }
     if (cats.length) {
       out.push(h("h3", {}, "Step time by category (per step)"));
       out.push(table([nameCol("category", "category"), { key: "a", label: "A", num: true, fmt: fmtUs }, { key: "b", label: "B", num: true, fmt: fmtUs },
         { key: "delta", label: "change", num: true, fmt: (v) => signed(v, "us") }], cats, { id: "diff-breakdown" }));
     }
-    out.push(h("h3", {}, "Ops and kernels that changed (per step, biggest change first)"));
+    out.push(h("h3", {}, "The ops and kernels that explain it (per step, biggest change first)"));
     out.push(table([nameCol("name", "name"), { key: "what", label: "what" }, { key: "status", label: "status" },
       { key: "a_calls", label: "calls A", num: true, fmt: (v) => fmt(v, U.a_calls) }, { key: "b_calls", label: "calls B", num: true, fmt: (v) => fmt(v, U.b_calls) },
       { key: "a_us", label: "A", num: true, fmt: (v) => fmt(v, U.a_us) }, { key: "b_us", label: "B", num: true, fmt: (v) => fmt(v, U.b_us) },
@@ -449,7 +493,7 @@
     operators: "Operators", operators_by_shape: "Operators by input shape", call_stacks: "Python call stacks", flops: "FLOPs",
     kernels: "Kernels", kernels_by_op: "Kernels by launching op", kernel_types: "Kernel types", temporal_breakdown: "Time on the device",
     comm_comp_overlap: "Communication hidden behind computation", launch_stats: "Launches", idle_time: "Idle time per stream",
-    queue_length: "Queue length per stream", memory: "Memory", modules: "Modules", recommendations: "Recommendations",
+    queue_length: "Queue length per stream", memory: "Memory", modules: "Modules", module_ops: "Ops by module", recommendations: "Recommendations",
     distributed: "Distributed", warnings: "Warnings", steps_count: "Steps" };
   const SKIP = ["units", "report_version", "kind", "ranks", "source"];
   function sections(r) {
@@ -466,114 +510,24 @@
     return out;
   }
 
-  // -- timeline: our own canvas renderer; merges sub-pixel events per row (decimation) ----
+  // -- timeline: timeline.js draws it; the page gives it the report's steps and the memory curves
   function viewTimeline() {
     const t = run().timeline;
     if (!t || !t.events) return [h("h2", {}, "Timeline"), empty("No events with a duration.")];
-    if (!t._dec) {
-      t._dec = { start: decode(t.start, Float64Array), dur: decode(t.dur, Float32Array), track: decode(t.track, Uint16Array),
-        depth: decode(t.depth, Uint8Array), name: decode(t.name, Uint32Array), kind: decode(t.kind, Uint8Array) };
-    }
-    const E = t._dec, n = t.events, RH = 14, TOP = 18; // TOP: the time ruler
-    const rowBase = []; let rows = 0;
-    t.tracks.forEach((tr, i) => { rowBase[i] = rows; rows += Math.min(tr.depth || 1, 24); });
-    let end = 0; for (let i = 0; i < n; i++) end = Math.max(end, E.start[i] + E.dur[i]);
-    const view = { x0: 0, x1: Math.max(end, 1) };
-    const LABEL = 190, wrap = h("div", { id: "tl-wrap" });
-    const canvas = h("canvas", { "data-testid": "timeline-canvas" });
-    const info = h("span", { class: "muted", "data-testid": "timeline-range" });
-    const sel = h("div", { class: "sel", "data-testid": "timeline-selection" }, "Click an event for details.");
-    wrap.appendChild(canvas);
-    function draw() {
-      const W = Math.max(600, wrap.clientWidth || 1200), H = TOP + rows * RH + 4, dpr = window.devicePixelRatio || 1;
-      canvas.width = W * dpr; canvas.height = H * dpr; canvas.style.width = W + "px"; canvas.style.height = H + "px";
-      const g = canvas.getContext("2d"); g.setTransform(dpr, 0, 0, dpr, 0, 0); g.clearRect(0, 0, W, H);
-      const span = view.x1 - view.x0, scale = (W - LABEL) / span;
-      const pend = new Float64Array(rows * 3).fill(-1); // per row: pending x0, x1, kind
-      function flush(r) {
-        if (pend[r * 3] < 0) return;
-        g.fillStyle = COLORS[pend[r * 3 + 2] % COLORS.length];
-        g.fillRect(LABEL + pend[r * 3], TOP + r * RH + 1, Math.max(1, pend[r * 3 + 1] - pend[r * 3]), RH - 2);
-        pend[r * 3] = -1;
-      }
-      let drawn = 0;
-      for (let i = 0; i < n; i++) {
-        const st = E.start[i], en = st + E.dur[i];
-        if (en < view.x0 || st > view.x1) continue;
-        const tr = E.track[i], maxd = Math.min(t.tracks[tr].depth || 1, 24);
-        const r = rowBase[tr] + Math.min(E.depth[i], maxd - 1);
-        const a = Math.max(0, (st - view.x0) * scale), b = Math.min(W - LABEL, (en - view.x0) * scale);
-        if (pend[r * 3] >= 0 && a <= pend[r * 3 + 1] + 0.5 && b - a < 2) { pend[r * 3 + 1] = Math.max(pend[r * 3 + 1], b); continue; }
-        flush(r);
-        pend[r * 3] = a; pend[r * 3 + 1] = b; pend[r * 3 + 2] = E.kind[i]; drawn++;
-        if (b - a > 40) { flush(r); g.fillStyle = "#fff"; g.font = "10px sans-serif"; g.save(); g.beginPath(); g.rect(LABEL + a, TOP + r * RH, b - a, RH); g.clip(); g.fillText(t.names[E.name[i]], LABEL + a + 2, TOP + r * RH + 10); g.restore(); }
-      }
-      for (let r = 0; r < rows; r++) flush(r);
-      g.fillStyle = "#fff"; g.fillRect(0, 0, LABEL, H); g.fillStyle = "#1d2330"; g.font = "11px sans-serif";
-      t.tracks.forEach((tr, i) => { g.fillText(tr.label.slice(0, 30), 4, TOP + rowBase[i] * RH + 11); g.fillStyle = "#e2e5eb"; g.fillRect(0, TOP + rowBase[i] * RH, W, 1); g.fillStyle = "#1d2330"; });
-      g.fillStyle = "#fff"; g.fillRect(0, 0, W, TOP); g.fillStyle = "#6b7385"; g.font = "10px sans-serif";
-      for (let k = 0; k < 8; k++) { const x = LABEL + (k * (W - LABEL)) / 8; g.fillRect(x, TOP - 5, 1, 5); g.fillText(fmtNs(view.x0 + (k * span) / 8), x + 2, 11); }
-      g.fillRect(0, TOP - 1, W, 1);
-      info.textContent = ` ${fmtNs(view.x0)} – ${fmtNs(view.x1)} (${fmtNs(span)} shown, ${fmtInt(drawn)} rectangles for ${fmtInt(n)} events` + (t.total > n ? `; the ${fmtInt(n)} longest of ${fmtInt(t.total)} kept` : "") + ")";
-      canvas.dataset.x0 = view.x0; canvas.dataset.x1 = view.x1;
-    }
-    function zoom(f, at) {
-      const W = canvas.clientWidth || 1200, frac = at === undefined ? 0.5 : Math.min(1, Math.max(0, (at - LABEL) / (W - LABEL)));
-      const span = view.x1 - view.x0, c = view.x0 + frac * span, ns = Math.max(1000, Math.min(end * 1.05 + 1, span * f));
-      view.x0 = Math.max(0, c - frac * ns); view.x1 = view.x0 + ns; draw();
-    }
-    function hit(ev) {
-      const rect = canvas.getBoundingClientRect(), x = ev.clientX - rect.left, y = ev.clientY - rect.top;
-      if (x < LABEL) return -1;
-      const W = canvas.clientWidth, tns = view.x0 + ((x - LABEL) / (W - LABEL)) * (view.x1 - view.x0), r = Math.floor((y - TOP) / RH);
-      const slack = (3 * (view.x1 - view.x0)) / (W - LABEL);
-      let best = -1;
-      for (let i = 0; i < n; i++) {
-        const tr = E.track[i], maxd = Math.min(t.tracks[tr].depth || 1, 24);
-        if (rowBase[tr] + Math.min(E.depth[i], maxd - 1) !== r) continue;
-        if (E.start[i] - slack <= tns && tns <= E.start[i] + E.dur[i] + slack && (best < 0 || E.dur[i] < E.dur[best])) best = i;
-      }
-      return best;
-    }
-    const tip = $("#tip");
-    canvas.addEventListener("wheel", (e) => { e.preventDefault(); zoom(e.deltaY > 0 ? 1.25 : 0.8, e.offsetX); }, { passive: false });
-    let drag = null;
-    canvas.addEventListener("mousedown", (e) => { drag = { x: e.clientX, x0: view.x0, x1: view.x1, moved: false }; });
-    window.addEventListener("mouseup", () => { setTimeout(() => { drag = null; }, 0); });
-    canvas.addEventListener("mousemove", (e) => {
-      if (drag && e.buttons) {
-        const dx = ((e.clientX - drag.x) / (canvas.clientWidth - LABEL)) * (drag.x1 - drag.x0);
-        if (Math.abs(e.clientX - drag.x) > 2) drag.moved = true;
-        view.x0 = Math.max(0, drag.x0 - dx); view.x1 = view.x0 + (drag.x1 - drag.x0); draw(); return;
-      }
-      const i = hit(e);
-      if (i < 0) { tip.hidden = true; return; }
-      tip.textContent = `${t.names[E.name[i]]} · ${t.kinds[E.kind[i]]} · ${fmtNs(E.dur[i])}`;
-      tip.style.left = e.clientX + 12 + "px"; tip.style.top = e.clientY + 12 + "px"; tip.hidden = false;
-    });
-    canvas.addEventListener("mouseleave", () => { tip.hidden = true; });
-    canvas.addEventListener("click", (e) => {
-      if (drag && drag.moved) return;
-      const i = hit(e);
-      if (i < 0) return;
-      const tr = t.tracks[E.track[i]];
-      sel.replaceChildren(h("div", {}, t.names[E.name[i]]), h("div", { class: "muted" },
-        `${t.kinds[E.kind[i]]} · ${tr.label} · start ${fmtNs(E.start[i])} · duration ${fmtNs(E.dur[i])}`));
-    });
-    const tools = h("div", { class: "tl-tools" },
-      h("button", { "data-testid": "zoom-in", onclick: () => zoom(0.5) }, "zoom in"),
-      h("button", { "data-testid": "zoom-out", onclick: () => zoom(2) }, "zoom out"),
-      h("button", { "data-testid": "zoom-reset", onclick: () => { view.x0 = 0; view.x1 = Math.max(end, 1); draw(); } }, "reset"),
-      h("button", { "data-testid": "export-chrome", onclick: () => exportChrome(t, E) }, "export Chrome trace (Perfetto)"),
-      info);
-    setTimeout(draw, 0);
-    window.addEventListener("resize", () => { if (state.view === "timeline") draw(); });
-    return [h("h2", {}, "Timeline"), h("div", { class: "muted" }, "Wheel to zoom at the pointer, drag to pan, click for details."), tools, wrap, sel];
+    const start = START();
+    const steps = (rep().steps || []).map((x) => ({ step: x.step, start_ns: x.start_us * 1000 - t.t0_ns, dur_ns: x.dur_us * 1000 }));
+    if (!start) steps.length = 0; // steps' timestamps need the trace's start
+    const counters = (run().memory_curves || []).map((c) => ({ name: `${c.device} allocated`, offset_us: c.allocated.offset_us, bytes: c.allocated.bytes }));
+    const body = TorchscopeTimeline.view(t, { fmtNs, fmtBytes, steps, counters, colors: COLORS, tip: $("#tip"),
+      table: (cols, rows, id) => table(cols, rows, { id, sort: "total_ns" }) });
+    return [h("h2", {}, "Timeline"),
+      h("div", { class: "muted" }, "W/S zoom, A/D pan (as Perfetto); wheel zooms at the pointer, drag pans, shift-drag selects a range; click an event for its details and its kernels or launching op; search with Enter (shift+Enter: previous)."),
+      body, h("div", { class: "tl-tools" }, h("button", { "data-testid": "export-chrome", onclick: () => exportChrome(t) }, "export Chrome trace (Perfetto)"))];
   }
-  function exportChrome(t, E) {
+  async function exportChrome(t) {
     const r = run();
     if (r.download) { const a = h("a", { href: r.download, download: "" }); document.body.appendChild(a); a.click(); a.remove(); return; }
-    const evs = [];
+    const E = await TorchscopeTimeline.decode(t), evs = [];
     for (let i = 0; i < t.events; i++) {
       const tr = t.tracks[E.track[i]];
       evs.push({ ph: "X", cat: t.kinds[E.kind[i]], name: t.names[E.name[i]], pid: tr.device >= 0 ? `device ${tr.device}` : tr.pid, tid: tr.tid,
