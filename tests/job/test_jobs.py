@@ -158,3 +158,19 @@ def test_ray_engine_gives_the_local_json(gloo_job: Path) -> None:
         assert analyse_job(gloo_job, engine="ray") == analyse_job(gloo_job, engine="local:2")
     finally:
         ray.shutdown()
+
+
+def test_rank_views_are_sibling_pages(
+    gloo_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    html = tmp_path / "gloo.html"
+    assert (
+        main(["report", str(gloo_job), "--html", str(html), "--rank-views", "--json", "--engine", "local:1"])
+        == 0
+    )
+    job = json.loads(capsys.readouterr().out)
+    views = [v for p in job["runs"][0]["per_rank"] for v in p["views"]]
+    assert views == ["gloo.ranks/job-rank0.html", "gloo.ranks/job-rank1.html"]
+    assert all((tmp_path / v).stat().st_size > 0 for v in views)
+    page = html.read_text()
+    assert '"job":' in page and "gloo.ranks/job-rank1.html" in page

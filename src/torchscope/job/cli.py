@@ -25,7 +25,7 @@ def job_directory(path: str) -> Discovery | None:
 
 
 def report_job(args: argparse.Namespace, found: Discovery) -> int:
-    from torchscope.job import analyse_job
+    from torchscope.job.pipeline import analyse_job
     from torchscope.job.render import job_lines, job_payload, view_dir_for
     from torchscope.render.html import write_html
 

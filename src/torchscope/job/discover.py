@@ -120,10 +120,15 @@ def trace_files(directory: Path) -> list[Path]:
     found = sorted(
         f
         for f in directory.rglob("*")
-        if f.name.endswith(TRACE_SUFFIXES) and f.is_file() and not (f.parent / "events.parquet").is_file()
+        if f.name.endswith(TRACE_SUFFIXES) and f.is_file() and not _in_store(f)
     )
     tb = [f for f in found if ".pt.trace." in f.name]
     return tb or found
+
+
+def _in_store(f: Path) -> bool:
+    """Whether ``f`` is part of a ``Trace.save`` store (its meta.json), not a trace."""
+    return (f.parent / "meta.json").is_file() and (f.parent / "events.parquet").is_file()
 
 
 def rank_in_name(path: Path, root: Path) -> int | None:

@@ -101,7 +101,15 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
             f"straggler: rank {s['rank']} arrives last at {s['last']} of {s['matched']} collectives; "
             f"the job waits {fmt_ns(s['wait_per_step_ns'])} per step for it"
         )
-        for c in (s["ops"] + s["kernels"])[:4]:
+        if s["also_late"]:
+            lines.append(
+                f"  also late ({s['also_late_count']} ranks): "
+                + ", ".join(
+                    f"rank {a['rank']} ({fmt_ns(a['mean_lag_ns'])} behind)" for a in s["also_late"][:5]
+                )
+                + f"; the straggler is {fmt_ns(s['mean_lag_ns'])} behind the first arrival on average"
+            )
+        for c in (s["ops"] + s["kernels"] + s["categories"])[:4]:
             lines.append(
                 f"  {c['name'][:70]}: {fmt_ns(c['rank_ns'])}/step vs {fmt_ns(c['median_ns'])} on the others"
             )

@@ -122,6 +122,15 @@ def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: flo
     if worst["last_share"] < MIN_LAST_SHARE or cost < MIN_WAIT_SHARE * step_ns:
         return None
     mine = next(r for r in ranks if r["rank"] == worst["rank"])
+    # other ranks that are late too: their mean lag is at least half the straggler's
+    also = sorted(
+        (
+            r
+            for r in rows
+            if r["rank"] != worst["rank"] and r["mean_lag_ns"] >= 0.5 * worst["mean_lag_ns"] > 0
+        ),
+        key=lambda r: (-r["mean_lag_ns"], r["rank"]),
+    )
     others = [r for r in ranks if r["rank"] != worst["rank"]]
     return {
         "rank": worst["rank"],
@@ -131,6 +140,8 @@ def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: flo
         "last_share": worst["last_share"],
         "wait_per_step_ns": cost,
         "mean_lag_ns": worst["mean_lag_ns"],
+        "also_late": [{"rank": r["rank"], "mean_lag_ns": r["mean_lag_ns"]} for r in also[:10]],
+        "also_late_count": len(also),
         "ops": _excess(mine, others, "ops_ns"),
         "kernels": _excess(mine, others, "kernels_ns"),
         "categories": _excess(mine, others, "breakdown_ns", skip=("Total", "Communication")),
