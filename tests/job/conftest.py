@@ -18,6 +18,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.fixture
+def port() -> int:
+    """A free TCP port on loopback for a job's rendezvous."""
+    return free_port()
+
+
 @pytest.fixture(scope="session")
 def gloo_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``OUT/`` with the two ranks' traces of ``gloo_job.py`` (rank 1 does extra matmuls)."""

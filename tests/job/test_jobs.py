@@ -174,3 +174,26 @@ def test_rank_views_are_sibling_pages(
     assert all((tmp_path / v).stat().st_size > 0 for v in views)
     page = html.read_text()
     assert '"job":' in page and "gloo.ranks/job-rank1.html" in page
+
+
+def test_torchrun_torchscope_run_names_the_straggler(
+    tmp_path: Path, port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's workflow: torchrun -m torchscope run on a gloo DDP script, then report OUT."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "prof"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
+        "-m", "torchscope", "run", "--out", str(out), "--wait", "1", "--warmup", "1", "--active", "3",
+        "--repeat", "2", "--no-summary", str(Path(__file__).parent / "ddp_script.py"),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = discover(out)
+    assert [(rf.run, rf.rank, rf.cycles) for rf in found.rank_files] == [("prof", 0, 2), ("prof", 1, 2)]
+    assert main(["report", str(out), "--json", "--no-html"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["straggler"]["rank"] == 1
+    assert {o["name"] for o in run["straggler"]["ops"][:2]} == {"aten::mm", "aten::tanh_"}

@@ -141,9 +141,11 @@ def rank_in_name(path: Path, root: Path) -> int | None:
 
 
 def _run_of(path: Path, root: Path) -> str:
-    """The folder the file sits in, relative to root, less torchrun-style ``rank-N`` folders."""
-    parts = [p for p in path.relative_to(root).parent.parts if not _RANK.fullmatch(p)]
-    return "/".join(parts) or (root.name or str(root))
+    """The folder the file sits in, relative to root; with torchrun-style ``rank-N`` folders
+    (``OUT/rank-N/traces/``), the folder above the first of them."""
+    parts = path.relative_to(root).parent.parts
+    cut = next((i for i, p in enumerate(parts) if _RANK.fullmatch(p)), len(parts))
+    return "/".join(parts[:cut]) or (root.name or str(root))
 
 
 def _worker(path: Path) -> str:

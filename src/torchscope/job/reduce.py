@@ -98,9 +98,9 @@ def cycle_table(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _straggler_finding(s: dict[str, Any], step_ns: float, of_ranks: int) -> dict[str, Any]:
     cause = s["ops"][:2] or s["kernels"][:2]
-    from torchscope.job.render import fmt_ns
+    from torchscope.job.render import fmt_ns, short_name
 
-    what = ", ".join(f"{c['name']} (+{fmt_ns(c['excess_ns'])}/step)" for c in cause)
+    what = ", ".join(f"{short_name(c['name'])} (+{fmt_ns(c['excess_ns'])}/step)" for c in cause)
     return {
         "rule": "straggler",
         "message": (

@@ -30,6 +30,12 @@ def fmt_ns(ns: float | None) -> str:
     return f"{ns:.0f} ns"
 
 
+def short_name(name: str, width: int = 60) -> str:
+    """A kernel or op name cut to fit a line: no ``void``, no argument list, at most ``width``."""
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "").split("(", 1)[0] or name
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
@@ -103,7 +109,7 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
         )
         if s["also_late"]:
             lines.append(
-                f"  also late ({s['also_late_count']} ranks): "
+                f"  also late ({_plural(s['also_late_count'], 'rank')}): "
                 + ", ".join(
                     f"rank {a['rank']} ({fmt_ns(a['mean_lag_ns'])} behind)" for a in s["also_late"][:5]
                 )
@@ -111,7 +117,7 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
             )
         for c in (s["ops"] + s["kernels"] + s["categories"])[:4]:
             lines.append(
-                f"  {c['name'][:70]}: {fmt_ns(c['rank_ns'])}/step vs {fmt_ns(c['median_ns'])} on the others"
+                f"  {short_name(c['name'])}: {fmt_ns(c['rank_ns'])}/step vs {fmt_ns(c['median_ns'])} on the others"
             )
     elif run["ranks"] > 1 and run["collectives"]:
         lines.append(
@@ -125,7 +131,12 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
             per_rank = f["of_ranks"] > 1 and f.get("scope") != "job"
             where = f"on {f['on_ranks']} of {f['of_ranks']} ranks" if per_rank else ""
             if f.get("on_cycles", 1) > 1 and run["cycles"] > 1:
-                where += (", " if where else "") + f"{f['on_cycles']} rank-cycles"
+                cycles = (
+                    f"in {f['on_cycles']} cycles"
+                    if f.get("scope") == "job"
+                    else f"{f['on_cycles']} rank-cycles"
+                )
+                where += (", " if where else "") + cycles
             worst = f" (worst: rank {f['worst_rank']})" if per_rank else ""
             lines.append(f" {i}. [{f['rule']}] {f['message']}" + (f" [{where}{worst}]" if where else ""))
             lines.append(f"    fix: {f['fix']}")
