@@ -591,6 +591,7 @@
   }
   function showPayload(P) {
     state.payload = P;
+    if (P.job && location.hash.length <= 1) state.view = "job";  // a job opens on its summary
     if (state.run >= (P.runs || []).length) state.run = 0;
     if (DATA.transport !== "serve") runSelect((P.runs || []).map((r) => r.name));
     render();
