@@ -10,24 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
+from torchscope.render.console import fmt_ns
 
 MAX_LINES = 80
 TOP_COLLECTIVES = 4
 TOP_FINDINGS = 6
 MAX_CYCLE_LINES = 8
-
-
-def fmt_ns(ns: float | None) -> str:
-    if ns is None:
-        return "-"
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} us"
-    return f"{ns:.0f} ns"
 
 
 def short_name(name: str, width: int = 60) -> str:

@@ -43,20 +43,20 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         per_rank = {}
         for r in ranks:
             c = next((c for c in r["cycles"] if c["cycle"] == cyc), None)
-            if c is not None and c["collectives"]["group"]:
+            if c is not None and c["collectives"]:
                 per_rank[r["rank"]] = c["collectives"]
         if len(per_rank) < 2:
             continue
-        groups = set.intersection(*(set(cols["group"]) for cols in per_rank.values()))
+        groups = set.intersection(*(set(cols) for cols in per_rank.values()))
         for group in sorted(groups):
             ids = sorted(per_rank)
-            cols = {rk: _group(per_rank[rk], group) for rk in ids}
-            n = min(len(v[0]) for v in cols.values())
+            cols = [per_rank[rk][group] for rk in ids]
+            n = min(len(c["start_ns"]) for c in cols)
             if n == 0:
                 continue
-            start = np.array([cols[rk][0][:n] for rk in ids], dtype=np.float64)
-            end = np.array([cols[rk][1][:n] for rk in ids], dtype=np.float64)
-            names = cols[ids[0]][2][:n]
+            start = np.stack([c["start_ns"][:n] for c in cols]).astype(np.float64)
+            end = np.stack([c["end_ns"][:n] for c in cols]).astype(np.float64)
+            names = [cols[0]["names"][k] for k in cols[0]["name_code"][:n]]
             # one clock: shift each rank by the median of (its ends - the median end)
             offset = np.median(end - np.median(end, axis=0), axis=1)
             arrive = start - offset[:, None]
@@ -95,15 +95,6 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         for rk in rank_ids
     ]
     return {"matched": matched, "collectives": coll_rows, "ranks": waits}
-
-
-def _group(cols: dict[str, list[Any]], group: str) -> tuple[list[int], list[int], list[str]]:
-    idx = sorted((i for i, g in enumerate(cols["group"]) if g == group), key=lambda i: cols["index"][i])
-    return (
-        [cols["start_ns"][i] for i in idx],
-        [cols["end_ns"][i] for i in idx],
-        [cols["name"][i] for i in idx],
-    )
 
 
 def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: float) -> dict[str, Any] | None:

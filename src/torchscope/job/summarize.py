@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from torchscope.analysis import names
@@ -78,6 +79,23 @@ def collectives(trace: Trace) -> pl.DataFrame:
     return rows.select("group", "index", "name", "start_ns", "end_ns", "bytes")
 
 
+def compact(rows: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """Collective rows per group as NumPy arrays (8 bytes a value, not a Python int each): a job
+    of thousands of ranks with thousands of collectives each stays tens of MB in the parent."""
+    out: dict[str, dict[str, Any]] = {}
+    for (group,), g in rows.sort("group", "index").group_by("group", maintain_order=True):
+        names = g["name"].to_list()
+        distinct = list(dict.fromkeys(names))
+        code = {n: i for i, n in enumerate(distinct)}
+        out[str(group)] = {
+            "start_ns": g["start_ns"].to_numpy(),
+            "end_ns": g["end_ns"].to_numpy(),
+            "name_code": np.fromiter((code[n] for n in names), dtype=np.uint16, count=len(names)),
+            "names": distinct,
+        }
+    return out
+
+
 def _per_step(df: pl.DataFrame, key: str, value: str, steps: int, top: int) -> dict[str, float]:
     df = df.filter(pl.col(value) > 0).sort([value, key], descending=[True, False]).head(top)
     return {str(k): float(v) / steps for k, v in zip(df[key], df[value], strict=True)}
@@ -109,7 +127,7 @@ def summarize_cycle(trace: Trace) -> dict[str, Any]:
         },
         "ops_ns": _per_step(ops, "name", "host_self_ns", steps, TOP_OPS),
         "kernels_ns": _per_step(kernels, "name", "total_ns", steps, TOP_KERNELS),
-        "collectives": collectives(trace).to_dict(as_series=False),
+        "collectives": compact(collectives(trace)),
         "findings": findings,
         "warnings": list(trace.meta.warnings),
     }
@@ -138,7 +156,11 @@ def summarize_rank(task: dict[str, Any]) -> dict[str, Any]:
         except TraceError as exc:
             out["skipped"].append(f"skipped {f}: {exc.problem}")
             continue
-        cycle = summarize_cycle(trace)
+        try:
+            cycle = summarize_cycle(trace)
+        except Exception as exc:  # noqa: BLE001 - one rank's failed analysis must not lose the job
+            out["skipped"].append(f"skipped {f}: analysis failed ({type(exc).__name__}: {exc})")
+            continue
         cycle["cycle"] = i
         cycle["file"] = str(f)
         out["cycles"].append(cycle)
