@@ -67,6 +67,7 @@ def test_worker_with_pid_is_not_a_rank_and_bad_files_are_named(traces_dir: Path,
         "skipped host_4242.3.pt.trace.json",
         "skipped host_4242.4.pt.trace.json.gz",
     ]
+    assert main(["report", str(tmp_path), "--engine", "spark", "--no-html"]) == 2  # named, not a traceback
 
 
 def test_torchrun_layout_and_distributed_info(traces_dir: Path, tmp_path: Path) -> None:
