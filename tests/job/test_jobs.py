@@ -198,3 +198,22 @@ def test_torchrun_torchscope_run_names_the_straggler(
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert run["straggler"]["rank"] == 1
     assert {o["name"] for o in run["straggler"]["ops"][:2]} == {"aten::mm", "aten::tanh_"}
+
+
+def test_many_runs_stay_within_the_line_bound(
+    gloo_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "tb"
+    for i in range(12):
+        run = root / f"lr{i}"
+        run.mkdir(parents=True)
+        for f in gloo_job.glob("*.json"):
+            shutil.copy(f, run / f.name)
+    assert main(["report", str(root), "--no-html"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= MAX_LINES
+    assert lines[0] == f"12 runs in {root}:"
+    assert lines[1].startswith("  lr0: 2 ranks, 1 cycle, median step ") and lines[1].endswith(
+        ", straggler rank 1"
+    )
+    assert any(line.startswith("... ") and "more run blocks not shown" in line for line in lines)
