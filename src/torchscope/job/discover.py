@@ -113,17 +113,16 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
 
 
 def trace_files(directory: Path) -> list[Path]:
-    """The trace files under a directory: ``*.pt.trace.json[.gz]`` if any, else any ``*.json[.gz]``.
-
-    Our own store directories (``meta.json`` + Parquet) are not trace files.
-    """
+    """The trace files under a directory. In each folder, ``*.pt.trace.json[.gz]`` if it has
+    any (a config file beside TensorBoard traces is not one), else any ``*.json[.gz]``; our own
+    store directories (``meta.json`` + Parquet) are not trace files."""
     found = sorted(
         f
         for f in directory.rglob("*")
         if f.name.endswith(TRACE_SUFFIXES) and f.is_file() and not _in_store(f)
     )
-    tb = [f for f in found if ".pt.trace." in f.name]
-    return tb or found
+    tb_dirs = {f.parent for f in found if ".pt.trace." in f.name}
+    return [f for f in found if f.parent not in tb_dirs or ".pt.trace." in f.name]
 
 
 def _in_store(f: Path) -> bool:
@@ -149,8 +148,15 @@ def _run_of(path: Path, root: Path) -> str:
 
 
 def _worker(path: Path) -> str:
+    """The writer of a file without a rank: ``tensorboard_trace_handler``'s worker name (its
+    cycles share it), else the file's own name (a file of its own)."""
     m = _TB.match(path.name)
-    return m.group("worker") if m else ""
+    if m:
+        return m.group("worker")
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
+        if path.name.endswith(suffix):
+            return path.name[: -len(suffix)]
+    return path.name
 
 
 def _cycle_order(path: Path) -> tuple[object, ...]:
