@@ -221,7 +221,7 @@ def test_many_runs_stay_within_the_line_bound(
 
 def test_files_without_rank_or_worker_stamp_are_runs_of_their_own(traces_dir: Path) -> None:
     """Two TensorBoard samples (no distributedInfo, no rank, no timestamp) are two runs, not two
-    cycles of one; in a folder with *.pt.trace.json files, other JSON (a config) is not read."""
+    cycles of one."""
     found = discover(traces_dir / "tensorboard_samples")
     assert [(r.name, len(r.ranks), r.cycles) for r in found.runs] == [
         ("tensorboard_samples/resnet50_num_workers_0", 1, 1),

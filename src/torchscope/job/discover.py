@@ -113,16 +113,16 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
 
 
 def trace_files(directory: Path) -> list[Path]:
-    """The trace files under a directory. In each folder, ``*.pt.trace.json[.gz]`` if it has
-    any (a config file beside TensorBoard traces is not one), else any ``*.json[.gz]``; our own
-    store directories (``meta.json`` + Parquet) are not trace files."""
+    """The trace files under a directory: ``*.pt.trace.json[.gz]`` if there are any (the
+    ``report.json``/``run.json`` of ``torchscope run``'s rank folders, a config file beside
+    TensorBoard traces are not traces), else any ``*.json[.gz]``; never our own store's files."""
     found = sorted(
         f
         for f in directory.rglob("*")
         if f.name.endswith(TRACE_SUFFIXES) and f.is_file() and not _in_store(f)
     )
-    tb_dirs = {f.parent for f in found if ".pt.trace." in f.name}
-    return [f for f in found if f.parent not in tb_dirs or ".pt.trace." in f.name]
+    tb = [f for f in found if ".pt.trace." in f.name]
+    return tb or found
 
 
 def _in_store(f: Path) -> bool:
