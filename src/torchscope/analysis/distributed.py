@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
@@ -30,11 +31,15 @@ _BUS = {
 }
 
 
-def rank_of(key: str, trace: Trace) -> int:
+def rank_of(key: str, trace: Trace, default: int = 0) -> int:
+    """The trace's rank: its ``distributedInfo``, else ``rank-N``/``rank_N`` in its key, else
+    ``default``. Other digits in a key (a pid, a file timestamp) are never a rank."""
+    from torchscope.job.discover import rank_in_name
+
     if trace.meta.rank is not None:
         return int(trace.meta.rank)
-    m = re.findall(r"\d+", key)
-    return int(m[-1]) if m else 0
+    r = rank_in_name(Path(key), Path())
+    return default if r is None else r
 
 
 def collective_stats(trace: Trace) -> pl.DataFrame:
@@ -99,8 +104,8 @@ class Distributed:
 def distributed(ts: TraceSet) -> Distributed:
     rows = []
     colls = []
-    for key, tr in ts.items():
-        r = rank_of(key, tr)
+    for i, (key, tr) in enumerate(ts.items()):
+        r = rank_of(key, tr, i)
         ov = overview(tr)
         co = ov.comm_overlap
         n = max(co.height, 1)
@@ -114,7 +119,7 @@ def distributed(ts: TraceSet) -> Distributed:
             row[c] = float(co[c].sum()) / n
         rows.append(row)
         cs = collective_stats(tr)
-        colls.append(cs.with_columns(pl.lit(r).alias("rank")).select("rank", *cs.columns))
+        colls.append(cs.with_columns(pl.lit(r, dtype=pl.Int64).alias("rank")).select("rank", *cs.columns))
     ranks = pl.DataFrame(rows).sort("rank") if rows else pl.DataFrame()
     collectives = pl.concat(colls) if colls else pl.DataFrame()
     slowest: int | None = None

@@ -39,11 +39,26 @@ class ReportCommand:
         parser.add_argument("--open", action="store_true", help="open the dashboard in a browser")
         parser.add_argument("--no-html", action="store_true", help="terminal summary only")
         parser.add_argument("--top", type=int, default=10, help="rows per terminal table (default 10)")
+        parser.add_argument(
+            "--engine",
+            default="local",
+            help="a directory of several runs/ranks/cycles is analysed rank by rank: local (default, one "
+            "process per core), local:N, ray (torchscope[ray]) or ray://HOST:PORT; see docs/jobs.md",
+        )
+        parser.add_argument(
+            "--rank-views",
+            action="store_true",
+            help="for a job, also write each rank's full dashboard into NAME.ranks/ beside the job's page",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
+        from torchscope.job.cli import job_directory, report_job
         from torchscope.render.html import write_html
         from torchscope.render.payload import build_payload
 
+        found = job_directory(args.path)
+        if found is not None:  # several runs, ranks or cycles: the job path (docs/jobs.md)
+            return report_job(args, found)
         subject = load_input(args.path)
         want_html = not args.no_html and bool(args.html or not args.json or args.open)
         with progress("analysing"):

@@ -1,5 +1,9 @@
 """``torchscope.load``: one entry point for every trace a user has.
 
+A directory's files and ranks are found as ``job.discover`` finds them (the file list, rank
+names); ``torchscope report`` on a directory of several traces uses ``torchscope.job`` instead
+of a ``TraceSet``, so that no step holds every rank at once.
+
 A file is read as Kineto/Chrome JSON (``.json`` or ``.json.gz``); a directory is either our
 own store (``meta.json`` + Parquet tables, see ``trace.store``) or a folder of traces (a
 TensorBoard log dir of ``*.pt.trace.json[.gz]`` files, or per-rank files), which loads as a
@@ -18,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from torchscope.errors import TraceError
+from torchscope.job.discover import natural, rank_in_name, trace_files
 from torchscope.trace.model import Trace, TraceSet
 from torchscope.trace.progress import LoadProgress
 from torchscope.trace.reader import read_chrome
 
-TRACE_SUFFIXES = (".json", ".json.gz")
 # above this much JSON in all, ranks are read in worker processes rather than threads
 _PROCESS_THRESHOLD = 128 * 1024 * 1024
 
@@ -51,27 +55,15 @@ def is_store(path: Path) -> bool:
     return (path / "meta.json").is_file() and (path / "events.parquet").is_file()
 
 
-def trace_files(directory: Path) -> list[Path]:
-    """The trace files under a directory: ``*.pt.trace.json[.gz]`` if any, else any ``*.json[.gz]``."""
-    found = sorted(
-        f
-        for f in directory.rglob("*")
-        if f.name.endswith(TRACE_SUFFIXES) and f.is_file() and not is_store(f.parent)
-    )
-    tb = [f for f in found if ".pt.trace." in f.name]
-    return tb or found
-
-
-_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _TB = re.compile(r"^(?P<worker>.+?)\.\d+\.pt\.trace\.json(\.gz)?$")
 
 
 def _key(path: Path, trace: Trace, root: Path) -> str:
     if trace.meta.rank is not None:
         return f"rank{trace.meta.rank}"
-    m = _RANK.search(path.name)
-    if m:
-        return f"rank{int(m.group(1))}"
+    rank = rank_in_name(path, root)
+    if rank is not None:
+        return f"rank{rank}"
     m = _TB.match(path.name)
     if m:
         return m.group("worker")
@@ -129,7 +121,7 @@ def load_dir(
             key = path.relative_to(directory).as_posix()
         keyed[key] = trace
     return TraceSet(
-        traces=dict(sorted(keyed.items(), key=lambda kv: _natural(kv[0]))),
+        traces=dict(sorted(keyed.items(), key=lambda kv: natural(kv[0]))),
         source=str(directory),
         skipped=tuple(f"skipped {f.relative_to(directory)}: {exc.problem}" for f, exc in skipped),
     )
@@ -150,7 +142,3 @@ def _read_in_child(path: Path, scratch: Path) -> Trace:
     if done.returncode != 0:  # the child could not even start (broken environment): read here
         return read_chrome(path)
     return load_trace(scratch)
-
-
-def _natural(key: str) -> tuple[object, ...]:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", key))

@@ -538,8 +538,55 @@
     document.body.appendChild(a); a.click(); a.remove();
   }
 
+  // -- job view (torchscope.job): one summary for many runs, ranks and cycles ------------------
+  // Self-contained: reads only payload.job (job.render.job_section); per-rank full views are
+  // sibling HTML files named in job.runs[i].per_rank[j].views.
+  function viewJob() {
+    const J = state.payload.job || { runs: [] };
+    const out = [h("h2", {}, "Job")];
+    J.runs.forEach((R) => {
+      const st = R.step_ns || {};
+      out.push(h("h3", { "data-testid": "job-run" }, `${R.run}: ${R.ranks} rank(s), ${R.cycles} cycle(s)` + (R.backend ? `, ${R.backend}` : "")));
+      out.push(h("div", { class: "cards" }, [card("min step", fmtNs(st.min) + (st.min_rank !== null ? ` (rank ${st.min_rank})` : "")),
+        card("median step", fmtNs(st.median)), card("max step", fmtNs(st.max) + (st.max_rank !== null ? ` (rank ${st.max_rank})` : "")),
+        card("straggler", R.straggler ? `rank ${R.straggler.rank}` : "none"),
+        card("wait per step", R.straggler ? fmtNs(R.straggler.wait_per_step_ns) : "–")]));
+      if (R.straggler) {
+        out.push(h("h4", {}, `Rank ${R.straggler.rank} arrives last at ${R.straggler.last} of ${R.straggler.matched} collectives; it spends more on`));
+        out.push(table([{ key: "name", label: "op / kernel / category", cls: "name" }, { key: "rank_ns", label: "on the straggler", num: true, fmt: fmtNs },
+          { key: "median_ns", label: "other ranks' median", num: true, fmt: fmtNs }, { key: "excess_ns", label: "excess per step", num: true, fmt: fmtNs }],
+          [...R.straggler.ops, ...R.straggler.kernels, ...R.straggler.categories], { id: "job-straggler", sort: "excess_ns" }));
+      }
+      if ((R.collectives || []).length) {
+        out.push(h("h4", {}, "Collectives (aligned across ranks)"));
+        out.push(table([{ key: "group", label: "group", cls: "name" }, { key: "name", label: "collective", cls: "name" }, { key: "count", label: "count", num: true },
+          { key: "median_duration_ns", label: "median duration", num: true, fmt: fmtNs }, { key: "mean_skew_ns", label: "mean arrival skew", num: true, fmt: fmtNs },
+          { key: "max_skew_ns", label: "max skew", num: true, fmt: fmtNs }, { key: "mean_wait_ns", label: "mean wait", num: true, fmt: fmtNs }], R.collectives, { id: "job-collectives" }));
+      }
+      const waits = Object.fromEntries((R.rank_waits || []).map((w) => [w.rank, w]));
+      out.push(h("h4", {}, "Ranks"));
+      out.push(table([{ key: "rank", label: "rank", num: true }, { key: "steps", label: "steps", num: true }, { key: "step_ns", label: "median step", num: true, fmt: fmtNs },
+        { key: "last", label: "arrived last", num: true }, { key: "wait_ns", label: "waited", num: true, fmt: fmtNs },
+        { key: "findings", label: "findings", cls: "name" }, { key: "view", label: "full view", cls: "name" }],
+        (R.per_rank || []).map((p) => ({ ...p, last: (waits[p.rank] || {}).last, wait_ns: (waits[p.rank] || {}).wait_ns, findings: (p.findings || []).join(", "),
+          view: (p.views || []).length ? h("span", {}, p.views.map((v) => h("a", { href: v }, v + " "))) : "" })), { id: "job-ranks", sort: "rank" }));
+      if ((R.cycle_table || []).length > 1) {
+        out.push(h("h4", {}, "Cycles"));
+        out.push(table([{ key: "cycle", label: "cycle", num: true }, { key: "ranks", label: "ranks", num: true }, { key: "steps", label: "steps", num: true },
+          { key: "median_step_ns", label: "median step", num: true, fmt: fmtNs }, { key: "max_step_ns", label: "max step", num: true, fmt: fmtNs },
+          { key: "slowest_rank", label: "slowest rank", num: true }], R.cycle_table, { id: "job-cycles" }));
+      }
+      out.push(h("h4", {}, "Recommendations"));
+      out.push((R.recommendations || []).length ? h("div", { "data-testid": "job-recommendations" }, R.recommendations.map((f) =>
+        recCard({ rule: `${f.rule} (on ${f.on_ranks} of ${f.of_ranks} ranks; worst: rank ${f.worst_rank})`, message: f.message, fix: f.fix, evidence: f.evidence })))
+        : h("div", { class: "muted" }, "No recommendations."));
+    });
+    return out;
+  }
+
   // -- shell -----------------------------------------------------------------------------
   const VIEWS = [
+    ["job", "Job", viewJob, () => !!state.payload.job],
     ["overview", "Overview", viewOverview, () => true],
     ["operators", "Operators", viewOperators, () => true],
     ["kernels", "Kernels", viewKernels, () => true],
@@ -556,7 +603,7 @@
     const P = state.payload;
     $("#title").textContent = P.title || "";
     const tabs = VIEWS.filter((v) => v[3]());
-    if (!tabs.find((v) => v[0] === state.view)) state.view = "overview";
+    if (!tabs.find((v) => v[0] === state.view)) state.view = P.job ? "job" : "overview";
     $("#tabs").replaceChildren(...tabs.map(([id, label]) => h("button", { class: id === state.view ? "on" : null, "data-view": id,
       onclick: () => { state.view = id; location.hash = id; render(); } }, label)));
     const v = tabs.find((x) => x[0] === state.view);
@@ -573,6 +620,7 @@
   }
   function showPayload(P) {
     state.payload = P;
+    if (P.job && location.hash.length <= 1) state.view = "job";  // a job opens on its summary
     if (state.run >= (P.runs || []).length) state.run = 0;
     if (DATA.transport !== "serve") runSelect((P.runs || []).map((r) => r.name));
     render();

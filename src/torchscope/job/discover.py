@@ -1,0 +1,214 @@
+"""Discovery: a log or job directory read as runs -> ranks -> cycles, from names and file heads.
+
+A run is one training job, a rank one process of it, a cycle one ``on_trace_ready`` (one file).
+The rank comes from the trace's ``distributedInfo`` (read from the first bytes of the file, never
+the whole trace), else from ``rank-N``/``rank_N``/``rankN`` in the file or folder name, else the
+run is one rank. A worker name with a pid or a file timestamp is never a rank. The run is the
+folder the files sit in (``tb/baseline/``, ``tb/bigger/``), less a torchrun-style ``rank-N/``
+folder. Files that cannot be opened are skipped and named, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HEAD_BYTES = 64 * 1024  # enough for distributedInfo, which Kineto writes before the events
+TRACE_SUFFIXES = (".json", ".json.gz")
+_RANK = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
+# tensorboard_trace_handler: {worker}.{time_ns or ms}.pt.trace.json[.gz]
+_TB = re.compile(r"^(?P<worker>.+?)\.(?P<stamp>\d+)\.pt\.trace\.json(\.gz)?$")
+_DIST = re.compile(r'"distributedInfo"\s*:\s*\{')
+_DIST_RANK = re.compile(r'"rank"\s*:\s*(\d+)')
+_DIST_WORLD = re.compile(r'"world_size"\s*:\s*(\d+)')
+_DIST_BACKEND = re.compile(r'"backend"\s*:\s*"([^"]*)"')
+
+
+@dataclass(frozen=True)
+class RankFiles:
+    """One rank of one run: its cycles, one file each, in the order they were written."""
+
+    run: str
+    rank: int
+    files: tuple[Path, ...]
+    world_size: int | None = None
+    backend: str | None = None
+    rank_from: str = "distributedInfo"  # or "name", or "single" (no rank anywhere: one rank)
+
+    @property
+    def cycles(self) -> int:
+        return len(self.files)
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    ranks: tuple[RankFiles, ...]
+
+    @property
+    def cycles(self) -> int:
+        return max((r.cycles for r in self.ranks), default=0)
+
+    @property
+    def world_size(self) -> int:
+        sizes = [r.world_size for r in self.ranks if r.world_size]
+        return max(sizes) if sizes else len(self.ranks)
+
+
+@dataclass(frozen=True)
+class Discovery:
+    root: Path
+    runs: tuple[Run, ...]
+    skipped: tuple[str, ...] = field(default=())  # "skipped FILE: why", one line each
+
+    @property
+    def rank_files(self) -> list[RankFiles]:
+        return [r for run in self.runs for r in run.ranks]
+
+    @property
+    def is_job(self) -> bool:
+        """More than one trace to read: several runs, ranks or cycles."""
+        return sum(len(r.files) for r in self.rank_files) > 1
+
+
+@dataclass(frozen=True)
+class Head:
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str | None = None
+
+
+def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
+    """``distributedInfo`` from the first ``size`` bytes of a trace (inflated when gzip'd).
+
+    Raises ``OSError``/``ValueError`` when the file cannot be opened or is not JSON text.
+    """
+    if path.name.endswith(".gz"):
+        try:
+            with gzip.open(path, "rb") as fh:
+                raw = fh.read(size)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise ValueError(f"not a readable gzip file ({exc})") from exc
+    else:
+        with path.open("rb") as fh:
+            raw = fh.read(size)
+    text = raw.decode("utf-8", errors="replace")
+    if not text.lstrip().startswith(("{", "[")):
+        raise ValueError("not a JSON trace (does not start with '{' or '[')")
+    m = _DIST.search(text)
+    if m is None:
+        return Head()
+    info = text[m.end() : m.end() + 4096]
+    # the first "rank" after the brace is distributedInfo's own ("ranks" lists are plural)
+    r, w, b = _DIST_RANK.search(info), _DIST_WORLD.search(info), _DIST_BACKEND.search(info)
+    return Head(
+        rank=int(r.group(1)) if r else None,
+        world_size=int(w.group(1)) if w else None,
+        backend=b.group(1) if b else None,
+    )
+
+
+def trace_files(directory: Path) -> list[Path]:
+    """The trace files under a directory: ``*.pt.trace.json[.gz]`` if there are any (the
+    ``report.json``/``run.json`` of ``torchscope run``'s rank folders, a config file beside
+    TensorBoard traces are not traces), else any ``*.json[.gz]``; never our own store's files."""
+    found = sorted(
+        f
+        for f in directory.rglob("*")
+        if f.name.endswith(TRACE_SUFFIXES) and f.is_file() and not _in_store(f)
+    )
+    tb = [f for f in found if ".pt.trace." in f.name]
+    return tb or found
+
+
+def _in_store(f: Path) -> bool:
+    """Whether ``f`` is part of a ``Trace.save`` store (its meta.json), not a trace."""
+    return (f.parent / "meta.json").is_file() and (f.parent / "events.parquet").is_file()
+
+
+def rank_in_name(path: Path, root: Path) -> int | None:
+    """``rank-N``/``rank_N``/``rankN`` in the file name, else in a folder between root and it."""
+    for part in [path.name, *reversed(path.relative_to(root).parent.parts)]:
+        m = _RANK.search(part)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _run_of(path: Path, root: Path) -> str:
+    """The folder the file sits in, relative to root; with torchrun-style ``rank-N`` folders
+    (``OUT/rank-N/traces/``), the folder above the first of them."""
+    parts = path.relative_to(root).parent.parts
+    cut = next((i for i, p in enumerate(parts) if _RANK.fullmatch(p)), len(parts))
+    return "/".join(parts[:cut]) or (root.name or str(root))
+
+
+def _worker(path: Path) -> str:
+    """The writer of a file without a rank: ``tensorboard_trace_handler``'s worker name (its
+    cycles share it), else the file's own name (a file of its own)."""
+    m = _TB.match(path.name)
+    if m:
+        return m.group("worker")
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
+        if path.name.endswith(suffix):
+            return path.name[: -len(suffix)]
+    return path.name
+
+
+def _cycle_order(path: Path) -> tuple[object, ...]:
+    m = _TB.match(path.name)
+    return (int(m.group("stamp")), path.name) if m else (0, *natural(path.name))
+
+
+def natural(key: str) -> tuple[object, ...]:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", key))
+
+
+def discover(root: str | Path) -> Discovery:
+    """Runs, ranks and cycles of a directory, from file names and the first bytes of each file."""
+    root = Path(root)
+    groups: dict[tuple[str, int | None, str], list[tuple[Path, Head]]] = defaultdict(list)
+    skipped: list[str] = []
+    for f in trace_files(root):
+        try:
+            head = read_head(f)
+        except (OSError, ValueError) as exc:
+            skipped.append(f"skipped {f.relative_to(root)}: {exc}")
+            continue
+        run = _run_of(f, root)
+        rank = head.rank if head.rank is not None else rank_in_name(f, root)
+        # without any rank, each worker of a folder is its own run (never a rank: a pid is not one)
+        worker = _worker(f) if rank is None else ""
+        groups[(run, rank, worker)].append((f, head))
+    workers_per_run: dict[str, set[str]] = defaultdict(set)
+    for run, rank, worker in groups:
+        if rank is None:
+            workers_per_run[run].add(worker)
+    runs: dict[str, list[RankFiles]] = defaultdict(list)
+    for (run, rank, worker), members in groups.items():
+        name = run
+        if rank is None and len(workers_per_run[run]) > 1 and worker:
+            name = f"{run}/{worker}"
+        members.sort(key=lambda fh: _cycle_order(fh[0]))
+        heads = [h for _, h in members]
+        runs[name].append(
+            RankFiles(
+                run=name,
+                rank=0 if rank is None else rank,
+                files=tuple(f for f, _ in members),
+                world_size=next((h.world_size for h in heads if h.world_size), None),
+                backend=next((h.backend for h in heads if h.backend), None),
+                rank_from="single"
+                if rank is None
+                else ("distributedInfo" if heads[0].rank is not None else "name"),
+            )
+        )
+    ordered = tuple(
+        Run(name, tuple(sorted(ranks, key=lambda r: r.rank)))
+        for name, ranks in sorted(runs.items(), key=lambda kv: natural(kv[0]))
+    )
+    return Discovery(root=root, runs=ordered, skipped=tuple(skipped))

@@ -1,0 +1,94 @@
+"""Engines that run the map step: a local process pool (default) or Ray tasks (``torchscope[ray]``).
+
+Both run the same function (``summarize.summarize_rank``) on the same plain-data tasks and hand
+the results back in task order, so the reduce step and every output are identical whichever
+engine ran. No scheduler of our own: the process pool and Ray decide where and when.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+from torchscope.errors import TraceError
+from torchscope.job.summarize import summarize_rank
+
+Task = dict[str, Any]
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def run_local(
+    tasks: list[Task], workers: int | None = None, on_done: Callable[[Task], None] | None = None
+) -> list[dict[str, Any]]:
+    """Each task in a worker process (one per core by default); results in task order.
+
+    Processes are started with ``spawn``: a forked child of a process that runs Polars' thread
+    pool can deadlock. One task alone runs here, without a pool.
+    """
+    n = min(workers or default_workers(), len(tasks))
+    if n <= 1 or len(tasks) <= 1:
+        out = []
+        for t in tasks:
+            out.append(summarize_rank(t))
+            if on_done:
+                on_done(t)
+        return out
+    results: dict[int, dict[str, Any]] = {}
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(summarize_rank, t): i for i, t in enumerate(tasks)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            results[i] = fut.result()
+            if on_done:
+                on_done(tasks[i])
+    return [results[i] for i in range(len(tasks))]
+
+
+def run_ray(
+    tasks: list[Task], address: str | None = None, on_done: Callable[[Task], None] | None = None
+) -> list[dict[str, Any]]:
+    """Each task as a Ray task (``address``: ``ray://HOST:PORT``, or None for a local Ray).
+
+    The files must be readable where Ray runs the task (shared storage). Ray is started here when
+    no instance is running and this process has not connected yet.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise TraceError("--engine ray", "needs Ray: pip install 'torchscope[ray]'") from exc
+    if not ray.is_initialized():
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+    remote = ray.remote(summarize_rank)
+    pending = {remote.remote(t): i for i, t in enumerate(tasks)}
+    results: dict[int, dict[str, Any]] = {}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            i = pending.pop(ref)
+            results[i] = ray.get(ref)
+            if on_done:
+                on_done(tasks[i])
+    return [results[i] for i in range(len(tasks))]
+
+
+def run_tasks(
+    tasks: list[Task], engine: str = "local", on_done: Callable[[Task], None] | None = None
+) -> list[dict[str, Any]]:
+    """``engine``: ``local``, ``local:N`` (N worker processes), ``ray`` or ``ray://HOST:PORT``."""
+    if engine == "local" or engine.startswith("local:"):
+        workers = int(engine.split(":", 1)[1]) if ":" in engine else None
+        return run_local(tasks, workers, on_done)
+    if engine == "ray":
+        return run_ray(tasks, None, on_done)
+    if engine.startswith("ray://"):
+        return run_ray(tasks, engine, on_done)
+    raise TraceError(f"--engine {engine}", "unknown engine: use local, local:N, ray or ray://HOST:PORT")

@@ -1,0 +1,59 @@
+"""The job pipeline: discover -> map (an engine runs ``summarize_rank`` per rank) -> reduce."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from torchscope.analysis import keys as K
+from torchscope.errors import TraceError
+from torchscope.job.discover import Discovery, discover
+from torchscope.job.engine import run_tasks
+from torchscope.job.reduce import reduce_run
+from torchscope.trace.progress import LoadProgress
+
+
+def analyse_job(
+    root: str | Path,
+    *,
+    engine: str = "local",
+    progress: bool | None = None,
+    view_dir: str | Path | None = None,
+    found: Discovery | None = None,
+) -> dict[str, Any]:
+    """The job report of a directory: ``{"kind": "job", "runs": [...], "warnings": [...]}``.
+
+    ``view_dir``: also write each rank's full dashboard there (one HTML file per rank and cycle).
+    """
+    found = found or discover(root)
+    tasks = [
+        {
+            "run": rf.run,
+            "rank": rf.rank,
+            "files": [str(f) for f in rf.files],
+            "world_size": rf.world_size,
+            "backend": rf.backend,
+            "view_dir": str(view_dir) if view_dir else None,
+        }
+        for rf in found.rank_files
+    ]
+    if not tasks:
+        raise TraceError(str(root), "no readable trace files (*.json, *.json.gz) in this directory")
+    with LoadProgress(Path(root).name or str(root), total=len(tasks), enabled=progress) as bar:
+        results = run_tasks(tasks, engine, on_done=lambda t: bar.advance(f"{t['run']} rank {t['rank']}"))
+    by_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in results:
+        by_run[r["run"]].append(r)
+    if not any(c for r in results for c in r["cycles"]):
+        first = next((s for r in results for s in r["skipped"]), "no readable trace")
+        raise TraceError(str(root), first)
+    runs = [reduce_run(run.name, by_run[run.name]) for run in found.runs]
+    warnings = list(found.skipped) + [s for run in runs for s in run["skipped"]]
+    return {
+        K.VERSION: K.REPORT_VERSION,
+        K.KIND: "job",
+        K.SOURCE: str(root),
+        "runs": runs,
+        "warnings": warnings,
+    }

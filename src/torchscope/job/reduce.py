@@ -1,0 +1,216 @@
+"""The reduce step: rank summaries of a run -> one job summary (small data only).
+
+Step time per rank as a distribution with its outlier ranks, the median rank's breakdown and
+the outliers' differences by category, the collectives aligned across ranks and the straggler,
+one line per cycle, and the advisor's findings deduplicated across ranks and cycles ("on 31 of
+32 ranks", with the worst rank's evidence). Everything here is a JSON-ready dict.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import median
+from typing import Any
+
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
+from torchscope.job.straggler import align, per_step, straggler
+
+OUTLIER_MADS = 3.0  # a rank is an outlier when its step is this many MADs from the median
+OUTLIER_MIN_SHARE = 0.05  # ... and at least 5% away from it (a tight job has a tiny MAD)
+MAX_OUTLIERS = 5
+
+
+def rank_step_ns(rank: dict[str, Any]) -> float:
+    """A rank's median step time over all its cycles (0 when it has none)."""
+    steps = [s for c in rank["cycles"] for s in c["step_ns"]]
+    return float(median(steps)) if steps else 0.0
+
+
+def _breakdown(rank: dict[str, Any]) -> dict[str, float]:
+    return per_step({"cycles": rank["cycles"]}, "breakdown_ns")
+
+
+def outliers(values: dict[int, float]) -> list[int]:
+    """Ranks far from the median (MAD rule), the farthest first."""
+    if len(values) < 3:
+        return []
+    med = median(values.values())
+    mad = median(abs(v - med) for v in values.values())
+    far = [
+        r
+        for r, v in values.items()
+        if abs(v - med) > OUTLIER_MADS * mad and abs(v - med) > OUTLIER_MIN_SHARE * med
+    ]
+    far.sort(key=lambda r: (-abs(values[r] - med), r))
+    return far[:MAX_OUTLIERS]
+
+
+def dedupe_findings(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One finding per rule: on how many ranks and cycles it fired, with the worst one's words."""
+    by_rule: dict[str, list[tuple[int, int, dict[str, Any]]]] = defaultdict(list)
+    for r in ranks:
+        for c in r["cycles"]:
+            for f in c["findings"]:
+                by_rule[f["rule"]].append((r["rank"], c["cycle"], f))
+    out = []
+    for rule, hits in by_rule.items():
+        rank_ids = sorted({h[0] for h in hits})
+        worst_rank, worst_cycle, worst = max(hits, key=lambda h: (h[2].get("impact", 0.0), -h[0], -h[1]))
+        out.append(
+            {
+                "rule": rule,
+                "message": worst["message"],
+                "fix": worst["fix"],
+                "evidence": worst["evidence"],
+                "impact": worst.get("impact", 0.0),
+                "ranks": rank_ids,
+                "on_ranks": len(rank_ids),
+                "of_ranks": len(ranks),
+                "on_cycles": len({(h[0], h[1]) for h in hits}),
+                "worst_rank": worst_rank,
+                "worst_cycle": worst_cycle,
+            }
+        )
+    out.sort(key=lambda f: (-f["impact"], -f["on_ranks"], f["rule"]))
+    return out
+
+
+def cycle_table(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per cycle: steps, the median and slowest rank's median step, findings fired."""
+    rows = []
+    for cyc in sorted({c["cycle"] for r in ranks for c in r["cycles"]}):
+        per = [(r["rank"], c) for r in ranks for c in r["cycles"] if c["cycle"] == cyc]
+        steps = {rk: (median(c["step_ns"]) if c["step_ns"] else 0.0) for rk, c in per}
+        slow = max(steps, key=lambda k: (steps[k], -k))
+        rows.append(
+            {
+                "cycle": cyc,
+                "ranks": len(per),
+                "steps": max(c["steps"] for _, c in per),
+                "median_step_ns": float(median(steps.values())),
+                "max_step_ns": float(steps[slow]),
+                "slowest_rank": slow,
+                "findings": sorted({f["rule"] for _, c in per for f in c["findings"]}),
+            }
+        )
+    return rows
+
+
+def _straggler_finding(s: dict[str, Any], step_ns: float, of_ranks: int) -> dict[str, Any]:
+    cause = s["ops"][:2] or s["kernels"][:2]
+    from torchscope.job.render import fmt_ns, short_name
+
+    what = ", ".join(f"{short_name(c['name'])} (+{fmt_ns(c['excess_ns'])}/step)" for c in cause)
+    return {
+        "rule": "straggler",
+        "message": (
+            f"Rank {s['rank']} arrives last at {s['last']} of {s['matched']} collectives; the job waits "
+            f"{fmt_ns(s['wait_per_step_ns'])} per step for it ({100 * s['wait_per_step_ns'] / max(step_ns, 1):.0f}% "
+            "of a step)" + (f"; it spends more than the other ranks on {what}." if what else ".")
+        ),
+        "fix": (
+            "Even out the work across ranks: look at what the straggler does more of (above); check its "
+            "input shard sizes, data loading and host (CPU contention, thermal throttling, a slower link)."
+        ),
+        "evidence": {k: s[k] for k in ("rank", "last", "matched", "wait_per_step_ns", "mean_lag_ns")},
+        "impact": min(1.0, s["wait_per_step_ns"] / max(step_ns, 1)),
+        "ranks": [s["rank"]],
+        "on_ranks": 1,
+        "of_ranks": of_ranks,
+        "on_cycles": s["cycles"],
+        "scope": "job",  # a finding about the job as a whole, not one fired per rank
+        "worst_rank": s["rank"],
+        "worst_cycle": 0,
+    }
+
+
+def _top(values: dict[str, float], n: int) -> dict[str, float]:
+    return dict(sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:n])
+
+
+def collective_table(aligned: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per group and collective name: count, median duration, mean and max arrival skew, mean wait."""
+    acc: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for c in aligned["collectives"]:
+        acc[(c["group"], c["name"])].append(c)
+    rows = [
+        {
+            "group": g,
+            "name": n,
+            "count": len(cs),
+            "median_duration_ns": float(median(c["duration_ns"] for c in cs)),
+            "mean_skew_ns": sum(c["skew_ns"] for c in cs) / len(cs),
+            "max_skew_ns": max(c["skew_ns"] for c in cs),
+            "mean_wait_ns": sum(c["mean_wait_ns"] for c in cs) / len(cs),
+        }
+        for (g, n), cs in acc.items()
+    ]
+    rows.sort(key=lambda r: (-r["mean_wait_ns"] * r["count"], r["group"], r["name"]))
+    return rows
+
+
+def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job summary of one run from its rank summaries."""
+    ranks = sorted(ranks, key=lambda r: r["rank"])
+    live = [r for r in ranks if r["cycles"]]
+    steps = {r["rank"]: rank_step_ns(r) for r in live}
+    med_step = float(median(steps.values())) if steps else 0.0
+    med_rank = min(steps, key=lambda k: (abs(steps[k] - med_step), k)) if steps else None
+    far = outliers(steps)
+    breakdowns = {r["rank"]: _breakdown(r) for r in live}
+    base = breakdowns.get(med_rank, {}) if med_rank is not None else {}
+    aligned = align(live)
+    strag = straggler(live, aligned, med_step)
+    findings = dedupe_findings(live)
+    if strag is not None:
+        findings.insert(0, _straggler_finding(strag, med_step, len(live)))
+    return {
+        "run": name,
+        "ranks": len(ranks),
+        "world_size": max([r.get("world_size") or 0 for r in ranks] + [len(ranks)]),
+        "backend": next((r["backend"] for r in ranks if r.get("backend")), None),
+        "cycles": max((len(r["cycles"]) for r in ranks), default=0),
+        "step_ns": {
+            "min": min(steps.values(), default=0.0),
+            "median": med_step,
+            "max": max(steps.values(), default=0.0),
+            "min_rank": min(steps, key=lambda k: (steps[k], k)) if steps else None,
+            "max_rank": max(steps, key=lambda k: (steps[k], -k)) if steps else None,
+        },
+        "median_rank": med_rank,
+        "outliers": [
+            {
+                "rank": rk,
+                "step_ns": steps[rk],
+                "vs_median_pct": 100.0 * (steps[rk] / med_step - 1.0) if med_step else None,
+                "by_category_ns": {
+                    c: breakdowns[rk].get(c, 0.0) - base.get(c, 0.0)
+                    for c in BREAKDOWN_CATEGORIES
+                    if abs(breakdowns[rk].get(c, 0.0) - base.get(c, 0.0)) > 0
+                },
+            }
+            for rk in far
+        ],
+        "median_breakdown_ns": base,
+        "collectives": collective_table(aligned),
+        "rank_waits": aligned["ranks"],
+        "straggler": strag,
+        "cycle_table": cycle_table(live),
+        "recommendations": findings,
+        "per_rank": [
+            {
+                "rank": r["rank"],
+                "cycles": len(r["cycles"]),
+                "steps": sum(c["steps"] for c in r["cycles"]),
+                "step_ns": steps.get(r["rank"]),
+                "breakdown_ns": breakdowns.get(r["rank"], {}),
+                "comm_overlap_ns": per_step(r, "comm_overlap_ns") if r["cycles"] else {},
+                "top_ops_ns": _top(per_step(r, "ops_ns"), 10),
+                "files": [c["file"] for c in r["cycles"]],
+                "views": r.get("views", []),
+                "findings": sorted({f["rule"] for c in r["cycles"] for f in c["findings"]}),
+            }
+            for r in ranks
+        ],
+        "skipped": [s for r in ranks for s in r["skipped"]],
+    }

@@ -1,0 +1,194 @@
+"""Renderers of a job report: a terminal summary of at most ``MAX_LINES`` lines whatever the rank
+and cycle count, and the dashboard's ``job`` section (bounded: no per-collective rows, no
+per-rank traces; each rank's full view is a sibling file).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Any
+
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
+from torchscope.render.console import fmt_ns
+
+MAX_LINES = 80
+TOP_COLLECTIVES = 4
+TOP_FINDINGS = 6
+MAX_CYCLE_LINES = 8
+
+
+def short_name(name: str, width: int = 60) -> str:
+    """A kernel or op name cut to fit a line: no ``void``, no argument list, at most ``width``."""
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "").split("(", 1)[0] or name
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _cycles(rows: list[dict[str, Any]]) -> list[str]:
+    if len(rows) <= 1:
+        return []
+    gap: list[dict[str, Any] | None] = [None]
+    shown = list(rows) if len(rows) <= MAX_CYCLE_LINES else [*rows[:4], *gap, *rows[-3:]]
+    out = [f"cycles ({len(rows)}): one line each"]
+    for r in shown:
+        if r is None:
+            out.append(f"  ... {len(rows) - 7} more cycles (--json has them all)")
+            continue
+        fired = ", ".join(r["findings"][:3]) or "-"
+        out.append(
+            f"  cycle {r['cycle']}: {_plural(r['ranks'], 'rank')}, {_plural(r['steps'], 'step')}, median step "
+            f"{fmt_ns(r['median_step_ns'])}, max {fmt_ns(r['max_step_ns'])} (rank {r['slowest_rank']}); {fired}"
+        )
+    return out
+
+
+def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
+    """The terminal block of one run (about 20-40 lines at any rank count)."""
+    st = run["step_ns"]
+    head = f"== {run['run']}: {_plural(run['ranks'], 'rank')}"
+    if run["world_size"] and run["world_size"] != run["ranks"]:
+        head += f" of {run['world_size']}"
+    head += f", {_plural(run['cycles'], 'cycle')}" + (f", {run['backend']}" if run["backend"] else "")
+    lines = [head]
+    if run["ranks"] > 1:
+        lines.append(
+            f"step time per rank: min {fmt_ns(st['min'])} (rank {st['min_rank']}), median {fmt_ns(st['median'])}, "
+            f"max {fmt_ns(st['max'])} (rank {st['max_rank']})"
+        )
+    else:
+        lines.append(f"step time: median {fmt_ns(st['median'])}")
+    base = run["median_breakdown_ns"]
+    total = base.get("Total") or sum(base.get(c, 0.0) for c in BREAKDOWN_CATEGORIES) or 1.0
+    parts = sorted(((c, base.get(c, 0.0)) for c in BREAKDOWN_CATEGORIES), key=lambda kv: -kv[1])
+    whose = f"median rank's (rank {run['median_rank']}) " if run["ranks"] > 1 else ""
+    lines.append(
+        f"{whose}mean step by category: "
+        + ", ".join(f"{c} {fmt_ns(v)} ({100 * v / total:.0f}%)" for c, v in parts if v > 0)[:300]
+    )
+    if run["outliers"]:
+        lines.append("outlier ranks:")
+        for o in run["outliers"]:
+            diffs = sorted(o["by_category_ns"].items(), key=lambda kv: -abs(kv[1]))[:3]
+            lines.append(
+                f"  rank {o['rank']}: {fmt_ns(o['step_ns'])} ({o['vs_median_pct']:+.0f}% vs median); "
+                + ", ".join(f"{c} {'+' if v >= 0 else '-'}{fmt_ns(abs(v))}" for c, v in diffs)
+            )
+    elif run["ranks"] > 2:
+        lines.append("outlier ranks: none")
+    if run["collectives"]:
+        lines.append("collectives (matched across ranks by order in their group):")
+        for c in run["collectives"][:TOP_COLLECTIVES]:
+            lines.append(
+                f"  {c['name']} [{c['group']}] x{c['count']}: median {fmt_ns(c['median_duration_ns'])}, "
+                f"arrival skew mean {fmt_ns(c['mean_skew_ns'])} max {fmt_ns(c['max_skew_ns'])}, "
+                f"mean wait {fmt_ns(c['mean_wait_ns'])}"
+            )
+        if len(run["collectives"]) > TOP_COLLECTIVES:
+            lines.append(f"  ... {len(run['collectives']) - TOP_COLLECTIVES} more (--json)")
+    s = run["straggler"]
+    if s is not None:
+        lines.append(
+            f"straggler: rank {s['rank']} arrives last at {s['last']} of {s['matched']} collectives; "
+            f"the job waits {fmt_ns(s['wait_per_step_ns'])} per step for it"
+        )
+        if s["also_late"]:
+            lines.append(
+                f"  also late ({_plural(s['also_late_count'], 'rank')}): "
+                + ", ".join(
+                    f"rank {a['rank']} ({fmt_ns(a['mean_lag_ns'])} behind)" for a in s["also_late"][:5]
+                )
+                + f"; the straggler is {fmt_ns(s['mean_lag_ns'])} behind the first arrival on average"
+            )
+        for c in (s["ops"] + s["kernels"] + s["categories"])[:4]:
+            lines.append(
+                f"  {short_name(c['name'])}: {fmt_ns(c['rank_ns'])}/step vs {fmt_ns(c['median_ns'])} on the others"
+            )
+    elif run["ranks"] > 1 and run["collectives"]:
+        lines.append(
+            "straggler: none (no rank arrives last at the collectives clearly more often than the others)"
+        )
+    lines.extend(_cycles(run["cycle_table"]))
+    recs = run["recommendations"]
+    if recs:
+        lines.append(f"recommendations ({len(recs)}):")
+        for i, f in enumerate(recs[:top], 1):
+            per_rank = f["of_ranks"] > 1 and f.get("scope") != "job"
+            where = f"on {f['on_ranks']} of {f['of_ranks']} ranks" if per_rank else ""
+            if f.get("on_cycles", 1) > 1 and run["cycles"] > 1:
+                cycles = (
+                    f"in {f['on_cycles']} cycles"
+                    if f.get("scope") == "job"
+                    else f"{f['on_cycles']} rank-cycles"
+                )
+                where += (", " if where else "") + cycles
+            worst = f" (worst: rank {f['worst_rank']})" if per_rank else ""
+            lines.append(f" {i}. [{f['rule']}] {f['message']}" + (f" [{where}{worst}]" if where else ""))
+            lines.append(f"    fix: {f['fix']}")
+        if len(recs) > top:
+            lines.append(f"  ... {len(recs) - top} more (--json)")
+    return lines
+
+
+def job_lines(job: dict[str, Any], *, max_lines: int = MAX_LINES, dashboard: str | None = None) -> list[str]:
+    """The whole terminal summary: a line per run when there are several, then each run's block,
+    stopping before ``max_lines``."""
+    runs = job["runs"]
+    out: list[str] = []
+    if len(runs) > 1:
+        out.append(f"{_plural(len(runs), 'run')} in {job['source']}:")
+        for r in runs[:10]:
+            s = f", straggler rank {r['straggler']['rank']}" if r["straggler"] else ""
+            out.append(
+                f"  {r['run']}: {_plural(r['ranks'], 'rank')}, {_plural(r['cycles'], 'cycle')}, "
+                f"median step {fmt_ns(r['step_ns']['median'])}{s}"
+            )
+        if len(runs) > 10:
+            out.append(f"  ... {len(runs) - 10} more runs (--json)")
+    tail = [f"dashboard: {dashboard}"] if dashboard else []
+    warnings = job.get("warnings") or []
+    if warnings:
+        tail = (
+            [f"warning: {w}" for w in warnings[:3]]
+            + ([f"  ... {len(warnings) - 3} more warnings (--json)"] if len(warnings) > 3 else [])
+            + tail
+        )
+    budget = max_lines - len(tail)
+    for i, r in enumerate(runs):
+        block = run_lines(r)
+        if len(out) + len(block) > budget:
+            block = run_lines(r, top=2)
+        if len(out) + len(block) > budget:
+            out.append(f"... {len(runs) - i} more run blocks not shown (--json, or the dashboard)")
+            break
+        out.extend(block)
+    return out[: max_lines - len(tail)] + tail
+
+
+def job_section(job: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard's ``job`` section: the job report itself (bounded by construction)."""
+    return {"source": job["source"], "runs": job["runs"], "warnings": job.get("warnings", [])}
+
+
+def job_payload(job: dict[str, Any], title: str) -> dict[str, Any]:
+    """A dashboard payload for a job: no per-trace runs; the ``job`` section and the report."""
+    return {
+        "version": 1,
+        "title": title,
+        "source": job["source"],
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "runs": [],
+        "report": job,
+        "job": job_section(job),
+        "distributed": None,
+        "diff": None,
+        "warnings": job.get("warnings", []),
+    }
+
+
+def view_dir_for(html_path: Path) -> Path:
+    """Where each rank's full view goes: ``NAME.ranks/`` beside ``NAME.html``."""
+    return html_path.with_name(html_path.name.removesuffix(".html") + ".ranks")

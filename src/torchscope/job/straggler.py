@@ -1,0 +1,168 @@
+"""The straggler: which rank the others wait for at the collectives, and what it does more of.
+
+In data-parallel training every collective ends at about the same moment on every rank, so each
+rank's step is equally long and per-rank step time cannot name the culprit (the slow rank waits
+least). What differs is when each rank *arrives*. So: match each collective across ranks (by its
+order within its group, per cycle), put the ranks on one clock (the median offset of their
+collective ends, which are near-simultaneous synchronisation points), and measure per collective
+the arrival skew (last arrival minus first) and per rank the wait (last arrival minus its own).
+The rank that arrives last most often is the straggler; its ops and kernels whose time per step
+exceeds the other ranks' median are the likely cause.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+# the straggler must arrive last at least this share of the collectives, and the wait it causes
+# must be at least this share of the median step: otherwise arrival order is noise
+MIN_LAST_SHARE = 0.5
+MIN_WAIT_SHARE = 0.02
+TOP_CAUSES = 5
+
+
+def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Collective alignment over the rank summaries of one run (see the module doc).
+
+    Returns ``collectives`` (one row per matched collective: cycle, group, index, name, skew,
+    last rank, mean wait), ``ranks`` (per rank: times last, mean lag behind the first arrival,
+    total wait, clock offset), and ``matched`` (collectives aligned).
+    """
+    rank_ids = [r["rank"] for r in ranks]
+    cycles = sorted({c["cycle"] for r in ranks for c in r["cycles"]})
+    coll_rows: list[dict[str, Any]] = []
+    last_count: Counter[int] = Counter()
+    wait_total = dict.fromkeys(rank_ids, 0.0)
+    lag_total = dict.fromkeys(rank_ids, 0.0)
+    offsets: dict[int, list[float]] = {r: [] for r in rank_ids}
+    for cyc in cycles:
+        per_rank = {}
+        for r in ranks:
+            c = next((c for c in r["cycles"] if c["cycle"] == cyc), None)
+            if c is not None and c["collectives"]:
+                per_rank[r["rank"]] = c["collectives"]
+        if len(per_rank) < 2:
+            continue
+        groups = set.intersection(*(set(cols) for cols in per_rank.values()))
+        for group in sorted(groups):
+            ids = sorted(per_rank)
+            cols = [per_rank[rk][group] for rk in ids]
+            n = min(len(c["start_ns"]) for c in cols)
+            if n == 0:
+                continue
+            start = np.stack([c["start_ns"][:n] for c in cols]).astype(np.float64)
+            end = np.stack([c["end_ns"][:n] for c in cols]).astype(np.float64)
+            names = [cols[0]["names"][k] for k in cols[0]["name_code"][:n]]
+            # one clock: shift each rank by the median of (its ends - the median end)
+            offset = np.median(end - np.median(end, axis=0), axis=1)
+            arrive = start - offset[:, None]
+            last = arrive.max(axis=0)
+            wait = last - arrive  # ranks x collectives, >= 0
+            lag = arrive - arrive.min(axis=0)
+            last_rank = np.argmax(arrive, axis=0)
+            for j in range(n):
+                coll_rows.append(
+                    {
+                        "cycle": cyc,
+                        "group": group,
+                        "index": j,
+                        "name": names[j],
+                        "skew_ns": float(last[j] - arrive[:, j].min()),
+                        "last_rank": ids[int(last_rank[j])],
+                        "mean_wait_ns": float(wait[:, j].mean()),
+                        "duration_ns": float(np.median(end[:, j] - start[:, j])),
+                    }
+                )
+            for i, rk in enumerate(ids):
+                last_count[rk] += int((last_rank == i).sum())
+                wait_total[rk] += float(wait[i].sum())
+                lag_total[rk] += float(lag[i].sum())
+                offsets[rk].append(float(offset[i]))
+    matched = len(coll_rows)
+    waits = [
+        {
+            "rank": rk,
+            "last": last_count[rk],
+            "last_share": last_count[rk] / matched if matched else 0.0,
+            "wait_ns": wait_total[rk],
+            "mean_lag_ns": lag_total[rk] / matched if matched else 0.0,
+            "clock_offset_ns": median(offsets[rk]) if offsets[rk] else 0.0,
+        }
+        for rk in rank_ids
+    ]
+    return {"matched": matched, "collectives": coll_rows, "ranks": waits}
+
+
+def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: float) -> dict[str, Any] | None:
+    """The rank the others wait for, the wait it costs per step, and what it does more of.
+
+    ``None`` when fewer than two ranks share collectives, or when no rank arrives last clearly
+    more often than chance (``MIN_LAST_SHARE``) with a wait worth naming (``MIN_WAIT_SHARE``).
+    """
+    if aligned["matched"] == 0 or len(ranks) < 2:
+        return None
+    rows = aligned["ranks"]
+    worst = max(rows, key=lambda r: (r["last"], r["mean_lag_ns"], -r["rank"]))
+    steps = median([sum(c["steps"] for c in r["cycles"]) or 1 for r in ranks]) or 1
+    # the job's cost: every collective waits on average this long, summed, per step
+    cost = sum(c["mean_wait_ns"] for c in aligned["collectives"]) / steps
+    if worst["last_share"] < MIN_LAST_SHARE or cost < MIN_WAIT_SHARE * step_ns:
+        return None
+    mine = next(r for r in ranks if r["rank"] == worst["rank"])
+    # other ranks that are late too: their mean lag is at least half the straggler's
+    also = sorted(
+        (
+            r
+            for r in rows
+            if r["rank"] != worst["rank"] and r["mean_lag_ns"] >= 0.5 * worst["mean_lag_ns"] > 0
+        ),
+        key=lambda r: (-r["mean_lag_ns"], r["rank"]),
+    )
+    others = [r for r in ranks if r["rank"] != worst["rank"]]
+    return {
+        "rank": worst["rank"],
+        "last": worst["last"],
+        "matched": aligned["matched"],
+        "cycles": len({c["cycle"] for c in aligned["collectives"]}),
+        "last_share": worst["last_share"],
+        "wait_per_step_ns": cost,
+        "mean_lag_ns": worst["mean_lag_ns"],
+        "also_late": [{"rank": r["rank"], "mean_lag_ns": r["mean_lag_ns"]} for r in also[:10]],
+        "also_late_count": len(also),
+        "ops": _excess(mine, others, "ops_ns"),
+        "kernels": _excess(mine, others, "kernels_ns"),
+        "categories": _excess(mine, others, "breakdown_ns", skip=("Total", "Communication")),
+    }
+
+
+def per_step(rank: dict[str, Any], key: str) -> dict[str, float]:
+    """A rank's ``key`` table (ns per step) averaged over its cycles, weighted by their steps."""
+    total: Counter[str] = Counter()
+    steps = 0
+    for c in rank["cycles"]:
+        w = max(c["steps"], 1)
+        steps += w
+        for k, v in c[key].items():
+            total[k] += v * w
+    return {k: v / max(steps, 1) for k, v in total.items()}
+
+
+def _excess(
+    mine: dict[str, Any], others: list[dict[str, Any]], key: str, skip: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """Names whose ns per step on the straggler exceed the other ranks' median (absent = 0)."""
+    own = per_step(mine, key)
+    theirs = [per_step(o, key) for o in others]
+    rows: list[dict[str, Any]] = []
+    for name, v in own.items():
+        if name in skip:
+            continue
+        typical = median([t.get(name, 0.0) for t in theirs])
+        if v > typical:
+            rows.append({"name": name, "rank_ns": v, "median_ns": typical, "excess_ns": v - typical})
+    rows.sort(key=lambda r: (-float(r["excess_ns"]), str(r["name"])))
+    return rows[:TOP_CAUSES]

@@ -1,0 +1,183 @@
+"""The map step: one rank (all its cycles) reduced to a small, JSON-able rank summary.
+
+Runs in a worker process (or a Ray task), so it takes and returns plain data only. Each cycle's
+Trace is read, analysed and dropped before the next is read: a worker holds one Trace at a time
+and hands back a few kilobytes (step times, the breakdown, top ops and kernels per step, one row
+per collective, the advisor's findings), whatever the size of the files.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from torchscope.analysis import names
+from torchscope.analysis.advisor import Context, advise
+from torchscope.analysis.kernels import kernel_stats
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
+from torchscope.errors import TraceError
+from torchscope.trace.model import Trace
+
+TOP_OPS = 40  # per rank and cycle: enough to find what a straggler does more of
+TOP_KERNELS = 20
+_COLL = re.compile(
+    r"(all_?reduce|all_?gather|reduce_?scatter|broadcast|all_?to_?all|send_?recv|send|recv|barrier|reduce)",
+    re.I,
+)
+# point-to-point transfers (pipeline stages) are no synchronisation point of the whole group
+POINT_TO_POINT = ("send", "recv")
+_NOT_WORK = names.PROFILER_STEP | names.HOST_COLLECTIVE
+
+
+def collective_name(raw: str) -> str:
+    """``allreduce`` for ``ncclKernel_AllReduce_RING_LL_Sum_float(...)`` and ``gloo:all_reduce``."""
+    m = _COLL.search(raw)
+    return m.group(1).lower().replace("_", "") if m else raw.split("(")[0]
+
+
+def collectives(trace: Trace) -> pl.DataFrame:
+    """One row per collective as this rank saw it: group, index in the group, name, start, end, bytes.
+
+    On a GPU the communication kernels are the collectives (each process group has its own
+    stream, so the group is the stream); without them (gloo, CPU jobs) the ``gloo:``/``nccl:``
+    annotations that span each collective's wait and transfer are. The trace's records carry no
+    process group name or sequence number today, so collectives are matched across ranks by
+    their order within a group.
+    """
+    ev = trace.events
+    dev = ev.filter((pl.col("kind") == "kernel") & names.COMM_KERNEL)
+    if dev.height:
+        rows = dev.select(
+            pl.format("stream {}", pl.col("stream")).alias("group"),
+            pl.col("name").cast(pl.String),
+            "start_ns",
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+            "bytes",
+        )
+    else:
+        host = ev.filter(
+            (pl.col("kind") == "user_annotation") & names.name_matches(r"^(gloo|nccl|rccl|mpi|ucc):")
+        )
+        rows = host.select(
+            pl.lit("host").alias("group"),
+            pl.col("name").cast(pl.String),
+            "start_ns",
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+            "bytes",
+        )
+    rows = rows.with_columns(
+        pl.col("name").map_elements(collective_name, return_dtype=pl.String).alias("name")
+    ).filter(~pl.col("name").is_in(POINT_TO_POINT))
+    rows = rows.sort("group", "start_ns").with_columns(
+        pl.int_range(pl.len()).over("group").cast(pl.Int64).alias("index")
+    )
+    rows = rows.filter(~pl.col("name").is_in(POINT_TO_POINT))
+    return rows.select("group", "index", "name", "start_ns", "end_ns", "bytes")
+
+
+def compact(rows: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """Collective rows per group as NumPy arrays (8 bytes a value, not a Python int each): a job
+    of thousands of ranks with thousands of collectives each stays tens of MB in the parent."""
+    out: dict[str, dict[str, Any]] = {}
+    for (group,), g in rows.sort("group", "index").group_by("group", maintain_order=True):
+        names = g["name"].to_list()
+        distinct = list(dict.fromkeys(names))
+        code = {n: i for i, n in enumerate(distinct)}
+        out[str(group)] = {
+            "start_ns": g["start_ns"].to_numpy(),
+            "end_ns": g["end_ns"].to_numpy(),
+            "name_code": np.fromiter((code[n] for n in names), dtype=np.uint16, count=len(names)),
+            "names": distinct,
+        }
+    return out
+
+
+def _per_step(df: pl.DataFrame, key: str, value: str, steps: int, top: int) -> dict[str, float]:
+    df = df.filter(pl.col(value) > 0).sort([value, key], descending=[True, False]).head(top)
+    return {str(k): float(v) / steps for k, v in zip(df[key], df[value], strict=True)}
+
+
+def summarize_cycle(trace: Trace) -> dict[str, Any]:
+    """A cycle's small summary (see the module doc); the Trace can be dropped afterwards."""
+    ctx = Context(trace)
+    ov = ctx.overview
+    steps = max(ov.steps.height, 1)
+    ops = ctx.operators.filter(pl.col("kind") == "cpu_op")
+    work = trace.events.filter(_NOT_WORK)["name"].cast(pl.String).unique().to_list()
+    ops = ops.filter(~pl.col("name").is_in(work))
+    kernels = kernel_stats(trace)
+    n = max(ov.comm_overlap.height, 1)
+    findings = []
+    for f in advise(trace, ctx=ctx):
+        d = f.to_dict()
+        d["impact"] = f.impact
+        findings.append(d)
+    return {
+        "steps": ov.steps.height,
+        "steps_from_trace": ov.steps_from_trace,
+        "step_ns": [int(x) for x in ov.steps["dur_ns"].to_list()],
+        "breakdown_ns": {c: float(ov.breakdown_ns[c]) for c in (*BREAKDOWN_CATEGORIES, "Total")},
+        "comm_overlap_ns": {
+            c: float(ov.comm_overlap[c].sum()) / n
+            for c in ("computation_ns", "communication_ns", "overlap_ns", "other_ns")
+        },
+        "ops_ns": _per_step(ops, "name", "host_self_ns", steps, TOP_OPS),
+        "kernels_ns": _per_step(kernels, "name", "total_ns", steps, TOP_KERNELS),
+        "collectives": compact(collectives(trace)),
+        "findings": findings,
+        "warnings": list(trace.meta.warnings),
+    }
+
+
+def summarize_rank(task: dict[str, Any]) -> dict[str, Any]:
+    """The map function: ``task`` = run, rank, files (cycles in order), optional ``view_dir``.
+
+    Plain data in, plain data out, so the same function runs in a local process pool and as a
+    Ray task. A cycle whose file cannot be read is skipped and named in ``skipped``.
+    """
+    from torchscope.trace.reader import read_chrome
+
+    out: dict[str, Any] = {
+        "run": task["run"],
+        "rank": task["rank"],
+        "world_size": task.get("world_size"),
+        "backend": task.get("backend"),
+        "cycles": [],
+        "skipped": [],
+        "views": [],
+    }
+    for i, f in enumerate(task["files"]):
+        try:
+            trace = read_chrome(Path(f))
+        except TraceError as exc:
+            out["skipped"].append(f"skipped {f}: {exc.problem}")
+            continue
+        try:
+            cycle = summarize_cycle(trace)
+        except Exception as exc:  # noqa: BLE001 - one rank's failed analysis must not lose the job
+            out["skipped"].append(f"skipped {f}: analysis failed ({type(exc).__name__}: {exc})")
+            continue
+        cycle["cycle"] = i
+        cycle["file"] = str(f)
+        out["cycles"].append(cycle)
+        if task.get("view_dir"):
+            out["views"].append(_write_view(trace, Path(task["view_dir"]), task, i))
+        del trace
+    return out
+
+
+def _write_view(trace: Trace, view_dir: Path, task: dict[str, Any], cycle: int) -> str:
+    """The rank's full single-trace dashboard, written as a sibling file of the job's page."""
+    from torchscope.render.html import write_html
+    from torchscope.render.payload import build_payload
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(task["run"]))
+    name = f"{safe}-rank{task['rank']}" + (f"-cycle{cycle}" if len(task["files"]) > 1 else "") + ".html"
+    write_html(
+        build_payload(trace, title=f"{task['run']} rank {task['rank']} cycle {cycle}"), view_dir / name
+    )
+    return f"{view_dir.name}/{name}"  # relative to the job's page, which sits beside the folder

@@ -1,0 +1,43 @@
+"""The dashboard's Job view, in headless Chromium (as tests/browser drives it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from torchscope.cli.main import main
+
+CHROMIUM = os.environ.get("TORCHSCOPE_CHROMIUM", "/usr/bin/chromium")
+
+
+def test_job_view_opens_first_and_names_the_straggler(
+    gloo_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"the dashboard tests drive Debian's Chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    html = tmp_path / "job.html"
+    assert main(["report", str(gloo_job), "--html", str(html), "--engine", "local:1"]) == 0
+    capsys.readouterr()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(html.resolve().as_uri())
+        page.wait_for_selector("[data-testid=job-run]")
+        assert page.locator("#view").get_attribute("data-rendered") == "job"
+        assert (
+            page.locator("[data-testid=job-run]").inner_text().startswith("job: 2 rank(s), 1 cycle(s), gloo")
+        )
+        cards = page.locator(".card").all_inner_texts()
+        assert any(c.startswith("straggler") and c.endswith("rank 1") for c in cards)
+        assert page.locator("[data-testid=job-ranks] tbody tr").count() == 2
+        first = page.locator("[data-testid=job-recommendations] .rec .t").first.inner_text()
+        assert first.startswith("straggler (on 1 of 2 ranks")
+        browser.close()
+    assert errors == []

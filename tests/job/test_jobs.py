@@ -1,0 +1,229 @@
+"""Jobs: discovery of runs/ranks/cycles, the straggler of a real gloo job, bounded output."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchscope import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+from torchscope.cli.main import main
+from torchscope.job import analyse_job, discover
+from torchscope.job.render import MAX_LINES
+
+
+def _train(out: Path, worker: str, width: int) -> None:
+    """Our own profile + tensorboard_trace_handler, 3 cycles (repeat=3) of 2 active steps."""
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, width)
+    sched = schedule(wait=0, warmup=1, active=2, repeat=3)
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=sched,
+        on_trace_ready=tensorboard_trace_handler(str(out), worker_name=worker),
+    ) as prof:
+        for _ in range(9):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            prof.step()
+
+
+def test_two_runs_two_ranks_three_cycles(tmp_path: Path) -> None:
+    root = tmp_path / "tb"
+    for run, width in (("baseline", 16), ("bigger", 64)):
+        for rank in (0, 1):
+            _train(root / run, f"rank{rank}", width)
+    found = discover(root)
+    assert [r.name for r in found.runs] == ["baseline", "bigger"]
+    assert [[(rf.rank, rf.cycles, rf.rank_from) for rf in r.ranks] for r in found.runs] == [
+        [(0, 3, "name"), (1, 3, "name")]
+    ] * 2
+    job = analyse_job(root, engine="local:1")
+    assert [(r["run"], r["ranks"], r["cycles"]) for r in job["runs"]] == [
+        ("baseline", 2, 3),
+        ("bigger", 2, 3),
+    ]
+    assert [len(r["cycle_table"]) for r in job["runs"]] == [3, 3]
+    assert all(row["steps"] == 2 for r in job["runs"] for row in r["cycle_table"])
+
+
+def test_worker_with_pid_is_not_a_rank_and_bad_files_are_named(traces_dir: Path, tmp_path: Path) -> None:
+    src = traces_dir / "cuda/triton_kernel.json.gz"  # no distributedInfo
+    for stamp in (1, 2):  # one process (host_4242), two cycles
+        shutil.copy(src, tmp_path / f"host_4242.{stamp}.pt.trace.json.gz")
+    (tmp_path / "host_4242.3.pt.trace.json").write_text("not json")
+    (tmp_path / "host_4242.4.pt.trace.json.gz").write_bytes(b"not gzip")
+    found = discover(tmp_path)
+    assert [(rf.run, rf.rank, rf.cycles, rf.rank_from) for rf in found.rank_files] == [
+        (tmp_path.name, 0, 2, "single")
+    ]
+    assert sorted(s.split(":")[0] for s in found.skipped) == [
+        "skipped host_4242.3.pt.trace.json",
+        "skipped host_4242.4.pt.trace.json.gz",
+    ]
+    assert main(["report", str(tmp_path), "--engine", "spark", "--no-html"]) == 2  # named, not a traceback
+
+
+def test_torchrun_layout_and_distributed_info(traces_dir: Path, tmp_path: Path) -> None:
+    """torchrun's OUT/rank-N/ folders are ranks of one run; distributedInfo wins over names."""
+    for n in (0, 1):
+        d = tmp_path / "out" / f"rank-{n}"
+        d.mkdir(parents=True)
+        shutil.copy(traces_dir / f"multirank/rank-{n}.json.gz", d / "trace.json.gz")
+    found = discover(tmp_path / "out")
+    # the files' distributedInfo says which of the 128 ranks these are
+    got = [(rf.run, rf.rank, rf.world_size, rf.rank_from) for rf in found.rank_files]
+    heads = []
+    for n in (0, 1):
+        with gzip.open(traces_dir / f"multirank/rank-{n}.json.gz", "rt") as fh:
+            heads.append(json.load(fh)["distributedInfo"]["rank"])
+    assert got == [("out", r, 128, "distributedInfo") for r in sorted(heads)]
+
+
+def test_demo_twice_then_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--steps", "5", "--size", "32"]) == 0
+    assert main(["demo", "--steps", "5", "--size", "32"]) == 0
+    capsys.readouterr()
+    assert main(["report", "torchscope-out/demo/log", "--json"]) == 0
+    job = json.loads(capsys.readouterr().out)
+    assert job["warnings"] == []
+    assert [(r["run"], r["ranks"], r["cycles"]) for r in job["runs"]] == [("log", 1, 2)]
+    assert main(["report", "torchscope-out/demo/log", "--no-html"]) == 0
+    text = capsys.readouterr().out
+    assert "cycles (2): one line each" in text and "SchemaError" not in text
+    # the TraceSet path (torchscope.load + build_report) over the same folder: no dtype error
+    from torchscope.analysis.report import build_report
+    from torchscope.trace.loader import load
+
+    report = build_report(load(tmp_path / "torchscope-out/demo/log"))
+    assert [r["rank"] for r in report["distributed"]["ranks"]] == [0, 1]
+
+
+def test_gloo_straggler_named_with_its_extra_op(gloo_job: Path) -> None:
+    job = analyse_job(gloo_job, engine="local:1")
+    (run,) = job["runs"]
+    assert (run["ranks"], run["backend"]) == (2, "gloo")
+    assert run["collectives"][0]["name"] == "allreduce" and run["collectives"][0]["count"] == 4
+    s = run["straggler"]
+    assert s is not None and s["rank"] == 1
+    # the ops it does that rank 0 does not: the matmul chain (aten::mm under aten::matmul) and tanh_
+    assert {o["name"] for o in s["ops"][:2]} == {"aten::mm", "aten::tanh_"}
+    assert job["runs"][0]["recommendations"][0]["rule"] == "straggler"
+    # the fast rank is the one that waits
+    waits = {w["rank"]: w["wait_ns"] for w in run["rank_waits"]}
+    assert waits[0] > waits[1] == 0.0
+
+
+def _copy_as_rank(src: Path, dst: Path, rank: int, world: int) -> None:
+    data = json.loads(src.read_text())
+    data["distributedInfo"] = {**data["distributedInfo"], "rank": rank, "world_size": world}
+    dst.write_text(json.dumps(data))
+
+
+def test_terminal_and_page_bounded_at_many_ranks(
+    gloo_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ranks = 40
+    files = sorted(gloo_job.glob("*.json"))
+    slow = next(f for f in files if '"rank": 1' in f.read_text()[:2000])
+    fast = next(f for f in files if f != slow)
+    job_dir = tmp_path / "big"
+    job_dir.mkdir()
+    for r in range(ranks):
+        _copy_as_rank(slow if r == 7 else fast, job_dir / f"rank{r}.pt.trace.json", r, ranks)
+    html = tmp_path / "big.html"
+    assert main(["report", str(job_dir), "--html", str(html)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= MAX_LINES
+    assert lines[0].startswith(f"== big: {ranks} ranks")
+    assert any(line.startswith("straggler: rank 7 ") for line in lines)
+    assert html.stat().st_size < 10 * 1024 * 1024
+    assert main(["report", str(job_dir), "--json", "--no-html"]) == 0
+    job = json.loads(capsys.readouterr().out)
+    assert [p["rank"] for p in job["runs"][0]["per_rank"]] == list(range(ranks))
+
+
+def test_ray_engine_gives_the_local_json(gloo_job: Path) -> None:
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert analyse_job(gloo_job, engine="ray") == analyse_job(gloo_job, engine="local:2")
+    finally:
+        ray.shutdown()
+
+
+def test_rank_views_are_sibling_pages(
+    gloo_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    html = tmp_path / "gloo.html"
+    assert (
+        main(["report", str(gloo_job), "--html", str(html), "--rank-views", "--json", "--engine", "local:1"])
+        == 0
+    )
+    job = json.loads(capsys.readouterr().out)
+    views = [v for p in job["runs"][0]["per_rank"] for v in p["views"]]
+    assert views == ["gloo.ranks/job-rank0.html", "gloo.ranks/job-rank1.html"]
+    assert all((tmp_path / v).stat().st_size > 0 for v in views)
+    page = html.read_text()
+    assert '"job":' in page and "gloo.ranks/job-rank1.html" in page
+
+
+def test_torchrun_torchscope_run_names_the_straggler(
+    tmp_path: Path, port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's workflow: torchrun -m torchscope run on a gloo DDP script, then report OUT."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "prof"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
+        "-m", "torchscope", "run", "--out", str(out), "--wait", "1", "--warmup", "1", "--active", "3",
+        "--repeat", "2", "--no-summary", str(Path(__file__).parent / "ddp_script.py"),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = discover(out)
+    assert [(rf.run, rf.rank, rf.cycles) for rf in found.rank_files] == [("prof", 0, 2), ("prof", 1, 2)]
+    assert main(["report", str(out), "--json", "--no-html"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["straggler"]["rank"] == 1
+    assert {o["name"] for o in run["straggler"]["ops"][:2]} == {"aten::mm", "aten::tanh_"}
+
+
+def test_many_runs_stay_within_the_line_bound(
+    gloo_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "tb"
+    for i in range(12):
+        run = root / f"lr{i}"
+        run.mkdir(parents=True)
+        for f in gloo_job.glob("*.json"):
+            shutil.copy(f, run / f.name)
+    assert main(["report", str(root), "--no-html"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= MAX_LINES
+    assert lines[0] == f"12 runs in {root}:"
+    assert lines[1].startswith("  lr0: 2 ranks, 1 cycle, median step ") and lines[1].endswith(
+        ", straggler rank 1"
+    )
+    assert any(line.startswith("... ") and "more run blocks not shown" in line for line in lines)
+
+
+def test_files_without_rank_or_worker_stamp_are_runs_of_their_own(traces_dir: Path) -> None:
+    """Two TensorBoard samples (no distributedInfo, no rank, no timestamp) are two runs, not two
+    cycles of one."""
+    found = discover(traces_dir / "tensorboard_samples")
+    assert [(r.name, len(r.ranks), r.cycles) for r in found.runs] == [
+        ("tensorboard_samples/resnet50_num_workers_0", 1, 1),
+        ("tensorboard_samples/resnet50_num_workers_4", 1, 1),
+    ]
