@@ -9,6 +9,7 @@ to analyse a trace never imports torch.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
 from torchscope.process_memory import one_polars_arena
@@ -16,6 +17,9 @@ from torchscope.process_memory import one_polars_arena
 __version__ = "0.1.0"
 
 one_polars_arena()  # before anything of ours imports polars (see its docstring)
+
+if os.environ.get("TORCHSCOPE_REDIRECT"):  # a launcher asked for redirection (imports torch)
+    importlib.import_module("torchscope.capture.redirect").install_from_environment()
 
 # public name -> module that defines it
 _LAZY: dict[str, str] = {
@@ -34,6 +38,8 @@ _LAZY: dict[str, str] = {
     "TraceSet": "torchscope.trace.model",
     "TraceMeta": "torchscope.trace.model",
     "TraceError": "torchscope.errors",
+    "install": "torchscope.capture.redirect",
+    "uninstall": "torchscope.capture.redirect",
 }
 
 __all__ = [
@@ -46,6 +52,7 @@ __all__ = [
     "TraceMeta",
     "TraceSet",
     "__version__",
+    "install",
     "kineto_available",
     "load",
     "profile",
@@ -53,6 +60,7 @@ __all__ = [
     "schedule",
     "supported_activities",
     "tensorboard_trace_handler",
+    "uninstall",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -273,12 +273,12 @@ class EventList(list[FunctionEvent]):
 
     def key_averages(
         self,
-        group_by_input_shape: bool = False,
+        group_by_input_shapes: bool = False,  # torch's EventList says "shapes" (Lightning passes it)
         group_by_stack_n: int = 0,
         group_by_overload_name: bool = False,
     ) -> KeyAverages:
         return self._profiler.key_averages(  # type: ignore[no-any-return]
-            group_by_input_shape, group_by_stack_n, group_by_overload_name
+            group_by_input_shapes, group_by_stack_n, group_by_overload_name
         )
 
     def _as_rows(self) -> KeyAverages:

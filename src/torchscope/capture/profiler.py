@@ -59,6 +59,9 @@ __all__ = [
 BACKENDS = ("auto", "kineto", "portable")
 _DEVICE_ACTIVITIES = ("CUDA", "XPU", "MTIA", "HPU", "PrivateUse1")
 _RECORDING: list[profile] = []  # the profiler currently recording, if any
+# called with each profiler about to record, before the nesting check: the session that owns
+# recording in this process (``torchscope run``, see ``capture.redirect``) steps aside there
+PREPARE_HOOKS: list[Callable[[profile], None]] = []
 
 
 class TraceReadyError(RuntimeError):
@@ -354,6 +357,8 @@ class profile:
     # -- the schedule's actions (torch's names) -------------------------------------------
     def prepare_trace(self) -> None:
         """Warm up a new session (Kineto starts collecting but the events are discarded)."""
+        for hook in list(PREPARE_HOOKS):
+            hook(self)
         if _RECORDING and _RECORDING[0] is not self:
             raise ProfilerStateError(
                 "another torchscope profiler is already recording; nested profilers are not supported"

@@ -1,0 +1,96 @@
+"""Lightning's Trainer with our profiler, on CPU with a tiny local model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lightning")
+
+import torch  # noqa: E402
+from lightning.pytorch import LightningModule, Trainer  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from torchscope.integrations.lightning import TorchscopeProfiler  # noqa: E402
+
+
+class TinyRegressor(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _loader() -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(
+        TensorDataset(torch.randn(64, 16, generator=g), torch.randn(64, 1, generator=g)), batch_size=8
+    )
+
+
+def _trainer(tmp_path: Path, profiler: object) -> Trainer:
+    return Trainer(
+        default_root_dir=str(tmp_path),
+        max_steps=8,
+        accelerator="cpu",
+        devices=1,
+        profiler=profiler,  # type: ignore[arg-type]
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+
+
+def test_trainer_fit_with_our_profiler_writes_rank_traces_and_prints_our_report(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    profiler = TorchscopeProfiler(wait=1, warmup=1, active=3, repeat=1)
+    with caplog.at_level("INFO"):
+        _trainer(tmp_path, profiler).fit(TinyRegressor(), _loader())
+    traces = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))
+    assert len(traces) == 1  # one cycle: wait 1, warm up 1, record 3 training steps
+    import torchscope
+
+    trace = torchscope.load(traces[0])
+    assert trace.steps.height == 3
+    names = set(trace.events["name"].cast(str).to_list())
+    assert {"aten::addmm", "aten::mse_loss"} <= names
+    assert profiler.report_path == tmp_path / "torchscope" / "report.html" and profiler.report_path.is_file()
+    text = caplog.text
+    assert "where the time goes (3 steps" in text and "top ops by self time" in text  # our summary
+    assert f"dashboard: {profiler.report_path}" in text
+
+
+def test_trainer_profiler_pytorch_is_ours_after_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Trainer(profiler="pytorch")`` unchanged: after torchscope.install() its torch.profiler is
+    ours, and its own trace file is written where Lightning writes it."""
+    import torchscope
+    from torchscope.capture.profiler import profile
+
+    made: list[profile] = []
+    original_init = profile.__init__
+
+    def spy(self: profile, *args: object, **kwargs: object) -> None:
+        made.append(self)
+        original_init(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(profile, "__init__", spy)
+    torchscope.install()
+    try:
+        _trainer(tmp_path, "pytorch").fit(TinyRegressor(), _loader())
+    finally:
+        torchscope.uninstall()
+    assert made and all(type(p).__module__.startswith("torchscope.") for p in made)
+    written = list(tmp_path.rglob("*.pt.trace.json")) + list(tmp_path.rglob("*_trace.json"))
+    assert written, "Lightning's PyTorchProfiler wrote no trace"
+    assert torchscope.load(written[0]).events.height > 0
