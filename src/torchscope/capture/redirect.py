@@ -23,8 +23,9 @@ says so in its report: one recording, never two.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from torchscope.capture.profiler import profile
@@ -89,6 +90,19 @@ def uninstall() -> None:
     _ORIGINALS.clear()
     if _ask_hosts in ours.PREPARE_HOOKS:
         ours.PREPARE_HOOKS.remove(_ask_hosts)
+
+
+@contextlib.contextmanager
+def redirected() -> Iterator[None]:
+    """torch's profiler names are ours inside the block (as they were after it, if installed)."""
+    already = installed()
+    if not already:
+        install()
+    try:
+        yield
+    finally:
+        if not already:
+            uninstall()
 
 
 def install_from_environment() -> bool:
