@@ -356,8 +356,8 @@ def test_legacy_autograd_profiler_and_torchscope_profile_inside_run(tmp_path: Pa
     traces = [Path(p).name for p in json.loads((out / "run.json").read_text())["traces"]]
     assert traces == [
         "run.pt.trace.json",
-        "script_profiler1.step_0.pt.trace.json",
-        "script_profiler2.step_0.pt.trace.json",
+        "script_profiler1.cycle1.pt.trace.json",
+        "script_profiler2.cycle1.pt.trace.json",
     ]
 
 

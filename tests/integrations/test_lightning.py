@@ -94,3 +94,31 @@ def test_trainer_profiler_pytorch_is_ours_after_install(
     written = list(tmp_path.rglob("*.pt.trace.json")) + list(tmp_path.rglob("*_trace.json"))
     assert written, "Lightning's PyTorchProfiler wrote no trace"
     assert torchscope.load(written[0]).events.height > 0
+
+
+def test_trainer_profiler_pytorch_under_torchscope_run(tmp_path: Path) -> None:
+    """``torchscope run`` on a script with ``Trainer(profiler="pytorch")``: Lightning switches off
+    any running profiler with ``torch.autograd._disable_profiler()`` before starting its own,
+    which pulled Kineto's session from under ours (a segmentation fault, 139). Now the run steps
+    aside cleanly, Lightning's own files appear, and its cycles are in our report."""
+    import json
+    import subprocess
+    import sys
+
+    out, logs = tmp_path / "run", tmp_path / "logs"
+    script = Path(__file__).parent / "scripts" / "lightning_stock_profiler.py"
+    done = subprocess.run(
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), str(script), str(logs), "pytorch"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fit done" in done.stdout
+    own = list(logs.glob("fit-*training_step*.pt.trace.json"))
+    assert own  # Lightning's files, where Lightning writes them
+    report = json.loads((out / "report.json").read_text())
+    copies = [r for r in report["runs"] if r["name"].startswith("script_profiler1.cycle")]
+    assert copies and all(r["summary"]["events"] > 0 for r in copies)
+    assert any("stepped aside" in n for n in report["run"]["notes"])

@@ -72,6 +72,7 @@ def install() -> None:
         (torch.profiler, "tensorboard_trace_handler", tensorboard_trace_handler),
         (torch.profiler.profiler, "tensorboard_trace_handler", tensorboard_trace_handler),
         (autograd_profiler, "profile", AutogradProfile),
+        (torch.autograd, "_disable_profiler", _disable_profiler),
     ]
     for module, name, value in replacements:
         _ORIGINALS[(module.__name__, name)] = getattr(module, name)
@@ -132,6 +133,23 @@ def remove_host(on_profiler: Callable[[Any], None]) -> None:
 def _ask_hosts(prof: Any) -> None:
     for host in list(_HOSTS):
         host(prof)
+
+
+def _disable_profiler() -> Any:
+    """``torch.autograd._disable_profiler`` for code that switches off whatever profiler is on
+    before starting its own (Lightning's ``PyTorchProfiler.start``): a host's recording is
+    stopped by the host, cleanly (Kineto's session pulled from under our profiler ended in a
+    segmentation fault); any other session is torch's to end."""
+    import torch
+
+    from torchscope.capture import profiler as ours
+
+    if _HOSTS and ours._RECORDING:
+        for host in list(_HOSTS):
+            host(None)
+        if not torch.autograd._profiler_enabled():
+            return None
+    return _ORIGINALS[("torch.autograd", "_disable_profiler")]()
 
 
 class AutogradProfile(profile):

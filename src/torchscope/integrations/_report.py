@@ -9,6 +9,22 @@ from pathlib import Path
 from typing import Any
 
 
+def start_profiler(traces_dir: Path, worker: str, schedule: dict[str, int], options: dict[str, Any]) -> Any:
+    """A started ``torchscope.profile`` on ``schedule`` writing each cycle to
+    ``traces_dir/WORKER.<time>.pt.trace.json`` (``tensorboard_trace_handler``'s layout)."""
+    from torchscope.capture.handlers import tensorboard_trace_handler
+    from torchscope.capture.profiler import profile
+    from torchscope.capture.schedule import schedule as make_schedule
+
+    prof = profile(
+        schedule=make_schedule(**schedule),
+        on_trace_ready=tensorboard_trace_handler(str(traces_dir), worker_name=worker),
+        **options,
+    )
+    prof.start()
+    return prof
+
+
 def summary_text(payload: dict[str, Any], width: int = 120) -> str:
     """``torchscope report``'s terminal summary of ``payload``, as plain text."""
     from rich.console import Console

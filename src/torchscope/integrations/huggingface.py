@@ -52,19 +52,11 @@ class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
         self.profiling_ended_at: float | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        from torchscope.capture.handlers import tensorboard_trace_handler
-        from torchscope.capture.profiler import profile
-        from torchscope.capture.schedule import schedule
+        from torchscope.integrations._report import start_profiler
 
         self.traces_dir = Path(args.output_dir) / self.subdir
-        self._prof = profile(
-            schedule=schedule(**self._schedule),
-            on_trace_ready=tensorboard_trace_handler(
-                str(self.traces_dir), worker_name=f"rank{args.process_index}"
-            ),
-            **self._options,
-        )
-        self._prof.start()
+        worker = f"rank{args.process_index}"
+        self._prof = start_profiler(self.traces_dir, worker, self._schedule, self._options)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._prof is not None:

@@ -61,20 +61,11 @@ class TorchscopeProfiler(Profiler):
         return int(getattr(rank_zero_only, "rank", 0) or 0)
 
     def _start_profiler(self) -> None:
-        from torchscope.capture.handlers import tensorboard_trace_handler
-        from torchscope.capture.profiler import profile
-        from torchscope.capture.schedule import schedule
+        from torchscope.integrations._report import start_profiler
 
-        base = Path(self.dirpath or os.getcwd())
-        self.traces_dir = base / "torchscope"
-        self._prof = profile(
-            schedule=schedule(**self._schedule),
-            on_trace_ready=tensorboard_trace_handler(
-                str(self.traces_dir), worker_name=f"rank{self._global_rank()}"
-            ),
-            **self._options,
-        )
-        self._prof.start()
+        self.traces_dir = Path(self.dirpath or os.getcwd()) / "torchscope"
+        worker = f"rank{self._global_rank()}"
+        self._prof = start_profiler(self.traces_dir, worker, self._schedule, self._options)
 
     def start(self, action_name: str) -> None:
         if self._prof is None and self.traces_dir is None and action_name.endswith(STEP_ACTION):

@@ -247,7 +247,7 @@ class _Recording:
         self.prof: Any = None
         self.hook: _StepHook | None = None
         self.cap: RecordingCap | None = None
-        self._adopted: list[int] = []  # ids of the script's own profilers we copy cycles from
+        self._adopted: list[Any] = []  # the script's own profilers, whose cycles we copy
         # a rank's files carry its rank: the loader keys a directory of ranks by it
         self.prefix = f"{options.launch.directory}." if options.launch is not None else ""
 
@@ -317,10 +317,18 @@ class _Recording:
     # -- a profiler of the script's own ------------------------------------------------------
     def on_other_profiler(self, other: Any) -> None:
         """``other`` (the script's or its framework's profiler) is about to record: ours stops for
-        good, and each cycle ``other`` finishes is copied into the run directory too."""
-        if other is self.prof or id(other) in self._adopted:
+        good, and each cycle ``other`` finishes is copied into the run directory too. ``None``:
+        the script switches off whatever profiler is on (``torch.autograd._disable_profiler``)."""
+        if other is None:
+            if self.prof is not None and self.prof._started:
+                self._stop_ours()
             return
-        self._adopted.append(id(other))
+        if other is self.prof:
+            return
+        self.copy_script_cycles()  # before this prepare discards the finished one
+        if any(known is other for known in self._adopted):
+            return
+        self._adopted.append(other)
         steps = self.hook.count if self.hook is not None else 0
         if self.prof is not None and self.prof._started:
             self._stop_ours()
@@ -330,19 +338,30 @@ class _Recording:
                 "aside (one recording at a time) and reports the cycles the script's profiler recorded; "
                 "its own files are where the script writes them"
             )
-        users = other.on_trace_ready
-        count = len(self._adopted)
 
-        def tee(prof: Any) -> None:
-            try:
-                if users is not None:
-                    users(prof)
-            finally:
-                path = self.export(prof, f"script_profiler{count}.step_{prof.step_num}")
-                if path is not None:
-                    self.keep(path)
+    def copy_script_cycles(self) -> None:
+        """Copy every finished cycle of the script's profilers not copied yet into ``traces/``.
 
-        other.on_trace_ready = tee
+        Called when one of them prepares its next cycle (the finished one is still held then)
+        and once the script has ended; not through ``on_trace_ready``, which frameworks replace
+        after starting the profiler (Lightning does)."""
+        from torchscope.capture.handlers import write_atomically
+
+        for k, other in enumerate(self._adopted, 1):
+            for cycle in list(getattr(other, "_cycles", ())):
+                if getattr(cycle, "_torchscope_copied", False):
+                    continue
+                cycle._torchscope_copied = True
+                n = getattr(other, "_torchscope_copies", 0) + 1
+                other._torchscope_copies = n
+                path = self.traces_dir / f"{self.prefix}script_profiler{k}.cycle{n}.pt.trace.json"
+                try:
+                    write_atomically(path, cycle.export)
+                except Exception as exc:  # noqa: BLE001 - the script's own files are unaffected
+                    self.problems.append(f"could not write {path}: {exc}")
+                    continue
+                self.written.append(path)
+                self.keep(path)
 
 
 def _schedule(options: RunOptions) -> tuple[Any, str | None]:
@@ -431,6 +450,7 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         rec.stopping.append(hook.count)
         if prof._started:
             rec._stop_ours()
+        rec.copy_script_cycles()
     if described is not None and hook.count > DefaultSchedule().head and not rec.adopted:
         rec.notes.insert(0, described)
     return RunResult(
