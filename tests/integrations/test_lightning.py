@@ -122,3 +122,31 @@ def test_trainer_profiler_pytorch_under_torchscope_run(tmp_path: Path) -> None:
     copies = [r for r in report["runs"] if r["name"].startswith("script_profiler1.cycle")]
     assert copies and all(r["summary"]["events"] > 0 for r in copies)
     assert any("stepped aside" in n for n in report["run"]["notes"])
+
+
+def test_ddp_on_cpu_writes_a_trace_per_rank_and_rank_zero_reports_the_job(tmp_path: Path) -> None:
+    """Two DDP processes (gloo on CPU): one trace per rank under the log dir, read as a job."""
+    import os
+    import subprocess
+    import sys
+
+    import torchscope
+
+    script = Path(__file__).parent / "scripts" / "lightning_ddp.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0 fit done" in done.stdout and "rank 1 fit done" in done.stdout
+    out = tmp_path / "torchscope"
+    for rank in (0, 1):
+        assert len(list(out.glob(f"rank{rank}.*.pt.trace.json"))) == 1
+    job = torchscope.load(out)
+    assert list(job) == ["rank0", "rank1"] and all(t.steps.height == 3 for t in job.values())
+    assert (out / "report.html").is_file()
+    assert "where the time goes (3 steps" in done.stdout + done.stderr

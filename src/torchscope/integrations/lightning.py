@@ -92,10 +92,11 @@ class TorchscopeProfiler(Profiler):
         mine = sorted(self.traces_dir.glob(f"rank{rank}.*.pt.trace.json"))
         if not mine:
             return ""
+        # rank 0 reports the job (every rank's traces in the directory: DDP keeps the ranks in
+        # step, so theirs are written by then); the others their own traces
+        subject = self.traces_dir if rank == 0 or len(mine) > 1 else mine[0]
         html = self.traces_dir / ("report.html" if rank == 0 else f"report-rank{rank}.html")
-        self.payload, self.report_path = report_traces(
-            mine[0] if len(mine) == 1 else self.traces_dir, html, "torchscope: Lightning fit"
-        )
+        self.payload, self.report_path = report_traces(subject, html, "torchscope: Lightning fit")
         return summary_text(self.payload) + f"dashboard: {self.report_path}\n"
 
     def teardown(self, stage: str | None) -> None:
