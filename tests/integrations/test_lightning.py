@@ -106,16 +106,16 @@ def test_trainer_profiler_pytorch_under_torchscope_run(tmp_path: Path) -> None:
     import sys
 
     out, logs = tmp_path / "run", tmp_path / "logs"
-    script = Path(__file__).parent / "scripts" / "lightning_stock_profiler.py"
+    script = Path(__file__).parent / "scripts" / "lightning_train.py"
     done = subprocess.run(
-        [sys.executable, "-m", "torchscope", "run", "--out", str(out), str(script), str(logs), "pytorch"],
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), str(script), str(logs), "pytorch", "1"],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "fit done" in done.stdout
+    assert "rank 0 fit done" in done.stdout
     own = list(logs.glob("fit-*training_step*.pt.trace.json"))
     assert own  # Lightning's files, where Lightning writes them
     report = json.loads((out / "report.json").read_text())
@@ -132,9 +132,9 @@ def test_ddp_on_cpu_writes_a_trace_per_rank_and_rank_zero_reports_the_job(tmp_pa
 
     import torchscope
 
-    script = Path(__file__).parent / "scripts" / "lightning_ddp.py"
+    script = Path(__file__).parent / "scripts" / "lightning_train.py"
     done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
+        [sys.executable, str(script), str(tmp_path), "torchscope", "2"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -1,12 +1,12 @@
-"""Lightning DDP on CPU (gloo, 2 processes) with TorchscopeProfiler, logging under argv[1]."""
+"""A small Lightning training run, logging under argv[1], with the profiler argv[2] names:
+Lightning's own ("pytorch", as a user runs it under ``torchscope run`` with no change) or
+"torchscope" (our TorchscopeProfiler); argv[3] processes (2: DDP on CPU with gloo)."""
 
 import sys
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
-
-from torchscope.integrations.lightning import TorchscopeProfiler
 
 
 class Model(LightningModule):
@@ -22,15 +22,21 @@ class Model(LightningModule):
 
 
 if __name__ == "__main__":
+    log_dir, profiler_name, devices = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    profiler: object = profiler_name
+    if profiler_name == "torchscope":
+        from torchscope.integrations.lightning import TorchscopeProfiler
+
+        profiler = TorchscopeProfiler(wait=1, warmup=1, active=3, repeat=1)
     g = torch.Generator().manual_seed(0)
     data = DataLoader(TensorDataset(torch.randn(256, 64, generator=g), torch.randn(256, 1, generator=g)), batch_size=8)
     trainer = Trainer(
-        default_root_dir=sys.argv[1],
-        max_steps=8,
+        default_root_dir=log_dir,
+        max_steps=8 if devices > 1 else 20,
         accelerator="cpu",
-        devices=2,
-        strategy="ddp",
-        profiler=TorchscopeProfiler(wait=1, warmup=1, active=3, repeat=1),
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        profiler=profiler,  # type: ignore[arg-type]
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
