@@ -9,6 +9,8 @@ to analyse a trace never imports torch.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from torchscope.process_memory import one_polars_arena
@@ -16,6 +18,16 @@ from torchscope.process_memory import one_polars_arena
 __version__ = "0.1.0"
 
 one_polars_arena()  # before anything of ours imports polars (see its docstring)
+
+if os.environ.get("TORCHSCOPE_REDIRECT"):  # a launcher asked for redirection (imports torch)
+    importlib.import_module("torchscope.capture.redirect").install_from_environment()
+if "IPython" in sys.modules:  # rich display of our types in a notebook (imports nothing more)
+    importlib.import_module("torchscope.integrations.notebook").register_if_in_ipython()
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """``%load_ext torchscope``: rich display and the ``%%torchscope`` cell magic."""
+    importlib.import_module("torchscope.integrations.notebook").load_ipython_extension(shell)
 
 # public name -> module that defines it
 _LAZY: dict[str, str] = {
@@ -37,6 +49,9 @@ _LAZY: dict[str, str] = {
     "TorchscopeError": "torchscope.errors",
     "UsageError": "torchscope.errors",
     "ProfilerStateError": "torchscope.errors",
+    "install": "torchscope.capture.redirect",
+    "uninstall": "torchscope.capture.redirect",
+    "show": "torchscope.integrations.notebook",
 }
 
 __all__ = [
@@ -52,13 +67,16 @@ __all__ = [
     "TraceSet",
     "UsageError",
     "__version__",
+    "install",
     "kineto_available",
     "load",
     "profile",
     "record_function",
     "schedule",
+    "show",
     "supported_activities",
     "tensorboard_trace_handler",
+    "uninstall",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -147,22 +147,6 @@ def test_bad_usage_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["run", "--activities", "tpu", str(SCRIPTS / "exits.py"), "0"]) == 2
 
 
-def test_a_failing_in_memory_trace_falls_back_to_the_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from torchscope.capture.profiler import profile
-
-    def broken(self: object) -> None:
-        raise RuntimeError("in-memory trace unavailable")
-
-    monkeypatch.setattr(profile, "trace", broken)
-    out = tmp_path / "fallback"
-    assert main(["run", "--out", str(out), "--no-summary", str(SCRIPTS / "exits.py"), "0"]) == 0
-    report = _report(out)
-    assert any("in-memory trace unavailable" in w for w in report["warnings"])
-    assert report["report"]["meta"]["events"] > 0  # read back from traces/run.pt.trace.json
-
-
 def test_steps_run_from_one_optimizer_step_to_the_next_and_setup_is_no_step(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -234,7 +218,8 @@ def test_under_torchrun_each_rank_writes_its_own_run_directory(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-2000:]
     assert "rank 0 trained" in done.stdout and "rank 1 trained" in done.stdout
     for rank in (0, 1):
-        assert (out / f"rank-{rank}" / "traces" / f"rank-{rank}.run.pt.trace.json").is_file()
+        # 6 steps: the default schedule records steps 0-4 (the cycle saved at step 5)
+        assert (out / f"rank-{rank}" / "traces" / f"rank-{rank}.step_5.pt.trace.json").is_file()
         assert json.loads((out / f"rank-{rank}" / "run.json").read_text())["optimizer_steps"] == 6
     assert done.stderr.count("where the time goes") == 1  # one summary for the job, rank 0's
     assert f"torchscope report {out}" in " ".join(done.stderr.split())
@@ -267,3 +252,222 @@ def test_the_scripts_objects_live_until_exit_as_under_python(
     gc.collect()  # an exception's traceback holds the frames in a cycle only the collector frees
     assert outcome.exit_code == {"": 0, "sys.exit(3)": 3}.get(ending, 1)
     assert not died.exists()
+
+
+def _run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """``python -m torchscope run ...`` in a child: a crash of the child (a signal) is a result."""
+    return subprocess.run(
+        [sys.executable, "-m", "torchscope", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_default_schedule_records_the_start_and_two_steady_state_cycles_with_one_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No schedule option on a script with 60 optimizer steps: steps 0-4 (with the setup), then
+    20-22 and 38-40; one full report (the last cycle's) and one line per cycle."""
+    out = tmp_path / "default"
+    assert main(["run", "--out", str(out), "--sample-ms", "0", str(SCRIPTS / "linear_steps.py"), "60"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    facts = json.loads((out / "run.json").read_text())
+    assert [Path(p).name for p in facts["traces"]] == [
+        "step_5.pt.trace.json",
+        "step_23.pt.trace.json",
+        "step_41.pt.trace.json",
+    ]
+    report = _report(out)
+    assert [r["summary"]["steps"] for r in report["runs"]] == [5, 3, 3]
+    assert report["run"]["schedule"]["recorded_steps"] == [[0, 4], [20, 22], [38, 40]]
+    assert err.count("where the time goes") == 1  # one block, not one per cycle
+    assert "cycles (3;" in err and "step_23: 3 steps" in err and "step_41: 3 steps" in err
+    assert "default schedule: recorded steps 0–4, 20–22, 38–40" in err and "--all" in err
+
+
+def test_a_schedule_without_repeat_stops_after_three_cycles(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--wait 1 --warmup 1 --active 3`` printed 87 summary blocks for a 3 s script: a schedule
+    now runs DEFAULT_REPEAT cycles unless --repeat says otherwise, summarised in one block."""
+    out = tmp_path / "sched"
+    args = ["run", "--out", str(out), "--sample-ms", "0", "--wait", "1", "--warmup", "1", "--active", "3"]
+    assert main([*args, str(SCRIPTS / "linear_steps.py"), "100"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert len(json.loads((out / "run.json").read_text())["traces"]) == 3
+    assert err.count("where the time goes") == 1 and err.count(": 3 steps,") == 3
+    out_all = tmp_path / "sched_all"
+    args[2] = str(out_all)
+    assert main([*args, "--repeat", "0", "--no-summary", str(SCRIPTS / "linear_steps.py"), "100"]) == 0
+    facts = json.loads((out_all / "run.json").read_text())
+    assert len(facts["traces"]) == 20  # 0 = until the end: every file is written ...
+    assert len(_report(out_all)["runs"]) == 8  # ... and the report holds the first and the latest 7
+
+
+@pytest.mark.slow
+def test_a_minute_of_small_ops_keeps_the_trace_and_the_report_bounded(tmp_path: Path) -> None:
+    """A 60 s loop of tiny ops and no optimizer (6 s of it wrote 2.5 GB and its report took 24 GB):
+    recording stops at the cap, with a message, and the whole run's peak memory stays bounded."""
+    import resource
+
+    out = tmp_path / "ops"
+    done = _run_cli("--out", str(out), str(SCRIPTS / "small_ops.py"), "60")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ran " in done.stdout
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    traces = json.loads((out / "run.json").read_text())["traces"]
+    size_mb = sum(Path(p).stat().st_size for p in traces) / 1e6
+    print(f"\n60 s small-op loop: trace {size_mb:.0f} MB, peak RSS of run + report {peak_mb:.0f} MB")
+    assert "recording stopped at the cap" in " ".join(done.stderr.split())
+    assert len(traces) == 1 and size_mb < 600  # two caps before any step: ~185 MB on this machine
+    assert peak_mb < 5000  # ~2.2 GB on this machine; unbounded it grew by GBs per second
+    assert _report(out)["runs"][0]["summary"]["events"] > 10_000
+
+
+def test_a_script_with_its_own_torch_profiler_keeps_its_files_and_exit_code(tmp_path: Path) -> None:
+    """torch.profiler inside torchscope run ended in a segmentation fault (139) and wrote nothing.
+    Now its names are ours for the script: its schedule and tensorboard_trace_handler write its
+    own files, our run steps aside, copies its cycles into the report and keeps its exit code."""
+    out, logs = tmp_path / "run", tmp_path / "tb"
+    done = _run_cli("--out", str(out), str(SCRIPTS / "own_profiler.py"), str(logs), "7")
+    assert done.returncode == 7, done.stderr[-2000:]
+    assert "torchscope.capture.profiler profiled True" in done.stdout  # the script got ours
+    own = list(logs.glob("mine.*.pt.trace.json"))
+    assert len(own) == 1  # wait 1, warmup 1, active 2, repeat 1: one cycle, as torch writes it
+    import torchscope
+
+    assert torchscope.load(own[0]).steps.height == 2
+    report = _report(out)
+    names = [r["name"] for r in report["runs"]]
+    assert names[-1].startswith("script_profiler1.")  # the script's cycle, copied once
+    assert "my_step" in {r["name"] for r in report["runs"][-1]["ops"]}
+    assert any("stepped aside" in n for n in report["run"]["notes"])
+    assert report["run"]["exit_code"] == 7
+
+
+def test_legacy_autograd_profiler_and_torchscope_profile_inside_run(tmp_path: Path) -> None:
+    out = tmp_path / "legacy"
+    done = _run_cli("--out", str(out), "--no-summary", str(SCRIPTS / "own_legacy_profiler.py"), "4")
+    assert done.returncode == 4, done.stderr[-2000:]
+    assert "legacy events 1 False" in done.stdout  # enabled=False records nothing, as torch's
+    assert "torchscope ops ['aten::mm', 'aten::relu']" in done.stdout
+    traces = [Path(p).name for p in json.loads((out / "run.json").read_text())["traces"]]
+    assert traces == [
+        "run.pt.trace.json",
+        "script_profiler1.cycle1.pt.trace.json",
+        "script_profiler2.cycle1.pt.trace.json",
+    ]
+
+
+def test_redirection_is_undone_after_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch.autograd.profiler
+    import torch.profiler
+
+    before = (torch.profiler.profile, torch.profiler.schedule, torch.autograd.profiler.profile)
+    assert main(["run", "--out", str(tmp_path / "r"), "--no-summary", str(SCRIPTS / "exits.py"), "0"]) == 0
+    assert (torch.profiler.profile, torch.profiler.schedule, torch.autograd.profiler.profile) == before
+
+
+def test_a_bad_out_is_a_one_line_error_before_the_script_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for out in ("/dev/null/x", str(blocker / "run")):
+        assert main(["run", "--out", out, str(SCRIPTS / "exits.py"), "0"]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""  # the script never ran
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"torchscope run: error: {out}: cannot write")
+        assert "Not a directory" in lines[0]
+
+
+def _enospc(partial: bytes = b'{"traceEvents": [') -> OSError:
+    import errno
+    import os
+
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_never_changes_the_exit_code_nor_leaves_partial_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills while the traces and the report are written (a fake that writes half a file
+    and raises ENOSPC): the script's exit code 3 stands, each failure is one line on stderr, and
+    no truncated or 0-byte file is left."""
+    import torchscope.render.html as html
+    from torchscope.capture.profiler import profile
+
+    def full_export(self: object, path: str, use_python_export: bool = False) -> None:
+        Path(path).write_bytes(b'{"traceEvents": [')
+        raise _enospc()
+
+    def full_html(payload: object, path: str | Path) -> Path:
+        Path(path).write_text("<html><body>half")
+        raise _enospc()
+
+    monkeypatch.setattr(profile, "export_chrome_trace", full_export)
+    monkeypatch.setattr(html, "write_html", full_html)
+    out = tmp_path / "full"
+    assert main(["run", "--out", str(out), str(SCRIPTS / "exits.py"), "3"]) == 3
+    err = capsys.readouterr().err
+    ours = [line for line in err.splitlines() if line.startswith("torchscope run: error:")]
+    assert any("could not write" in line and "No space left on device" in line for line in ours)
+    assert any(line.endswith("report.html: No space left on device") or "report" in line for line in ours)
+    assert "Traceback" not in err
+    left = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert left == ["run.json"]  # no partial trace, no half report, no hidden temporaries
+    assert json.loads((out / "run.json").read_text())["exit_code"] == 3
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A 256 KiB tmpfs, where this machine lets us mount one (root in a container); else skip."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, check=False
+    )
+    if made.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: the ENOSPC fake above covers the same paths")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_a_real_full_disk_keeps_the_exit_code(tiny_disk: Path) -> None:
+    out = tiny_disk / "run"
+    done = _run_cli("--out", str(out), str(SCRIPTS / "linear_steps.py"), "3")
+    assert done.returncode == 0 and "trained 3 steps" in done.stdout
+    ours = [line for line in done.stderr.splitlines() if line.startswith("torchscope run: error:")]
+    assert ours and all("No space left on device" in line for line in ours)
+    assert "Traceback" not in done.stderr
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert not f.name.startswith(".partial-") and f.stat().st_size > 0
+            if f.suffix == ".json":
+                json.loads(f.read_text())  # whole, or absent
+
+
+def test_tensorboard_trace_handler_on_a_full_disk_leaves_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from torchscope import profile, schedule, tensorboard_trace_handler
+    from torchscope.capture import kineto
+    from torchscope.capture.profiler import TraceReadyError
+
+    def full(self: object, path: str) -> None:
+        Path(path).write_bytes(b'{"traceEvents": [')
+        raise _enospc()
+
+    monkeypatch.setattr(kineto.Cycle, "export", full)
+    logs = tmp_path / "tb"
+    handler = tensorboard_trace_handler(str(logs))
+    prof = profile(schedule=schedule(wait=0, warmup=0, active=1), on_trace_ready=handler)
+    with pytest.raises(TraceReadyError, match="No space left on device"), prof:
+        torch.randn(4, 4).relu()
+        prof.step()
+    assert list(logs.iterdir()) == []

@@ -4,15 +4,36 @@ The file name is torch's, ``{worker}.{time_ns}.pt.trace.json[.gz]`` with the wor
 to ``{hostname}_{pid}``, so the TensorBoard profiler plugin, HTA and ``torchscope report``
 read a log directory written by us exactly like one written by torch. Torch-free: it only
 calls the profiler's ``export_chrome_trace``.
+
+Every file is written whole or not at all (``write_atomically``): on a full disk torch's
+handler left a truncated trace and a 0-byte one, which every reader then refuses.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+
+def write_atomically(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
+    """Call ``write(tmp)`` on a hidden file beside ``path`` (same suffix, so ``.gz`` still means
+    gzip), then rename it to ``path``; on any failure the partial file is removed and the error
+    raised, and an older ``path`` is left as it was."""
+    target = Path(path)
+    tmp = target.with_name(f".partial-{os.getpid()}-{target.name}")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return target
 
 
 def tensorboard_trace_handler(
@@ -35,6 +56,6 @@ def tensorboard_trace_handler(
         file_name = f"{worker_name}.{time.time_ns()}.pt.trace.json"
         if use_gzip:
             file_name += ".gz"
-        prof.export_chrome_trace(os.path.join(dir_name, file_name))
+        write_atomically(os.path.join(dir_name, file_name), lambda tmp: prof.export_chrome_trace(str(tmp)))
 
     return handler_fn

@@ -73,6 +73,9 @@ TRACE_ONLY_EVENTS = (
 )
 # torch's post-processing logger: a timeout's warning goes where torch's goes
 log = logging.getLogger("torch.autograd.profiler")
+# called with each profiler about to record, before the nesting check: the session that owns
+# recording in this process (``torchscope run``, see ``capture.redirect``) steps aside there
+PREPARE_HOOKS: list[Callable[[profile], None]] = []
 
 
 class TraceReadyError(RuntimeError):
@@ -399,6 +402,8 @@ class profile:
     # -- the schedule's actions (torch's names) -------------------------------------------
     def prepare_trace(self) -> None:
         """Warm up a new session (Kineto starts collecting but the events are discarded)."""
+        for hook in list(PREPARE_HOOKS):
+            hook(self)
         if _RECORDING and _RECORDING[0] is not self:
             raise ProfilerStateError(
                 "another torchscope profiler is already recording; nested profilers are not supported"

@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import sys
 from pathlib import Path
 
 from torchscope.errors import TraceError
+from torchscope.runner.bounds import DEFAULT_CAP_MB, DEFAULT_REPEAT
 
 
 class RunCommand:
@@ -24,10 +26,13 @@ class RunCommand:
   torchscope run train.py --lr 0.1
   torchscope run --out prof/ --memory --stack train.py
   torchscope run --wait 1 --warmup 1 --active 3 train.py     # steps = optimizer.step() calls
+  torchscope run --all train.py                               # the whole run, no cap
   torchscope run -m mypkg.train --epochs 1
 notes:
   options for torchscope come before the script; everything after it goes to the script.
-  the script's exit code is torchscope's exit code."""
+  the script's exit code is torchscope's exit code.
+  bounded by default: steps 0-4 (with the setup), 20-22 and 38-40; every cycle stops at
+  --cap-mb of profiler memory. A script's own torch.profiler is redirected to torchscope's."""
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -42,10 +47,28 @@ notes:
         for name in ("wait", "warmup", "active"):
             parser.add_argument(f"--{name}", type=int, metavar="N", help=f"schedule: {name} steps per cycle")
         parser.add_argument(
-            "--repeat", type=int, default=0, metavar="N", help="schedule: cycles (0 = until the end)"
+            "--repeat",
+            type=int,
+            metavar="N",
+            help=f"schedule: cycles (default {DEFAULT_REPEAT}; 0 = until the end)",
         )
         parser.add_argument(
             "--skip-first", type=int, default=0, metavar="N", help="schedule: steps to skip first"
+        )
+        parser.add_argument(
+            "--all", dest="record_all", action="store_true", help="record the whole run, no schedule, no cap"
+        )
+        parser.add_argument(
+            "--cap-mb",
+            type=float,
+            default=DEFAULT_CAP_MB,
+            metavar="MB",
+            help=f"stop recording when a cycle has added MB to the process (default {DEFAULT_CAP_MB})",
+        )
+        parser.add_argument(
+            "--no-redirect",
+            action="store_true",
+            help="leave torch.profiler's names to torch (the script's own profiler is then not ours)",
         )
         parser.add_argument("--memory", action="store_true", help="record allocations (profile_memory)")
         parser.add_argument("--stack", action="store_true", help="record Python stacks (with_stack)")
@@ -91,6 +114,9 @@ notes:
         )
         job = Path(args.out) if args.out else Path("torchscope-out") / f"{Path(name).stem or name}-{stamp}"
         out = job / launch.directory if launch is not None else job
+        if args.record_all and (args.wait is not None or args.warmup is not None or args.active is not None):
+            raise TraceError("--all", "records the whole run; leave out --wait/--warmup/--active")
+        _check_writable(out)  # before the script runs: a bad --out is ours, not the script's
         options = RunOptions(
             out=out,
             activities=activities,
@@ -104,6 +130,9 @@ notes:
             record_shapes=not args.no_shapes,
             sample_interval_s=max(args.sample_ms, 0.0) / 1000.0,
             launch=launch,
+            record_all=args.record_all,
+            cap_mb=max(args.cap_mb, 1.0),
+            redirect=not args.no_redirect,
         )
         target = Target(name, script_args, is_module=args.module)
         result = profile_target(target, options)
@@ -111,19 +140,26 @@ notes:
         return result.exit_code
 
     def _report(self, result: object, options: object, args: argparse.Namespace) -> None:
-        """Write report.html/report.json/run.json; our failures never change the script's exit code."""
+        """Write report.html/report.json/run.json; our failures never change the script's exit code
+        and are one line each on stderr."""
+        from torchscope.capture.handlers import write_atomically
         from torchscope.runner.results import build_run_payload, write_run_dir
         from torchscope.runner.session import RunOptions, RunResult
 
         assert isinstance(result, RunResult) and isinstance(options, RunOptions)
         command = ["torchscope", "run", *(["-m"] if args.module else []), *args.target]
         files: dict[str, str] = {}
+        payload = None
         try:
             payload = build_run_payload(result, options, command)
             files = {k: str(v) for k, v in write_run_dir(payload, options.out).items()}
+        except OSError as exc:
+            _our_error(f"could not write the report in {options.out}: {exc.strerror or exc}")
         except Exception as exc:  # noqa: BLE001 - the trace is on disk; report what failed
-            print(f"torchscope run: could not build the report: {type(exc).__name__}: {exc}", file=sys.stderr)
-            payload = None
+            _our_error(f"could not build the report: {type(exc).__name__}: {exc}")
+        for problem in result.problems:
+            if problem.startswith("could not write"):
+                _our_error(problem)
         facts = {
             "exit_code": result.exit_code,
             "error": result.error,
@@ -132,33 +168,81 @@ notes:
             "setup_s": None if result.setup_s is None else round(result.setup_s, 3),
             "out": str(options.out),
             "traces": [str(p) for p in result.trace_paths],
+            "notes": list(result.notes),
             **files,
         }
-        (options.out / "run.json").write_text(json.dumps(facts, indent=1), encoding="utf-8")
+        text = json.dumps(facts, indent=1)
+        try:
+            write_atomically(options.out / "run.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        except OSError as exc:
+            _our_error(f"could not write {options.out / 'run.json'}: {exc.strerror or exc}")
         launch = options.launch
         if args.json:
             print(json.dumps(facts), file=sys.stderr)
         elif not args.no_summary and (launch is None or launch.rank == 0):  # one summary per job
-            from torchscope.render.console import terminal
+            _print_summary(payload, result, options, files)
 
-            console = terminal(sys.stderr)
-            if payload is not None:
-                from torchscope.render.console import print_summary
 
-                print_summary(payload, console)
+def _our_error(message: str) -> None:
+    print(f"torchscope run: error: {message}", file=sys.stderr)
+
+
+def _check_writable(out: Path) -> None:
+    """The run directory can be made and written, or a one-line error (exit 2) before the script."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".torchscope-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise TraceError(str(out), f"cannot write the run directory here: {exc.strerror or exc}") from None
+
+
+def _print_summary(payload: dict | None, result: object, options: object, files: dict[str, str]) -> None:
+    """The report of one cycle in full (the latest), then one line per cycle, then the run's line."""
+    from torchscope.render.console import fmt_ns, print_summary, terminal
+    from torchscope.runner.session import RunOptions, RunResult
+
+    assert isinstance(result, RunResult) and isinstance(options, RunOptions)
+    console = terminal(sys.stderr)
+    runs = (payload or {}).get("runs") or []
+    if payload is not None:
+        print_summary({**payload, "runs": runs[-1:]} if len(runs) > 1 else payload, console)
+    if len(runs) > 1:
+        console.print(f"[bold]cycles[/bold] ({len(runs)}; the last is shown above, each in report.html)")
+        for run in runs:
+            summary = run.get("summary") or {}
+            overview = run.get("overview") or {}
+            avg = (overview.get("breakdown_ns") or {}).get("Total") or (
+                overview.get("host_breakdown_ns") or {}
+            ).get("Total")
+            top = (run.get("ops") or [{}])[0].get("name", "–")
             console.print(
-                f"[bold]torchscope run[/bold]: {result.target.display} exited {result.exit_code} after "
-                f"{result.wall_s:.2f} s, {result.steps} optimizer steps"
-                + (f" after {result.setup_s:.2f} s of setup" if result.setup_s is not None else "")
-                + f" · run directory {options.out}"
-                + (f" · report {files['html']}" if "html" in files else "")
+                f"  {run.get('name')}: {summary.get('steps', 0)} steps, {fmt_ns(avg)} per step, "
+                f"{summary.get('events', 0):,} events, top op {top}"
             )
-            if launch is not None:
-                console.print(
-                    f"[bold]torchscope run[/bold]: this is rank 0 of {launch.world_size}; each rank writes "
-                    f"{options.out.parent}/rank-N. All ranks together, once they finish: "
-                    f"torchscope report {options.out.parent}"
-                )
+    skipped = len(result.trace_paths) - len(result.kept_paths)
+    if skipped > 0:
+        console.print(
+            f"{len(result.trace_paths)} cycles were written to {options.out / 'traces'}; the report holds "
+            f"{len(result.kept_paths)} (the first and the latest): torchscope report {options.out / 'traces'}"
+        )
+    for note in result.notes:
+        console.print(f"[bold]torchscope run[/bold]: {note}")
+    console.print(
+        f"[bold]torchscope run[/bold]: {result.target.display} exited {result.exit_code} after "
+        f"{result.wall_s:.2f} s, {result.steps} optimizer steps"
+        + (f" after {result.setup_s:.2f} s of setup" if result.setup_s is not None else "")
+        + f" · run directory {options.out}"
+        + (f" · report {files['html']}" if "html" in files else "")
+    )
+    launch = options.launch
+    if launch is not None:
+        console.print(
+            f"[bold]torchscope run[/bold]: this is rank 0 of {launch.world_size}; each rank writes "
+            f"{options.out.parent}/rank-N. All ranks together, once they finish: "
+            f"torchscope report {options.out.parent}"
+        )
 
 
 COMMAND = RunCommand()

@@ -153,23 +153,66 @@ def name_sampled_culprits(payload: dict[str, Any], placed: list[Placed], result:
             finding["message"] = finding["message"].replace(f"'{evidence['region']}'", label)
 
 
-def load_traces(paths: list[Path]) -> list[Trace]:
+def load_traces(paths: list[Path], problems: list[str]) -> list[tuple[Path, Trace]]:
+    """The run's kept cycles, read back from their files; one that cannot be read is named in
+    ``problems`` and left out."""
     from torchscope.trace.loader import load
 
-    out: list[Trace] = []
+    out: list[tuple[Path, Trace]] = []
     for p in paths:
-        loaded = load(p)
-        out.extend(loaded.values() if isinstance(loaded, TraceSet) else [loaded])
+        try:
+            loaded = load(p)
+        except Exception as exc:  # noqa: BLE001 - the other cycles still make a report
+            problems.append(f"{p.name}: {type(exc).__name__}: {exc}")
+            continue
+        out.extend((p, t) for t in (loaded.values() if isinstance(loaded, TraceSet) else [loaded]))
     return out
 
 
+# the most events of one cycle the report reads (a --all run of hours can hold far more): the
+# report's memory stays bounded whatever was recorded; the trace file keeps everything
+REPORT_EVENTS = 2_000_000
+
+
+def _bounded(trace: Trace, problems: list[str], name: str) -> Trace:
+    """``trace`` cut to its first REPORT_EVENTS events for the report, saying so."""
+    import dataclasses
+
+    n = trace.events.height
+    if n <= REPORT_EVENTS:
+        return trace
+    problems.append(
+        f"{name}: the report reads the first {REPORT_EVENTS:,} of its {n:,} events; "
+        f"the whole trace is in the file (torchscope report can read it)"
+    )
+    return dataclasses.replace(trace, events=trace.events.head(REPORT_EVENTS))
+
+
+def _schedule_info(options: RunOptions) -> dict[str, Any]:
+    if options.record_all:
+        return {"mode": "all"}
+    if options.scheduled:
+        return {
+            "mode": "schedule",
+            "wait": options.wait,
+            "warmup": options.warmup,
+            "active": options.active,
+            "repeat": options.cycles,
+            "skip_first": options.skip_first,
+        }
+    from torchscope.runner.bounds import DefaultSchedule
+
+    return {"mode": "default", "recorded_steps": DefaultSchedule().recorded(), "cap_mb": options.cap_mb}
+
+
 def build_run_payload(result: RunResult, options: RunOptions, command: list[str]) -> dict[str, Any]:
-    """The dashboard payload of a ``torchscope run``: every trace of the run plus run facts."""
+    """The dashboard payload of a ``torchscope run``: every kept cycle of the run plus run facts."""
     from torchscope.render.payload import build_payload
 
-    traces = [t for t in result.traces if t is not None]
-    if len(traces) < len(result.trace_paths):  # a cycle's in-memory Trace failed: read the files
-        traces = load_traces(result.trace_paths)
+    problems = list(result.problems)
+    loaded = load_traces(result.kept_paths, problems)
+    paths = [p for p, _ in loaded]
+    traces = [_bounded(t, problems, p.name) for p, t in loaded]
     run_info = {
         "command": command,
         "target": result.target.display,
@@ -179,15 +222,10 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
         "wall_s": round(result.wall_s, 3),
         "optimizer_steps": result.steps,
         "setup_s": None if result.setup_s is None else round(result.setup_s, 3),
-        "schedule": {
-            "wait": options.wait,
-            "warmup": options.warmup,
-            "active": options.active,
-            "repeat": options.repeat,
-        }
-        if options.scheduled
-        else None,
+        "schedule": _schedule_info(options),
+        "notes": list(result.notes),
         "traces": [str(p) for p in result.trace_paths],
+        "report_traces": [str(p) for p in paths],
     }
     placed = place_samples(traces, result)
     extra = {"run": run_info, "env": result.env, "hotspots": hotspot_rows(placed, result)}
@@ -195,31 +233,33 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
     if not traces:
         payload = build_payload(TraceSet({}, source=str(options.out)), title=title, extra=extra)
         payload["warnings"].extend(
-            result.problems or ["no trace was recorded: the schedule never reached an active step"]
+            problems or ["no trace was recorded: the schedule never reached an active step"]
         )
         return payload
     subject: Trace | TraceSet = (
         traces[0]
         if len(traces) == 1
         else TraceSet(
-            {p.stem.removesuffix(".pt.trace"): t for p, t in zip(result.trace_paths, traces, strict=False)},
+            {p.name.removesuffix(".pt.trace.json"): t for p, t in zip(paths, traces, strict=False)},
             source=str(options.out),
         )
     )
     payload = build_payload(subject, title=title, extra=extra)
-    payload["warnings"].extend(result.problems)
+    payload["warnings"].extend(problems)
     name_sampled_culprits(payload, placed, result)
     return payload
 
 
 def write_run_dir(payload: dict[str, Any], out: Path) -> dict[str, Path]:
+    """``report.html`` and ``report.json``, each written whole or not at all."""
+    from torchscope.capture.handlers import write_atomically
     from torchscope.render.html import write_html
 
-    html = write_html(payload, out / "report.html")
-    js = out / "report.json"
+    html = write_atomically(out / "report.html", lambda tmp: write_html(payload, tmp))
     slim = {
         **payload,
         "runs": [{k: v for k, v in r.items() if k != "timeline"} for r in payload.get("runs") or []],
     }
-    js.write_text(json.dumps(slim, indent=1, allow_nan=False), encoding="utf-8")
+    text = json.dumps(slim, indent=1, allow_nan=False)
+    js = write_atomically(out / "report.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return {"html": html, "json": js}

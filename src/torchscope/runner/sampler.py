@@ -77,6 +77,17 @@ def _is_runpy(filename: str) -> bool:
     return filename == "<frozen runpy>" or filename.endswith(os.sep + "runpy.py")
 
 
+# the runner's hooks run inside the script's calls; their time is the profiler's
+_HOOK_FILES = tuple(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in ("session.py", "bounds.py")
+)
+PROFILER_FRAME: Func = ("<torchscope>", "torchscope profiler (step, cycle stop and save)", 0)
+
+
+def _in_runner_hook(codes: tuple[CodeType, ...]) -> bool:
+    return any(c.co_filename in _HOOK_FILES for c in codes)
+
+
 def hot_frame(stack: tuple[Func, ...]) -> Func:
     """The frame a sample's time is charged to as "self": the call the user's code made.
 
@@ -154,11 +165,13 @@ class HotSpots:
     def from_samples(cls, sampler: Sampler) -> HotSpots:
         stacks: list[tuple[Func, ...]] = [()] * len(sampler._stacks)
         for codes, sid in sampler._stacks.items():
-            stacks[sid] = tuple(
-                (c.co_filename, c.co_name, c.co_firstlineno)
-                for c in (_user_part(codes) if sampler.script_only else codes)
-                if not _skipped(c.co_filename)
+            part = _user_part(codes) if sampler.script_only else codes
+            user = tuple(
+                (c.co_filename, c.co_name, c.co_firstlineno) for c in part if not _skipped(c.co_filename)
             )
+            # the runner's own work inside the script's call (a cycle stopped and saved in the
+            # optimizer.step() hook) is named as ours, never charged to the user's frame
+            stacks[sid] = (PROFILER_FRAME, *user) if user and _in_runner_hook(part) else user
         interval_ns = int(sampler.interval_s * 1e9)
         times = np.frombuffer(sampler._times, dtype=np.int64).copy()
         ids = np.frombuffer(sampler._stack_ids, dtype=np.int32).copy()
@@ -261,6 +274,9 @@ def _charge_long_gaps(
     for i in gaps.tolist():
         a, b = int(seen[i - 1]), int(seen[i])
         if a == b:
+            continue
+        if stacks[a][:1] == (PROFILER_FRAME,):  # a gap that began in our hook: Kineto's stop
+            ids[i] = a
             continue
         sid = merged.get((a, b))
         if sid is None:

@@ -5,8 +5,11 @@ the portable collector underneath, a ``Trace`` per cycle) and the sampler, runs 
 and stops both in a ``finally`` so that a script that raises (or calls ``sys.exit``) still
 leaves its trace. Steps come from optimizer steps, so ``--wait/--warmup/--active`` schedules
 work without code change: every ``optimizer.step()`` of the first optimizer that steps is a
-``prof.step()``. With no schedule the whole run is recorded, still cut into ``ProfilerStep#N``
-spans when the script steps an optimizer.
+``prof.step()``, and with no schedule option a default one (``bounds.DefaultSchedule``) records
+the start and a few steady-state cycles. Every cycle stops at a memory cap (``bounds.RecordingCap``)
+unless ``--all`` asks for the whole run. The script's own profiler (``torch.profiler``, redirected
+to ours, or ``torchscope.profile``) takes over recording when it starts: the run steps aside and
+keeps a copy of each cycle it finishes (``capture.redirect``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchscope.capture.schedule import schedule as make_schedule
+from torchscope.runner.bounds import DEFAULT_CAP_MB, DEFAULT_REPEAT, DefaultSchedule, RecordingCap
 from torchscope.runner.launch import LaunchRank
 from torchscope.runner.sampler import HotSpots, Sampler
 from torchscope.runner.target import Target, execute
@@ -32,17 +37,28 @@ class RunOptions:
     wait: int | None = None
     warmup: int | None = None
     active: int | None = None
-    repeat: int = 0
+    repeat: int | None = None  # None: DEFAULT_REPEAT cycles; 0: until the end
     skip_first: int = 0
     memory: bool = False
     stack: bool = False
     record_shapes: bool = True
     sample_interval_s: float = 0.001  # 0 turns the hot-spot sampler off
     launch: LaunchRank | None = None  # this process's rank when torchrun (or alike) started several
+    record_all: bool = False  # --all: the whole run in one cycle, no cap
+    cap_mb: float = DEFAULT_CAP_MB  # the most a cycle's recording may add to the process's memory
+    redirect: bool = True  # torch.profiler's names are ours while the script runs
 
     @property
     def scheduled(self) -> bool:
         return self.active is not None or self.wait is not None or self.warmup is not None
+
+    @property
+    def cycles(self) -> int:
+        """Cycles of a user's schedule (0: until the end)."""
+        return DEFAULT_REPEAT if self.repeat is None else self.repeat
+
+
+KEPT_CYCLES = 8  # cycles held for the report: the first and the latest (all are written)
 
 
 @dataclass
@@ -53,12 +69,13 @@ class RunResult:
     wall_s: float
     steps: int  # optimizer steps seen
     trace_paths: list[Path] = field(default_factory=list)
-    traces: list[Any] = field(default_factory=list)  # the Trace of each written cycle, in order
     hotspots: HotSpots | None = None
     env: dict[str, Any] = field(default_factory=dict)
     step_marks: list[tuple[int, int]] = field(default_factory=list)  # (step number, wall ns)
     problems: list[str] = field(default_factory=list)  # our own failures; the script's run is unaffected
     setup_s: float | None = None  # wall seconds before the first training iteration (no step)
+    notes: list[str] = field(default_factory=list)  # what the run chose to record, and why
+    kept_paths: list[Path] = field(default_factory=list)  # the cycles the report reads, in order
 
 
 def _activities(names: tuple[str, ...] | None) -> list[Any]:
@@ -120,6 +137,7 @@ class _StepHook:
         self.t0_ns = time.time_ns()
         self.setup_ns: int | None = None  # wall ns from the start to the first iteration
         self._forward_handle: Any = None
+        self.cap: RecordingCap | None = None  # told when we are inside the profiler
 
     def start(self) -> None:
         """Start ``prof`` with the setup span open instead of ``ProfilerStep#0``."""
@@ -141,6 +159,10 @@ class _StepHook:
             return
         from torch.autograd.profiler import record_function
 
+        if not self.prof._started:
+            return
+        if self.cap is not None:
+            self.cap.busy = True
         try:
             self.prof._exit_step()  # the setup span ends here
             rec = record_function(f"ProfilerStep#{self.prof.step_num}")
@@ -151,6 +173,10 @@ class _StepHook:
             self.marks.append((int(self.prof.step_num), wall))
         except Exception as exc:  # noqa: BLE001 - never break the user's forward
             self.problems.append(f"first iteration: {type(exc).__name__}: {exc}")
+        finally:
+            if self.cap is not None:
+                self.cap.busy = False
+                self.cap.fire_if_due()
 
     def _disarm(self) -> None:
         if self._forward_handle is not None:
@@ -169,112 +195,231 @@ class _StepHook:
         elif id(optimizer) != self.owner:
             return
         self.count += 1
+        if self.count == 1 and self.cap is not None:
+            self.cap.first_step()
+        if not self.prof._started:  # stopped at the cap, or stepped aside for the script's profiler
+            return
         wall = time.time_ns()
+        cap = self.cap
+        if cap is not None:
+            cap.busy = True
         try:
             self.prof.step()
         except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
             self.problems.append(f"profiler step {self.count}: {type(exc).__name__}: {exc}")
+        finally:
+            if cap is not None:
+                cap.busy = False
         self.marks.append((int(self.prof.step_num), wall))
+        if cap is not None:
+            cap.fire_if_due()
 
 
 def _rename_tail(path: Path, steps: int, problems: list[str]) -> None:
     """In the written trace, the span after the last ``optimizer.step()`` is no step."""
+    from torchscope.capture.handlers import write_atomically
+
     try:
         data = path.read_bytes()
         old = f'"ProfilerStep#{steps}"'.encode()
         if old in data:
-            path.write_bytes(data.replace(old, f'"{TAIL_SPAN}"'.encode()))
+            new = data.replace(old, f'"{TAIL_SPAN}"'.encode())
+            write_atomically(path, lambda tmp: tmp.write_bytes(new))
     except OSError as exc:
-        problems.append(f"{path.name}: {type(exc).__name__}: {exc}")
+        problems.append(f"could not write {path}: {exc.strerror or exc}")
 
 
-def drop_tail_step(trace: Any, steps: int) -> Any:
-    """``trace`` with ``ProfilerStep#N`` for N >= ``steps`` (the tail after the last step) renamed."""
-    import dataclasses
+class _Recording:
+    """The run's recording: which cycles to keep for the report, the cap, stepping aside.
 
-    import polars as pl
+    Everything here runs on the main thread (the profiler's callbacks, the cap's stop, the
+    host call of a script's own profiler); only ``session()`` is read by the cap's watchdog.
+    """
 
-    ev = trace.events
-    name = pl.col("name").cast(pl.String)
-    num = name.str.extract(r"^ProfilerStep#(\d+)$", 1).cast(pl.Int64)
-    tail = (pl.col("kind") == "user_annotation") & num.is_not_null() & (num >= steps)
-    if ev.height == 0 or not ev.select(tail.any()).item():
-        return trace
-    renamed = pl.when(tail).then(pl.lit(TAIL_SPAN)).otherwise(name).cast(ev.schema["name"])
-    cols = [renamed.alias("name")]
-    if "step" in ev.columns:  # events of the tail belong to no step
-        cols.append(
-            pl.when(pl.col("step") >= steps)
-            .then(-1)
-            .otherwise(pl.col("step"))
-            .cast(ev.schema["step"])
-            .alias("step")
+    def __init__(self, options: RunOptions, traces_dir: Path) -> None:
+        self.options = options
+        self.traces_dir = traces_dir
+        self.written: list[Path] = []
+        self.kept: list[Path] = []  # the files the report reads
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+        self.stopping: list[int] = []  # holds the optimizer step count once the script has ended
+        self.prof: Any = None
+        self.hook: _StepHook | None = None
+        self.cap: RecordingCap | None = None
+        self._adopted: list[Any] = []  # the script's own profilers, whose cycles we copy
+        # a rank's files carry its rank: the loader keys a directory of ranks by it
+        self.prefix = f"{options.launch.directory}." if options.launch is not None else ""
+
+    @property
+    def adopted(self) -> bool:
+        """Whether the script's own profiler took over recording."""
+        return bool(self._adopted)
+
+    # -- cycles ------------------------------------------------------------------------------
+    def keep(self, path: Path) -> None:
+        """Keep ``path`` for the report: the first cycle and the latest ones, KEPT_CYCLES in all."""
+        self.kept.append(path)
+        if len(self.kept) > KEPT_CYCLES:
+            del self.kept[1]
+
+    def export(self, prof: Any, name: str) -> Path | None:
+        """Write ``prof``'s latest cycle as ``traces/NAME.pt.trace.json``, whole or not at all."""
+        from torchscope.capture.handlers import write_atomically
+
+        path = self.traces_dir / f"{self.prefix}{name}.pt.trace.json"
+        try:
+            write_atomically(path, lambda tmp: prof.export_chrome_trace(str(tmp)))
+        except OSError as exc:
+            self.problems.append(f"could not write {path}: {exc.strerror or exc}")
+            return None
+        self.written.append(path)
+        return path
+
+    def on_ready(self, prof: Any) -> None:
+        """Our own cycle is done: its file is written now, and read for the report once the
+        script has ended (the script waits for Kineto's own work only, and no Trace is held
+        while it runs)."""
+        steps = self.hook.count if self.hook is not None else 0
+        name = f"step_{prof.step_num}" if steps or self.options.scheduled else "run"
+        path = self.export(prof, name)
+        prof.free_kineto_results()  # kept for export_memory_timeline, which the runner never calls
+        if path is None:
+            return
+        if self.stopping:
+            _rename_tail(path, self.stopping[0], self.problems)
+        self.keep(path)
+
+    # -- the cap -----------------------------------------------------------------------------
+    def session(self) -> Any:
+        prof = self.prof
+        return None if prof is None or not prof._started else prof._session
+
+    def stop_at_cap(self, grown_mb: float) -> None:
+        """The cycle grew past the cap: stop recording for the rest of the run."""
+        if self.prof is None or not self.prof._started:
+            return
+        steps = self.hook.count if self.hook is not None else 0
+        self.notes.append(
+            f"recording stopped at the cap: the cycle had added {grown_mb:.0f} MB to the process "
+            f"(cap {self.options.cap_mb:.0f} MB) after {steps} optimizer steps; the trace holds what came "
+            "before. Record less with --wait/--warmup/--active, more with --cap-mb MB, "
+            "or the whole run with --all"
         )
-    return dataclasses.replace(trace, events=ev.with_columns(cols))
+        self._stop_ours()
+
+    def _stop_ours(self) -> None:
+        try:
+            self.prof.stop()
+        except Exception as exc:  # noqa: BLE001 - keep the script's exit code and what was written
+            self.problems.append(f"profiler stop: {type(exc).__name__}: {exc}")
+
+    # -- a profiler of the script's own ------------------------------------------------------
+    def on_other_profiler(self, other: Any) -> None:
+        """``other`` (the script's or its framework's profiler) is about to record: ours stops for
+        good, and each cycle ``other`` finishes is copied into the run directory too. ``None``:
+        the script switches off whatever profiler is on (``torch.autograd._disable_profiler``)."""
+        if other is None:
+            if self.prof is not None and self.prof._started:
+                self._stop_ours()
+            return
+        if other is self.prof:
+            return
+        self.copy_script_cycles()  # before this prepare discards the finished one
+        if any(known is other for known in self._adopted):
+            return
+        self._adopted.append(other)
+        steps = self.hook.count if self.hook is not None else 0
+        if self.prof is not None and self.prof._started:
+            self._stop_ours()
+        if len(self._adopted) == 1:
+            self.notes.append(
+                f"the script started its own profiler after {steps} optimizer steps: torchscope run stepped "
+                "aside (one recording at a time) and reports the cycles the script's profiler recorded; "
+                "its own files are where the script writes them"
+            )
+
+    def copy_script_cycles(self) -> None:
+        """Copy every finished cycle of the script's profilers not copied yet into ``traces/``.
+
+        Called when one of them prepares its next cycle (the finished one is still held then)
+        and once the script has ended; not through ``on_trace_ready``, which frameworks replace
+        after starting the profiler (Lightning does)."""
+        from torchscope.capture.handlers import write_atomically
+
+        for k, other in enumerate(self._adopted, 1):
+            for cycle in list(getattr(other, "_cycles", ())):
+                if getattr(cycle, "_torchscope_copied", False):
+                    continue
+                cycle._torchscope_copied = True
+                n = getattr(other, "_torchscope_copies", 0) + 1
+                other._torchscope_copies = n
+                path = self.traces_dir / f"{self.prefix}script_profiler{k}.cycle{n}.pt.trace.json"
+                try:
+                    write_atomically(path, cycle.export)
+                except Exception as exc:  # noqa: BLE001 - the script's own files are unaffected
+                    self.problems.append(f"could not write {path}: {exc}")
+                    continue
+                self.written.append(path)
+                self.keep(path)
+
+
+def _schedule(options: RunOptions) -> tuple[Any, str | None]:
+    """The profiler's schedule for the run and the sentence that says what it records."""
+    if options.record_all:
+        return _record_everything, None
+    if options.scheduled:
+        return (
+            make_schedule(
+                wait=options.wait or 0,
+                warmup=options.warmup or 0,
+                active=options.active or 1,
+                repeat=options.cycles,
+                skip_first=options.skip_first,
+            ),
+            None,
+        )
+    default = DefaultSchedule()
+    return default, default.describe()
 
 
 def profile_target(target: Target, options: RunOptions) -> RunResult:
     """Run ``target`` under the profiler; write traces under ``options.out / 'traces'``."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    from torchscope.capture import redirect
     from torchscope.capture.profiler import profile
-    from torchscope.capture.schedule import schedule as make_schedule
     from torchscope.runner.env import environment
 
     traces_dir = options.out / "traces"
     traces_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    traces: list[Any] = []  # None where the cycle's Trace could not be built in memory
-    problems: list[str] = []
-
-    stopping: list[int] = []  # holds the optimizer step count once the script has ended
-
-    # a rank's files carry its rank: the loader keys a directory of ranks by it
-    prefix = f"{options.launch.directory}." if options.launch is not None else ""
-
-    def on_ready(prof: Any) -> None:
-        name = prefix + (f"step_{prof.step_num}" if options.scheduled else "run")
-        path = traces_dir / f"{name}.pt.trace.json"
-        prof.export_chrome_trace(str(path))  # the file first: it survives whatever follows
-        written.append(path)
-        if stopping:
-            _rename_tail(path, stopping[0], problems)
-        try:
-            trace = prof.trace()
-            prof.free_kineto_results()  # kept for export_memory_timeline, which the runner never calls
-            traces.append(drop_tail_step(trace, stopping[0]) if stopping else trace)
-        except Exception as exc:  # noqa: BLE001 - the file is on disk; the report says why
-            problems.append(f"{path.name}: {type(exc).__name__}: {exc}")
-            traces.append(None)
-
-    # Always a schedule, so that every optimizer step is a ProfilerStep#N span; without
-    # --wait/--warmup/--active it records the whole run as one cycle.
-    schedule: Any = _record_everything
-    if options.scheduled:
-        schedule = make_schedule(
-            wait=options.wait or 0,
-            warmup=options.warmup or 0,
-            active=options.active or 1,
-            repeat=options.repeat,
-            skip_first=options.skip_first,
-        )
+    rec = _Recording(options, traces_dir)
+    schedule, described = _schedule(options)
     prof = profile(
         activities=_activities(options.activities),
         schedule=schedule,
-        on_trace_ready=on_ready,
+        on_trace_ready=rec.on_ready,
         record_shapes=options.record_shapes,
         profile_memory=options.memory,
         with_stack=options.stack,
     )
+    rec.prof = prof
     _warm_lazy_imports()  # in every mode: never charge torch's lazy imports to the script
     marks: list[tuple[int, int]] = []
-    hook = _StepHook(prof, marks, problems)
+    hook = _StepHook(prof, marks, rec.problems)
+    rec.hook = hook
+    if not options.record_all:
+        rec.cap = hook.cap = RecordingCap(options.cap_mb, rec.session, rec.stop_at_cap)
     env = environment()
     sampler = (
         Sampler(interval_s=options.sample_interval_s, script_only=True)
         if options.sample_interval_s > 0
         else None
     )
+    redirected = options.redirect and not redirect.installed()
+    if redirected:
+        redirect.install()
+    redirect.add_host(rec.on_other_profiler)
     handle = register_optimizer_step_post_hook(hook)
     t0 = time.perf_counter()
     hook.start()
@@ -286,6 +431,8 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         prof.add_metadata_json(
             "distributedInfo", json.dumps({"rank": launch.rank, "world_size": launch.world_size})
         )
+    if rec.cap is not None:
+        rec.cap.start()
     if sampler is not None:
         sampler.start()
     try:
@@ -293,13 +440,19 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
     finally:
         hotspots = sampler.stop() if sampler is not None else None
         wall_s = time.perf_counter() - t0
+        if rec.cap is not None:
+            rec.cap.stop_watching()
         handle.remove()
+        redirect.remove_host(rec.on_other_profiler)
+        if redirected:
+            redirect.uninstall()
         hook.finish()
-        stopping.append(hook.count)
-        try:
-            prof.stop()
-        except Exception as exc:  # noqa: BLE001 - keep the script's exit code and what was written
-            problems.append(f"profiler stop: {type(exc).__name__}: {exc}")
+        rec.stopping.append(hook.count)
+        if prof._started:
+            rec._stop_ours()
+        rec.copy_script_cycles()
+    if described is not None and hook.count > DefaultSchedule().head and not rec.adopted:
+        rec.notes.insert(0, described)
     return RunResult(
         setup_s=None if hook.setup_ns is None else hook.setup_ns / 1e9,
         target=target,
@@ -307,10 +460,11 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         error=outcome.error,
         wall_s=wall_s,
         steps=hook.count,
-        trace_paths=written,
-        traces=traces,
+        trace_paths=rec.written,
+        kept_paths=rec.kept,
         hotspots=hotspots,
         env=env,
         step_marks=marks,
-        problems=problems,
+        problems=rec.problems,
+        notes=rec.notes,
     )

@@ -1,0 +1,69 @@
+"""The report every integration ends with: read the traces a framework's run wrote, write the
+dashboard beside them (whole or not at all), and give the terminal summary as text, which each
+framework then prints through its own logging."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+
+def start_profiler(traces_dir: Path, worker: str, schedule: dict[str, int], options: dict[str, Any]) -> Any:
+    """A started ``torchscope.profile`` on ``schedule`` writing each cycle to
+    ``traces_dir/WORKER.<time>.pt.trace.json`` (``tensorboard_trace_handler``'s layout)."""
+    from torchscope.capture.handlers import tensorboard_trace_handler
+    from torchscope.capture.profiler import profile
+    from torchscope.capture.schedule import schedule as make_schedule
+
+    prof = profile(
+        schedule=make_schedule(**schedule),
+        on_trace_ready=tensorboard_trace_handler(str(traces_dir), worker_name=worker),
+        **options,
+    )
+    prof.start()
+    return prof
+
+
+def summary_text(payload: dict[str, Any], width: int = 120) -> str:
+    """``torchscope report``'s terminal summary of ``payload``, as plain text."""
+    from rich.console import Console
+
+    from torchscope.render.console import print_summary
+
+    buffer = io.StringIO()
+    print_summary(payload, Console(file=buffer, width=width, force_terminal=False, color_system=None))
+    return buffer.getvalue()
+
+
+def report_traces(traces: Path, html: Path, title: str) -> tuple[dict[str, Any], Path]:
+    """Load ``traces`` (a file or a directory of cycles and ranks), build the report and write
+    ``html``; returns the payload and the page's path."""
+    from torchscope.capture.handlers import write_atomically
+    from torchscope.render.html import write_html
+    from torchscope.render.payload import build_payload
+    from torchscope.trace.loader import load
+
+    payload = build_payload(load(traces), title=title)
+    write_atomically(html, lambda tmp: write_html(payload, tmp))
+    return payload, html
+
+
+def headline(payload: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a training log shows: mean step time (ms), events and the top finding."""
+    runs = payload.get("runs") or []
+    step_ns = []
+    for run in runs:
+        overview = run.get("overview") or {}
+        total = (overview.get("breakdown_ns") or {}).get("Total") or (
+            overview.get("host_breakdown_ns") or {}
+        ).get("Total")
+        if total:
+            step_ns.append(total)
+    recs = (payload.get("report") or {}).get("recommendations") or []
+    return {
+        "step_time_ms": round(sum(step_ns) / len(step_ns) / 1e6, 3) if step_ns else None,
+        "events": sum((r.get("summary") or {}).get("events", 0) for r in runs),
+        "top_finding": recs[0].get("rule") if recs else None,
+        "top_finding_message": recs[0].get("message") if recs else None,
+    }

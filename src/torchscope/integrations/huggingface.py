@@ -1,0 +1,97 @@
+"""A Hugging Face ``TrainerCallback``: ``trainer.add_callback(TorchscopeCallback())``.
+
+Profiles chosen training steps (a ``wait``/``warmup``/``active``/``repeat`` schedule over the
+trainer's optimizer steps), writes each process's traces under ``output_dir/torchscope``
+(``rankR.*.pt.trace.json``) and, on the main process, the dashboard beside them; the headline
+numbers (mean step time, events, the top finding) go into the trainer's ``log_history`` as
+``torchscope/...`` and its logger.
+
+``accelerate``'s ``accelerator.profile()`` needs nothing from here: it builds a
+``torch.profiler.profile``, which is ours under ``torchscope run`` or after ``torchscope.install()``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+from transformers.utils import logging
+
+logger = logging.get_logger("transformers.trainer")
+
+
+class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
+    """Profile steps of ``Trainer.train`` with ``torchscope.profile``; report when training ends."""
+
+    def __init__(
+        self,
+        *,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        record_shapes: bool = True,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        subdir: str = "torchscope",
+    ) -> None:
+        self._schedule = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat}
+        self._options: dict[str, Any] = {
+            "record_shapes": record_shapes,
+            "profile_memory": profile_memory,
+            "with_stack": with_stack,
+        }
+        self.subdir = subdir
+        self._prof: Any = None
+        self.traces_dir: Path | None = None
+        self.report_path: Path | None = None
+        self.summary: str | None = None
+        self.headline: dict[str, Any] | None = None
+        self.profiling_ended_at: float | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from torchscope.integrations._report import start_profiler
+
+        self.traces_dir = Path(args.output_dir) / self.subdir
+        worker = f"rank{args.process_index}"
+        self._prof = start_profiler(self.traces_dir, worker, self._schedule, self._options)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._prof is not None:
+            self._prof.step()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._prof is None:
+            return
+        prof, self._prof = self._prof, None
+        prof.stop()
+        self.profiling_ended_at = time.perf_counter()
+        if not state.is_world_process_zero or self.traces_dir is None:
+            return
+        mine = sorted(self.traces_dir.glob(f"rank{args.process_index}.*.pt.trace.json"))
+        if not mine:
+            logger.warning(
+                "torchscope: no training step was profiled (the schedule never reached an active step)"
+            )
+            return
+        from torchscope.integrations._report import headline, report_traces, summary_text
+
+        payload, self.report_path = report_traces(
+            mine[0] if len(mine) == 1 else self.traces_dir,
+            self.traces_dir / "report.html",
+            "torchscope: Hugging Face Trainer.train",
+        )
+        self.summary = summary_text(payload)
+        self.headline = headline(payload)
+        entry = {f"torchscope/{k}": v for k, v in self.headline.items() if k != "top_finding_message"}
+        entry["step"] = state.global_step
+        state.log_history.append(entry)
+        logger.info(
+            "torchscope: %s ms per profiled step, top finding %s; dashboard %s\n%s",
+            self.headline["step_time_ms"],
+            self.headline["top_finding"],
+            self.report_path,
+            self.summary,
+        )

@@ -1,0 +1,104 @@
+"""A Lightning ``Profiler``: ``Trainer(profiler=TorchscopeProfiler())``.
+
+Profiles the training steps on a schedule (``wait``/``warmup``/``active``/``repeat``, one step =
+one ``training_step``), writes each rank's traces under the trainer's log dir
+(``LOG_DIR/torchscope/rankR.*.pt.trace.json``, the layout ``torchscope report`` reads as a job),
+and at the end of ``fit`` Lightning's ``describe()`` prints our report (the summary of
+``torchscope report``); the dashboard is written beside the traces (``report.html``).
+
+``Trainer(profiler="pytorch")`` needs nothing from here: under ``torchscope run`` or after
+``torchscope.install()`` its ``torch.profiler`` is ours.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.profilers import Profiler
+
+# Lightning's action names end with the hook's name ("[Strategy]SingleDeviceStrategy.training_step")
+STEP_ACTION = "training_step"
+
+
+class TorchscopeProfiler(Profiler):
+    """Lightning profiler over ``torchscope.profile``; the arguments are ``torch.profiler``'s."""
+
+    def __init__(
+        self,
+        dirpath: str | Path | None = None,
+        filename: str | None = None,
+        *,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        record_shapes: bool = True,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        activities: list[Any] | None = None,
+    ) -> None:
+        super().__init__(dirpath=dirpath, filename=filename)
+        self._schedule = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat}
+        self._options: dict[str, Any] = {
+            "record_shapes": record_shapes,
+            "profile_memory": profile_memory,
+            "with_stack": with_stack,
+            "activities": activities,
+        }
+        self._prof: Any = None
+        self.traces_dir: Path | None = None
+        self.report_path: Path | None = None
+        self.payload: dict[str, Any] | None = None
+        self.profiling_ended_at: float | None = None  # perf_counter when recording stopped
+
+    @staticmethod
+    def _global_rank() -> int:
+        from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+        return int(getattr(rank_zero_only, "rank", 0) or 0)
+
+    def _start_profiler(self) -> None:
+        from torchscope.integrations._report import start_profiler
+
+        self.traces_dir = Path(self.dirpath or os.getcwd()) / "torchscope"
+        worker = f"rank{self._global_rank()}"
+        self._prof = start_profiler(self.traces_dir, worker, self._schedule, self._options)
+
+    def start(self, action_name: str) -> None:
+        if self._prof is None and self.traces_dir is None and action_name.endswith(STEP_ACTION):
+            self._start_profiler()
+
+    def stop(self, action_name: str) -> None:
+        if self._prof is not None and action_name.endswith(STEP_ACTION):
+            self._prof.step()
+
+    def _stop_profiler(self) -> None:
+        if self._prof is not None:
+            prof, self._prof = self._prof, None
+            prof.stop()
+            self.profiling_ended_at = time.perf_counter()
+
+    def summary(self) -> str:
+        """Our report of this rank's traces (Lightning prints it at the end of ``fit``)."""
+        self._stop_profiler()
+        if self.traces_dir is None or not self.traces_dir.is_dir():
+            return ""
+        from torchscope.integrations._report import report_traces, summary_text
+
+        rank = self._global_rank()
+        mine = sorted(self.traces_dir.glob(f"rank{rank}.*.pt.trace.json"))
+        if not mine:
+            return ""
+        # rank 0 reports the job (every rank's traces in the directory: DDP keeps the ranks in
+        # step, so theirs are written by then); the others their own traces
+        subject = self.traces_dir if rank == 0 or len(mine) > 1 else mine[0]
+        html = self.traces_dir / ("report.html" if rank == 0 else f"report-rank{rank}.html")
+        self.payload, self.report_path = report_traces(subject, html, "torchscope: Lightning fit")
+        return summary_text(self.payload) + f"dashboard: {self.report_path}\n"
+
+    def teardown(self, stage: str | None) -> None:
+        self._stop_profiler()
+        super().teardown(stage)

@@ -1,0 +1,131 @@
+"""Notebooks: rich display of traces and tables, the dashboard inline, and a ``%%torchscope`` cell magic.
+
+- In IPython/Jupyter a ``Trace`` or ``TraceSet`` shows as our report summary in HTML and a
+  ``KeyAverages`` as a table (formatters registered by type name when ``torchscope`` is imported
+  inside IPython, or by ``%load_ext torchscope``: nothing is imported for it).
+- ``torchscope.show(x)`` embeds the whole dashboard under the cell: ``x`` is a ``Trace``, a
+  ``TraceSet``, a trace path, a profiler, or a payload/report dict. The page is the offline
+  ``report.html`` in a sandboxed ``<iframe srcdoc>`` (scripts run, nothing is fetched; no
+  network, no same-origin access to the notebook).
+- ``%load_ext torchscope`` adds ``%%torchscope``: the cell runs under ``torchscope.profile``
+  (``%%torchscope --memory --stack`` for those options) and its summary is shown below it; the
+  profiler is left in the notebook's namespace as ``_torchscope``.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from typing import Any
+
+FORMATTED_TYPES = (
+    ("torchscope.trace.model", "Trace"),
+    ("torchscope.trace.model", "TraceSet"),
+    ("torchscope.analysis.key_averages", "KeyAverages"),
+)
+
+
+def _payload(x: Any, *, with_timeline: bool = True) -> dict[str, Any]:
+    """The dashboard payload of whatever the user has in hand."""
+    from pathlib import Path
+
+    from torchscope.render.payload import build_payload
+    from torchscope.trace.model import Trace, TraceSet
+
+    if isinstance(x, dict):
+        return x
+    if isinstance(x, (str, Path)):
+        from torchscope.trace.loader import load
+
+        x = load(x)
+    if hasattr(x, "trace") and callable(x.trace) and not isinstance(x, (Trace, TraceSet)):  # a profiler
+        traces = x.traces()
+        x = traces[0] if len(traces) == 1 else TraceSet({f"cycle{i}": t for i, t in enumerate(traces)})
+    if not isinstance(x, (Trace, TraceSet)):
+        raise TypeError(
+            f"torchscope.show: cannot show a {type(x).__name__}; give a Trace, TraceSet, path or profiler"
+        )
+    return build_payload(x, with_timeline=with_timeline)
+
+
+def summary_html(x: Any) -> str:
+    """Our terminal summary of ``x`` as HTML (colours kept, no scripts)."""
+    from rich.console import Console
+
+    from torchscope.render.console import print_summary
+
+    console = Console(record=True, width=110, file=io.StringIO(), force_terminal=True)
+    print_summary(_payload(x, with_timeline=False), console)
+    body = console.export_html(inline_styles=True, code_format="<pre style='font-size:12px'>{code}</pre>")
+    return f"<div class='torchscope-summary'>{body}</div>"
+
+
+def key_averages_html(averages: Any) -> str:
+    """A ``KeyAverages`` as an HTML table (the columns of ``to_polars()``)."""
+    return str(averages.to_polars()._repr_html_())
+
+
+class InlineDashboard:
+    """The dashboard of one subject, displayed inline by Jupyter (``_repr_html_``)."""
+
+    def __init__(self, page: str, height: int) -> None:
+        self.page = page
+        self.height = height
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<iframe sandbox="allow-scripts" srcdoc="{html.escape(self.page, quote=True)}" '
+            f'style="width:100%;height:{self.height}px;border:1px solid #ddd"></iframe>'
+        )
+
+
+def show(x: Any, height: int = 720) -> InlineDashboard:
+    """Embed the dashboard of ``x`` in the notebook (offline, sandboxed)."""
+    from torchscope.render.html import render_html
+
+    dashboard = InlineDashboard(render_html(_payload(x)), height)
+    try:
+        from IPython.display import display
+    except ImportError:  # pragma: no cover - outside IPython the object is returned
+        return dashboard
+    display(dashboard)
+    return dashboard
+
+
+def register_formatters(shell: Any) -> None:
+    """Show our types as HTML in ``shell``; by type name, so nothing is imported for it."""
+    formatter = shell.display_formatter.formatters["text/html"]
+    for module, name in FORMATTED_TYPES:
+        func = key_averages_html if name == "KeyAverages" else summary_html
+        formatter.for_type_by_name(module, name, func)
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """``%load_ext torchscope``: the formatters and the ``%%torchscope`` cell magic."""
+    register_formatters(shell)
+
+    def torchscope_magic(line: str, cell: str) -> None:
+        from IPython.display import HTML, display
+
+        from torchscope.capture.profiler import profile
+
+        flags = set(line.split())
+        prof = profile(record_shapes=True, profile_memory="--memory" in flags, with_stack="--stack" in flags)
+        with prof:
+            shell.run_cell(cell)
+        shell.user_ns["_torchscope"] = prof
+        display(HTML(summary_html(prof)))
+
+    shell.register_magic_function(torchscope_magic, magic_kind="cell", magic_name="torchscope")
+
+
+def register_if_in_ipython() -> None:
+    """Register the formatters when ``torchscope`` is imported inside a running IPython."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return
+    shell = ipython.get_ipython()
+    if shell is not None and hasattr(shell, "display_formatter"):
+        register_formatters(shell)

@@ -1,0 +1,162 @@
+"""What keeps ``torchscope run`` bounded on a script that runs for hours: a default schedule
+over the optimizer steps it sees, and a cap on the memory one cycle's recording may take.
+
+Recording a whole run is what a user asks for least and pays for most: a small-op loop left
+running for 6 s wrote a 2.5 GB trace and building its report reached 24 GB of RSS. Kineto holds
+about 0.5 KB per event while recording and several KB per event while its results are turned
+into a trace, so the only bound that holds for any script is on what one cycle records.
+
+``DefaultSchedule``: the start of the run (setup and the first steps: compilation, warm-up,
+first allocations) is one cycle; then, after skipping steps, a few short steady-state cycles.
+A script with fewer steps than that is recorded whole, as before.
+
+``RecordingCap``: a watchdog thread compares the process's resident memory with what it was
+when the cycle began (or, for the first cycle, when the first optimizer step ended: building the
+model, its first activations and the optimizer's state are the script's memory, not the
+profiler's; before that step the allowance is ``SETUP_FACTOR`` times the cap); past the cap it
+asks the main thread (where the profiler lives: Kineto's
+session belongs to the thread that started it) to stop recording, through CPython's pending
+calls, which run between two bytecodes of the main thread, never inside an op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torchscope.capture.schedule import ProfilerAction
+from torchscope.process_memory import rss_mb
+
+# Kineto holds ~0.5 KB per event while recording and its stop costs several KB and ~60 us per
+# event (24 s and 1.8 GB for 400k events on a 2-core machine); five steps of ResNet-18 on CPU
+# with shapes add ~65 MB, and a 60 s small-op loop (no steps: 2 caps) writes ~175 MB of trace
+DEFAULT_CAP_MB = 96
+SETUP_FACTOR = 2  # the allowance before the first optimizer step, in caps
+DEFAULT_REPEAT = 3  # cycles of a --wait/--warmup/--active schedule without --repeat
+
+
+@dataclass(frozen=True)
+class DefaultSchedule:
+    """Steps ``0 .. head-1`` (with the setup before them), then ``cycles`` cycles of ``wait``
+    skipped steps, ``warmup`` and ``active`` recorded ones; nothing after."""
+
+    head: int = 5
+    wait: int = 14
+    warmup: int = 1
+    active: int = 3
+    cycles: int = 2
+
+    def __call__(self, step: int) -> ProfilerAction:
+        if step < self.head:
+            return ProfilerAction.RECORD_AND_SAVE if step == self.head - 1 else ProfilerAction.RECORD
+        period = self.wait + self.warmup + self.active
+        rel = step - self.head
+        if rel >= self.cycles * period:
+            return ProfilerAction.NONE
+        k = rel % period
+        if k < self.wait:
+            return ProfilerAction.NONE
+        if k < self.wait + self.warmup:
+            return ProfilerAction.WARMUP
+        return ProfilerAction.RECORD_AND_SAVE if k == period - 1 else ProfilerAction.RECORD
+
+    def recorded(self) -> list[tuple[int, int]]:
+        """The recorded step ranges (first, last), in order."""
+        period = self.wait + self.warmup + self.active
+        out = [(0, self.head - 1)]
+        for i in range(self.cycles):
+            first = self.head + i * period + self.wait + self.warmup
+            out.append((first, first + self.active - 1))
+        return out
+
+    def describe(self) -> str:
+        spans = ", ".join(f"{a}–{b}" for a, b in self.recorded())
+        return (
+            f"default schedule: recorded steps {spans} (the first with the setup before it); "
+            "choose others with --wait/--warmup/--active/--repeat, or record everything with --all"
+        )
+
+
+_PENDING_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class RecordingCap:
+    """Stops recording when a cycle's memory grows past ``cap_mb``; ``stop`` runs on the main thread.
+
+    ``recording()`` says whether a cycle is being recorded now (read from the watchdog thread);
+    ``stop`` is called once, on the main thread, with the growth in MB, unless ``busy()`` says
+    the main thread is inside our own profiler code, in which case the caller of ``busy`` runs
+    ``fire_if_due()`` when it leaves it.
+    """
+
+    def __init__(
+        self,
+        cap_mb: float,
+        recording: Callable[[], Any],
+        stop: Callable[[float], None],
+        *,
+        interval_s: float = 0.05,
+    ) -> None:
+        self.cap_mb = cap_mb
+        self._recording = recording
+        self._stop = stop
+        self._interval_s = interval_s
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.busy = False  # set by the runner around its own calls into the profiler
+        self._due: float | None = None  # growth in MB, once the cap is reached
+        self._rebase = False  # set on the main thread at the first optimizer step
+        self._stepped = False
+        self.fired = False
+        # the callback object must outlive the pending call
+        self._callback = _PENDING_CALL(self._on_main_thread)
+
+    def start(self) -> None:
+        if rss_mb() is None:  # no way to measure here: the cap cannot work, say nothing
+            return
+        self._thread = threading.Thread(target=self._watch, name="torchscope-cap", daemon=True)
+        self._thread.start()
+
+    def first_step(self) -> None:
+        """The first optimizer step ended: measure the cycle from here, at the plain cap."""
+        self._stepped = self._rebase = True
+
+    def stop_watching(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+
+    def _watch(self) -> None:
+        session: Any = None
+        base = 0.0
+        while not self._done.wait(self._interval_s):
+            current = self._recording()
+            if current is None:
+                session = None
+                continue
+            rss = rss_mb() or 0.0
+            if current is not session or self._rebase:  # a new cycle began: measure from here
+                session, base, self._rebase = current, rss, False
+                continue
+            if rss - base > self.cap_mb * (1 if self._stepped else SETUP_FACTOR):
+                self._due = rss - base
+                ctypes.pythonapi.Py_AddPendingCall(self._callback, None)
+                return
+
+    def _on_main_thread(self, _arg: Any) -> int:
+        # runs between two bytecodes of the main thread: must never raise into the script
+        try:
+            if not self.busy:
+                self.fire_if_due()
+        except Exception:  # noqa: BLE001, S110 - the script's code is below us
+            pass
+        return 0
+
+    def fire_if_due(self) -> None:
+        if self._due is None or self.fired:
+            return
+        self.fired = True
+        self._stop(self._due)

@@ -1,0 +1,24 @@
+"""A script that profiles itself with torch.profiler (a schedule and tensorboard_trace_handler),
+as a framework would; argv: log dir, exit code."""
+
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
+
+log_dir, code = sys.argv[1], int(sys.argv[2])
+model = torch.nn.Linear(16, 16)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with profile(
+    activities=[ProfilerActivity.CPU],
+    schedule=schedule(wait=1, warmup=1, active=2, repeat=1),
+    on_trace_ready=tensorboard_trace_handler(log_dir, worker_name="mine"),
+) as prof:
+    for _ in range(6):
+        with record_function("my_step"):
+            model(torch.randn(8, 16)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        prof.step()
+print(type(prof).__module__, "profiled", prof.key_averages().table(row_limit=3).count("\n") > 3)
+sys.exit(code)

@@ -1,0 +1,97 @@
+"""Hugging Face Trainer.train with our callback, on CPU with a tiny model built from a config
+(no download), and accelerate's accelerator.profile() under redirection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments  # noqa: E402
+
+from torchscope.integrations.huggingface import TorchscopeCallback  # noqa: E402
+
+
+def _dataset(n: int = 48) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 100, (n, 12), generator=g)
+    return [
+        {
+            "input_ids": ids[i],
+            "attention_mask": torch.ones(12, dtype=torch.long),
+            "labels": torch.tensor(i % 2),
+        }
+        for i in range(n)
+    ]
+
+
+def _tiny_bert() -> BertForSequenceClassification:
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        num_labels=2,
+    )
+    torch.manual_seed(0)
+    return BertForSequenceClassification(config)
+
+
+def test_trainer_train_with_the_callback_writes_traces_dashboard_and_logs(tmp_path: Path) -> None:
+    callback = TorchscopeCallback(wait=1, warmup=1, active=3, repeat=1)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=8,
+        per_device_train_batch_size=4,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=4,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=_tiny_bert(), args=args, train_dataset=_dataset())
+    trainer.add_callback(callback)
+    trainer.train()
+    traces = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))
+    assert len(traces) == 1
+    import torchscope
+
+    trace = torchscope.load(traces[0])
+    assert trace.steps.height == 3  # steps 2-4 of 8: wait 1, warm up 1, record 3
+    names = set(trace.events["name"].cast(str).to_list())
+    assert {"aten::addmm", "aten::embedding"} <= names
+    assert callback.report_path == tmp_path / "torchscope" / "report.html" and callback.report_path.is_file()
+    logged = [e for e in trainer.state.log_history if "torchscope/step_time_ms" in e]
+    assert len(logged) == 1 and logged[0]["torchscope/step_time_ms"] > 0 and logged[0]["step"] == 8
+    assert logged[0]["torchscope/events"] == trace.events.height
+    assert callback.summary is not None and "where the time goes (3 steps" in callback.summary
+
+
+def test_accelerate_profile_is_ours_after_install(tmp_path: Path) -> None:
+    pytest.importorskip("accelerate")
+    from accelerate import Accelerator
+    from accelerate.utils import ProfileKwargs
+
+    import torchscope
+    from torchscope.capture.profiler import profile
+
+    torchscope.install()
+    try:
+        accelerator = Accelerator(
+            cpu=True,
+            kwargs_handlers=[ProfileKwargs(activities=["cpu"], output_trace_dir=str(tmp_path / "acc"))],
+        )
+        model = accelerator.prepare(torch.nn.Linear(8, 8))
+        with accelerator.profile() as prof:
+            model(torch.randn(4, 8)).sum().backward()
+        assert isinstance(prof, profile)
+        assert prof.key_averages().table(row_limit=5).count("aten::") >= 1
+    finally:
+        torchscope.uninstall()
+    written = list((tmp_path / "acc").rglob("*.json"))
+    assert written and torchscope.load(written[0]).events.height > 0

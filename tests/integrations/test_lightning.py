@@ -1,0 +1,152 @@
+"""Lightning's Trainer with our profiler, on CPU with a tiny local model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lightning")
+
+import torch  # noqa: E402
+from lightning.pytorch import LightningModule, Trainer  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from torchscope.integrations.lightning import TorchscopeProfiler  # noqa: E402
+
+
+class TinyRegressor(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _loader() -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(
+        TensorDataset(torch.randn(64, 16, generator=g), torch.randn(64, 1, generator=g)), batch_size=8
+    )
+
+
+def _trainer(tmp_path: Path, profiler: object) -> Trainer:
+    return Trainer(
+        default_root_dir=str(tmp_path),
+        max_steps=8,
+        accelerator="cpu",
+        devices=1,
+        profiler=profiler,  # type: ignore[arg-type]
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+
+
+def test_trainer_fit_with_our_profiler_writes_rank_traces_and_prints_our_report(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    profiler = TorchscopeProfiler(wait=1, warmup=1, active=3, repeat=1)
+    with caplog.at_level("INFO"):
+        _trainer(tmp_path, profiler).fit(TinyRegressor(), _loader())
+    traces = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))
+    assert len(traces) == 1  # one cycle: wait 1, warm up 1, record 3 training steps
+    import torchscope
+
+    trace = torchscope.load(traces[0])
+    assert trace.steps.height == 3
+    names = set(trace.events["name"].cast(str).to_list())
+    assert {"aten::addmm", "aten::mse_loss"} <= names
+    assert profiler.report_path == tmp_path / "torchscope" / "report.html" and profiler.report_path.is_file()
+    text = caplog.text
+    assert "where the time goes (3 steps" in text and "top ops by self time" in text  # our summary
+    assert f"dashboard: {profiler.report_path}" in text
+
+
+def test_trainer_profiler_pytorch_is_ours_after_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Trainer(profiler="pytorch")`` unchanged: after torchscope.install() its torch.profiler is
+    ours, and its own trace file is written where Lightning writes it."""
+    import torchscope
+    from torchscope.capture.profiler import profile
+
+    made: list[profile] = []
+    original_init = profile.__init__
+
+    def spy(self: profile, *args: object, **kwargs: object) -> None:
+        made.append(self)
+        original_init(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(profile, "__init__", spy)
+    torchscope.install()
+    try:
+        _trainer(tmp_path, "pytorch").fit(TinyRegressor(), _loader())
+    finally:
+        torchscope.uninstall()
+    assert made and all(type(p).__module__.startswith("torchscope.") for p in made)
+    written = list(tmp_path.rglob("*.pt.trace.json")) + list(tmp_path.rglob("*_trace.json"))
+    assert written, "Lightning's PyTorchProfiler wrote no trace"
+    assert torchscope.load(written[0]).events.height > 0
+
+
+def test_trainer_profiler_pytorch_under_torchscope_run(tmp_path: Path) -> None:
+    """``torchscope run`` on a script with ``Trainer(profiler="pytorch")``: Lightning switches off
+    any running profiler with ``torch.autograd._disable_profiler()`` before starting its own,
+    which pulled Kineto's session from under ours (a segmentation fault, 139). Now the run steps
+    aside cleanly, Lightning's own files appear, and its cycles are in our report."""
+    import json
+    import subprocess
+    import sys
+
+    out, logs = tmp_path / "run", tmp_path / "logs"
+    script = Path(__file__).parent / "scripts" / "lightning_train.py"
+    done = subprocess.run(
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), str(script), str(logs), "pytorch", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0 fit done" in done.stdout
+    own = list(logs.glob("fit-*training_step*.pt.trace.json"))
+    assert own  # Lightning's files, where Lightning writes them
+    report = json.loads((out / "report.json").read_text())
+    copies = [r for r in report["runs"] if r["name"].startswith("script_profiler1.cycle")]
+    assert copies and all(r["summary"]["events"] > 0 for r in copies)
+    assert any("stepped aside" in n for n in report["run"]["notes"])
+
+
+def test_ddp_on_cpu_writes_a_trace_per_rank_and_rank_zero_reports_the_job(tmp_path: Path) -> None:
+    """Two DDP processes (gloo on CPU): one trace per rank under the log dir, read as a job."""
+    import os
+    import subprocess
+    import sys
+
+    import torchscope
+
+    script = Path(__file__).parent / "scripts" / "lightning_train.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "torchscope", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0 fit done" in done.stdout and "rank 1 fit done" in done.stdout
+    out = tmp_path / "torchscope"
+    for rank in (0, 1):
+        assert len(list(out.glob(f"rank{rank}.*.pt.trace.json"))) == 1
+    job = torchscope.load(out)
+    assert list(job) == ["rank0", "rank1"] and all(t.steps.height == 3 for t in job.values())
+    assert (out / "report.html").is_file()
+    assert "where the time goes (3 steps" in done.stdout + done.stderr

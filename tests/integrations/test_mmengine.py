@@ -1,0 +1,88 @@
+"""An mmengine Runner built from a config dict that names our hook, on CPU with a tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mmengine")
+
+import torch  # noqa: E402
+from mmengine.model import BaseModel  # noqa: E402
+from mmengine.registry import DATASETS, MODELS  # noqa: E402
+from mmengine.runner import Runner  # noqa: E402
+
+
+@MODELS.register_module(force=True)
+class TorchscopeTinyModel(BaseModel):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, mode: str = "tensor") -> object:
+        out = self.net(x)
+        return {"loss": torch.nn.functional.mse_loss(out, y)} if mode == "loss" else out
+
+
+@DATASETS.register_module(force=True)
+class TorchscopeTinyDataset(torch.utils.data.Dataset):  # type: ignore[misc]
+    def __init__(self, n: int = 64) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(n, 8, generator=g), torch.randn(n, 1, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"x": self.x[i], "y": self.y[i]}
+
+
+def test_runner_from_a_config_file_that_names_our_hook(tmp_path: Path) -> None:
+    """The user's path: a config file imports the hook by module name and lists it in custom_hooks."""
+    from mmengine.config import Config
+
+    trace_path = tmp_path / "mm_trace.json"
+    config = tmp_path / "tiny_config.py"
+    config.write_text(
+        f"""
+model = dict(type="TorchscopeTinyModel")
+work_dir = {str(tmp_path / "work")!r}
+train_dataloader = dict(
+    dataset=dict(type="TorchscopeTinyDataset"),
+    sampler=dict(type="DefaultSampler", shuffle=False),
+    batch_size=4,
+    collate_fn=dict(type="default_collate"),
+)
+train_cfg = dict(by_epoch=False, max_iters=8)
+optim_wrapper = dict(optimizer=dict(type="SGD", lr=0.01))
+default_hooks = dict(checkpoint=None)
+custom_imports = dict(imports=["torchscope.integrations.mmengine"], allow_failed_imports=False)
+custom_hooks = [
+    dict(
+        type="TorchscopeProfilerHook",
+        by_epoch=False,
+        profile_times=6,
+        schedule=dict(wait=1, warmup=1, active=3, repeat=1),
+        json_trace_path={str(trace_path)!r},
+    )
+]
+"""
+    )
+    cfg = Config.fromfile(str(config))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    hook = next(h for h in runner.hooks if type(h).__name__ == "TorchscopeProfilerHook")
+    from torchscope.capture.profiler import profile
+
+    assert isinstance(hook.profiler, profile)  # mmengine's torch.profiler.profile(...) was ours
+    json.loads(trace_path.read_text())  # the file mmengine's hook writes, where it writes it
+    import torchscope
+
+    trace = torchscope.load(trace_path)
+    assert trace.steps.height == 3
+    assert {"aten::addmm", "aten::mse_loss"} <= set(trace.events["name"].cast(str).to_list())
+    assert hook.report_path is not None and hook.report_path.is_file()
+    assert hook.report_path.parent == Path(runner.log_dir) / "torchscope"
+    assert hook.summary is not None and "where the time goes (3 steps" in hook.summary

@@ -1,0 +1,50 @@
+"""A notebook executed headless (nbclient + ipykernel): rich display, torchscope.show, %%torchscope."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+
+def _outputs(cell: dict) -> str:
+    text = []
+    for out in cell.get("outputs", []):
+        data = out.get("data") or {}
+        text.append(
+            str(data.get("text/html", "")) + str(data.get("text/plain", "")) + str(out.get("text", ""))
+        )
+    return "\n".join(text)
+
+
+def test_notebook_renders_reports_inline(tmp_path: Path, traces_dir: Path) -> None:
+    from nbclient import NotebookClient
+
+    real = sorted((traces_dir / "cuda").glob("*.json*"))[0]
+    cells = [
+        "import torch, torchscope",
+        f"trace = torchscope.load({str(real)!r})\ntrace",
+        "%load_ext torchscope",
+        "%%torchscope\nx = torch.randn(64, 64)\nfor _ in range(3):\n    y = (x @ x).relu()",
+        "_torchscope.key_averages()",
+        "torchscope.show(trace, height=400);",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    out = [_outputs(c) for c in nb.cells]
+    assert (
+        "torchscope-summary" in out[1] and "top ops by self time" in out[1]
+    )  # the Trace displays as our summary
+    assert "events over" in out[1]
+    assert (
+        "torchscope-summary" in out[3] and "aten::mm" in out[3] and "aten::relu" in out[3]
+    )  # the magic's report
+    assert "<table" in out[4] and "aten::mm" in out[4]  # KeyAverages as an HTML table
+    assert '<iframe sandbox="allow-scripts" srcdoc="' in out[5]  # the dashboard inline, offline, sandboxed
+    assert "http://" not in out[5].split("srcdoc=")[0]
