@@ -18,6 +18,9 @@ from __future__ import annotations
 import ast
 import gzip
 import mmap
+import os
+import re
+import stat
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -42,7 +45,15 @@ from torchscope.trace.columns import (
 )
 from torchscope.trace.derive import derive
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
-from torchscope.trace.json_repair import cut_after_last_event, describe, escape_raw_strings
+from torchscope.trace.json_repair import (
+    cut_after_last_event,
+    describe,
+    escape_raw_strings,
+    flatten_deep_values,
+    repair_values,
+    replace_invalid_utf8,
+    replace_lone_surrogates,
+)
 from torchscope.trace.model import Trace, TraceMeta
 from torchscope.trace.schema import (
     EVENTS_SCHEMA,
@@ -69,6 +80,10 @@ _EVENT_DECODER = msgspec.json.Decoder(Event, strict=False)
 _RAW_ARGS_DECODER = msgspec.json.Decoder(list[RawArgsEvent], strict=False)
 _RAW_ARGS_DOC_DECODER = msgspec.json.Decoder(RawArgsDocument, strict=False)
 _ANY_DECODER = msgspec.json.Decoder()
+
+# What a decoder raises on text it refuses: msgspec's DecodeError, UnicodeDecodeError for bytes
+# that are not UTF-8, RecursionError for nesting deeper than Python's stack.
+_REFUSALS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 
 class Timings:
@@ -109,28 +124,54 @@ Text: TypeAlias = bytes | mmap.mmap
 def read_bytes(path: str | Path, warnings: list[str] | None = None) -> bytes:
     """The JSON text of ``path``, inflated when it is gzip (by magic number, not by name).
 
-    A gzip stream cut short (a copy interrupted, a writer killed) is an error, unless
-    ``warnings`` is given: then what inflates is returned and a warning says the rest is lost.
+    Only a regular file is read: a FIFO or a device is refused at once (opened without
+    blocking, checked on the descriptor), never waited on. A gzip stream cut short (a copy
+    interrupted, a writer killed) or followed by bytes that are not gzip is an error, unless
+    ``warnings`` is given: then what inflates is returned and a warning says what was lost.
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except IsADirectoryError:
-        raise TraceError(str(p), "is a directory; use torchscope.load() for log directories") from None
-    except OSError as exc:
-        raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
+    raw = _read_regular(p)
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = _gunzip(raw)
         except (OSError, EOFError, zlib.error) as exc:
-            head = _inflate_truncated(raw) if warnings is not None else None
-            if head is None or warnings is None:
+            salvaged = _inflate_salvage(raw) if warnings is not None else None
+            if salvaged is None or warnings is None:
                 raise TraceError(str(p), f"corrupt or truncated gzip ({exc})") from None
-            warnings.append(f"the gzip stream is truncated: read the {len(head):,} bytes it inflates to")
-            raw = head
+            raw, problem = salvaged
+            warnings.append(problem)
     # a UTF-8 byte order mark, as Windows editors and PowerShell's Out-File write: not JSON
     # text, but nothing is lost by reading past it (a copy, on this rare path only)
     return raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw
+
+
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_regular(p: Path) -> bytes:
+    """The bytes of the regular file ``p``; a one-line TraceError for anything else."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise TraceError(str(p), "is a directory; use torchscope.load() for log directories") from None
+    except OSError as exc:
+        raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
+    with open(fd, "rb", closefd=True) as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise TraceError(str(p), "is a directory; use torchscope.load() for log directories")
+        if not stat.S_ISREG(mode):
+            what = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+            raise TraceError(str(p), f"is {what}, not a trace file")
+        try:
+            return f.read()
+        except OSError as exc:
+            raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
 
 
 def _gunzip(raw: bytes) -> bytes:
@@ -148,14 +189,34 @@ def _gunzip(raw: bytes) -> bytes:
     return text
 
 
-def _inflate_truncated(raw: bytes) -> bytes | None:
-    """What a gzip stream that ends early inflates to; None when it is corrupt instead."""
-    stream = zlib.decompressobj(wbits=31)
-    try:
-        text = stream.decompress(raw)
-    except zlib.error:
-        return None
-    return text if text and not stream.eof else None
+def _inflate_salvage(raw: bytes) -> tuple[bytes, str] | None:
+    """What a damaged gzip file inflates to, and a warning saying what was lost: a stream that
+    ends early, or gzip members followed by bytes that are not gzip (a file appended to, a
+    copy padded). None when not even the first member inflates."""
+    parts: list[bytes] = []
+    rest = raw
+    while True:
+        stream = zlib.decompressobj(wbits=31)
+        try:
+            parts.append(stream.decompress(rest))
+        except zlib.error:
+            if not parts:
+                return None
+            problem = f"the gzip stream is followed by {len(rest):,} bytes that do not inflate"
+            break
+        if not stream.eof:
+            if not any(parts):
+                return None
+            problem = "the gzip stream is truncated"
+            break
+        rest = stream.unused_data
+        if not rest.strip(b"\x00"):  # padding with zeros (as tar and some copiers write)
+            return b"".join(parts), f"the gzip stream is followed by {len(rest):,} zero bytes of padding"
+        if rest[:2] != b"\x1f\x8b":
+            problem = f"the gzip stream is followed by {len(rest):,} bytes that are not gzip"
+            break
+    text = b"".join(parts)
+    return text, f"{problem}: read the {len(text):,} bytes it inflates to"
 
 
 def read_chrome(path: str | Path, on_phase: Callable[[str], None] | None = None) -> Trace:
@@ -243,7 +304,7 @@ def _decode_chunks(
             head_doc = _DOC_DECODER.decode(data[: layout[0] + 1] + b"]}")
             if head_doc.traceEvents != []:
                 layout = None
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, *_REFUSALS):
             layout = None  # "traceEvents" was found inside another value: read it whole
     if layout is None:
         whole_top, events = _decode(data, source, warnings)
@@ -266,7 +327,7 @@ def _decode_chunks(
             rest = _top_fields(doc)
     except msgspec.ValidationError:
         rest, events = _lenient(tail, source, warnings)
-    except msgspec.DecodeError as exc:
+    except _REFUSALS as exc:
         rest, events = _decode(_repaired(tail, source, warnings, exc), source, warnings)
     del tail
     if head_doc is not None:
@@ -282,19 +343,40 @@ def _decode_piece(data: Text, lo: int, hi: int, source: str, warnings: list[str]
         return _EVENTS_DECODER.decode(piece)
     except msgspec.ValidationError:
         return _lenient(piece, source, warnings)[1]
-    except msgspec.DecodeError as exc:
+    except _REFUSALS as exc:
         return _decode(_repaired(piece, source, warnings, exc), source, warnings)[1]
 
 
-def _repaired(data: bytes, source: str, warnings: list[str], exc: msgspec.DecodeError) -> bytes:
-    """``data`` repaired (``json_repair``): string values Kineto wrote unescaped re-encoded, or
-    a truncated document cut after its last complete event, with a warning that says so; the
-    one-line error for ``exc`` when neither applies."""
+def _repaired(data: bytes, source: str, warnings: list[str], exc: Exception) -> bytes:
+    """``data`` repaired (``json_repair``) for the refusal ``exc``, with a warning that says
+    what was changed; the one-line error for ``exc`` when no repair applies.
+
+    One repair per call, chosen by the refusal: the caller decodes the result again and comes
+    back if something else is wrong, so every repair is applied only when needed (a valid file
+    never pays for one) and each class of repair, finding nothing more, ends the loop.
+    """
+    message = str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        fixed, note = replace_invalid_utf8(data)
+        if note is not None:
+            warnings.append(note)
+            return fixed
+    if isinstance(exc, RecursionError):
+        fixed, note = flatten_deep_values(data)
+        if note is not None:
+            warnings.append(note)
+            return fixed
+        raise TraceError(source, "JSON nested too deeply to be a trace") from None
+    if "surrogate" in message:
+        fixed, note = replace_lone_surrogates(data)
+        if note is not None:
+            warnings.append(note)
+            return fixed
     fixed, values = escape_raw_strings(data)
     if values:
         warnings.append(describe(values))
         return fixed
-    if "truncated" in str(exc):
+    if "truncated" in message:
         cut = cut_after_last_event(data)
         if cut is not None:
             warnings.append(
@@ -302,7 +384,16 @@ def _repaired(data: bytes, source: str, warnings: list[str], exc: msgspec.Decode
                 f" of {len(data):,} bytes"
             )
             return cut[0]
-    raise TraceError(source, f"not valid JSON ({exc})") from None
+    elif not isinstance(exc, UnicodeDecodeError):
+        fixed, notes = repair_values(data)
+        if notes:
+            warnings.extend(notes)
+            return fixed
+    raise TraceError(source, f"not valid JSON ({_first_line(message)})") from None
+
+
+def _first_line(message: str) -> str:
+    return message.splitlines()[0] if message else "refused by the decoder"
 
 
 def _as_bytes(data: Text) -> bytes:
@@ -392,7 +483,7 @@ def _cut_points(data: Text, lo: int, hi: int) -> list[tuple[int, int]]:
     JSON string, and nested objects inside ``args`` sit deeper. Each cut is (index of the
     closing ``}``, index of the next ``{``).
     """
-    first = data.find(b"{", lo, hi)
+    first = data.find(b"{", lo, min(hi, lo + 256))  # indentation is a few bytes, not padding
     indent = data[lo:first] if first > 0 else b""
     if b"\n" not in indent or indent.strip():
         return []
@@ -415,11 +506,15 @@ def _pieces(lo: int, cuts: list[tuple[int, int]], hi: int) -> list[tuple[int, in
     return list(zip(starts, ends, strict=True))
 
 
+_NOT_SPACE = re.compile(rb"[^ \t\r\n]")
+
+
 def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, Any], list[Event]]:
     """Top-level keys and the typed events, in one typed pass (a lenient one if that fails)."""
-    head = data[:64].lstrip()
-    if not head:
-        raise TraceError(source, "file is empty")
+    first = _NOT_SPACE.search(data)  # (no copy of the text, however much padding leads it)
+    if first is None:
+        raise TraceError(source, "file is empty" if not data else "file holds only white space")
+    head = data[first.start() : first.start() + 64]
     if head[:1] not in (b"{", b"["):
         raise TraceError(source, "not JSON (does not start with '{' or '[')")
     try:
@@ -428,7 +523,7 @@ def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, An
         doc = _DOC_DECODER.decode(data)
     except msgspec.ValidationError:
         return _lenient(data, source, warnings)
-    except msgspec.DecodeError as exc:
+    except _REFUSALS as exc:
         return _decode(_repaired(data, source, warnings, exc), source, warnings)
     if doc.traceEvents is None:
         raise TraceError(source, "not a trace: no 'traceEvents' key")
@@ -439,7 +534,7 @@ def _lenient(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, A
     """Slow path for files the typed decoder rejects: repair event by event."""
     try:
         doc = _ANY_DECODER.decode(data)
-    except msgspec.DecodeError as exc:
+    except _REFUSALS as exc:
         return _lenient(_repaired(data, source, warnings, exc), source, warnings)
     top: dict[str, Any] = {}
     if isinstance(doc, dict):
@@ -606,8 +701,8 @@ def _attach_raw_args(ev: pl.DataFrame, events_raw: bytes, n_spans: int) -> pl.Da
             raw = _RAW_ARGS_DECODER.decode(events_raw)
         else:
             raw = _RAW_ARGS_DOC_DECODER.decode(events_raw).traceEvents or []
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return ev
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+        return ev  # text the reader repaired: these verbatim args are not kept
     kept = [r for r in raw if r.ph == "X" or r.ph == "i" or r.ph == "I"]
     if len(kept) != n_spans:  # pragma: no cover - lenient path dropped entries
         return ev
