@@ -84,14 +84,20 @@ def cut_after_last_event(text: bytes, tries: int = 5) -> tuple[bytes, int] | Non
     last complete event and closed again, and how many bytes of ``text`` it keeps; None when
     no cut makes it a document.
 
-    Events are separated by ``},`` and white space before the next ``{``; the same can occur
-    inside an event's ``args``, so up to ``tries`` such places, from the end, are tried until
-    one decodes.
+    Events are separated by ``},`` and white space before the next entry (an event, or
+    anything else a damaged list holds); the same can occur inside an event's ``args``, so up
+    to ``tries`` such places, from the end, are tried until one decodes. A text that lacks only
+    its closing brackets is closed as it is.
     """
     bare = text[:64].lstrip().startswith(b"[")
     if not bare and b'"traceEvents"' not in text[: 1 << 20]:
         return None
     close = b"]" if bare else b"]}"
+    # cut after the last event's "}" or the list's "]": only the closing brackets are missing
+    stripped = text.rstrip()
+    for tail in (close, close[1:]) if stripped[-1:] in (b"}", b"]") else ():
+        if tail and _is_document(stripped + tail):
+            return stripped + tail, len(stripped)
     end = len(text)
     for _ in range(tries):
         k = text.rfind(b"},", 0, end)
@@ -99,15 +105,24 @@ def cut_after_last_event(text: bytes, tries: int = 5) -> tuple[bytes, int] | Non
             return None
         after = text[k + 2 : k + 64].lstrip()
         end = k
-        if not after.startswith(b"{") and after:
-            continue
+        if after.startswith(b'"'):
+            continue  # "}, "key": ...": inside an event's args, not between list entries
         candidate = text[: k + 1] + close
-        try:
-            json.loads(candidate)
-        except ValueError:
-            continue
-        return candidate, k + 1
+        if _is_document(candidate):
+            return candidate, k + 1
     return None
+
+
+def _is_document(candidate: bytes) -> bool:
+    """Whether ``candidate`` is one JSON document, up to what the reader repairs anyway (bytes
+    that are not UTF-8, raw control characters in strings, nesting beyond Python's stack)."""
+    try:
+        json.loads(candidate.decode("utf-8", "replace"), strict=False)
+    except ValueError:
+        return False
+    except RecursionError:
+        return True  # complete as far as we can tell; too deep values are kept as text later
+    return True
 
 
 # -- bytes and values that are not JSON, though a writer meant them as values -----------------

@@ -379,10 +379,13 @@ def _repaired(data: bytes, source: str, warnings: list[str], exc: Exception) -> 
     if "truncated" in message:
         cut = cut_after_last_event(data)
         if cut is not None:
-            warnings.append(
-                f"the file ends mid-event (truncated?): read the events in its first {cut[1]:,}"
-                f" of {len(data):,} bytes"
-            )
+            if cut[1] >= len(data.rstrip()):
+                warnings.append("the file ends before its closing brackets (truncated?): read all its events")
+            else:
+                warnings.append(
+                    f"the file ends mid-event (truncated?): read the events in its first {cut[1]:,}"
+                    f" of {len(data):,} bytes"
+                )
             return cut[0]
     elif not isinstance(exc, UnicodeDecodeError):
         fixed, notes = repair_values(data)
