@@ -224,3 +224,28 @@ def test_padding_is_read_without_copies(tmp_path: Path) -> None:
     only.write_bytes(b" \n" * 1000)
     with pytest.raises(TraceError, match="file holds only white space"):
         read_chrome(only)
+
+
+def test_a_repaired_file_keeps_the_verbatim_args_of_vendor_events() -> None:
+    from torchscope.trace import read_chrome_document
+
+    events = [
+        {
+            "ph": "X",
+            "cat": "my_vendor",
+            "name": f"v{i}",
+            "pid": 1,
+            "tid": 1,
+            "ts": i,
+            "dur": 1,
+            "args": {"q": i},
+        }
+        for i in range(3)
+    ]
+    text = json.dumps({"traceEvents": events}).encode().replace(b'"v1"', b'"v\xff1"')
+    trace = read_chrome_document(text, "vendor")
+    assert trace.events.select("name", "args").rows() == [
+        ("v0", '{"q": 0}'),
+        ("v\ufffd1", '{"q": 1}'),
+        ("v2", '{"q": 2}'),
+    ]

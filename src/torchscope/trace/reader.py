@@ -697,15 +697,30 @@ def _check_clocks(ev: pl.DataFrame, warnings: list[str]) -> None:
         )
 
 
+def _raw_args_events(text: bytes) -> list[RawArgsEvent] | None:
+    """The events of ``text`` with their verbatim ``args``; a text the reader had to repair is
+    repaired the same way again (a few passes at most), so that its events keep their args."""
+    bare = _NOT_SPACE.search(text[:4096])
+    for _ in range(8):
+        try:
+            if bare is not None and bare.group(0) == b"[":
+                return _RAW_ARGS_DECODER.decode(text)
+            return _RAW_ARGS_DOC_DECODER.decode(text).traceEvents or []
+        except msgspec.ValidationError:
+            return None
+        except _REFUSALS as exc:
+            try:
+                text = _repaired(text, "", [], exc)
+            except TraceError:
+                return None
+    return None
+
+
 def _attach_raw_args(ev: pl.DataFrame, events_raw: bytes, n_spans: int) -> pl.DataFrame:
     """Keep the verbatim ``args`` of events whose category we do not model."""
-    try:
-        if events_raw.lstrip()[:1] == b"[":
-            raw = _RAW_ARGS_DECODER.decode(events_raw)
-        else:
-            raw = _RAW_ARGS_DOC_DECODER.decode(events_raw).traceEvents or []
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
-        return ev  # text the reader repaired: these verbatim args are not kept
+    raw = _raw_args_events(events_raw)
+    if raw is None:
+        return ev
     kept = [r for r in raw if r.ph == "X" or r.ph == "i" or r.ph == "I"]
     if len(kept) != n_spans:  # pragma: no cover - lenient path dropped entries
         return ev
