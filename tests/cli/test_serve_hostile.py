@@ -110,6 +110,17 @@ def test_only_our_own_host_is_answered(served: Served) -> None:
     assert served.get("/api/runs", headers={"Origin": f"http://127.0.0.1:{port}"})[0] == 200
 
 
+def test_bound_by_name_the_printed_address_is_answered(logdir: Path) -> None:
+    s = Served(logdir, host="localhost")
+    try:
+        bound = str(s.server.server_address[0])  # what the printed URL names
+        assert s.get("/api/runs", f"{bound}:{s.port}")[0] == 200
+        assert s.get("/api/runs", f"localhost:{s.port}")[0] == 200
+        assert s.get("/api/runs", f"evil.example:{s.port}")[0] == 421
+    finally:
+        s.close()
+
+
 def test_host_check_when_bound_to_every_address(logdir: Path) -> None:
     s = Served(logdir, host="0.0.0.0")
     try:

@@ -441,7 +441,9 @@ def make_server(
         raise TraceError(str(logdir), "not a directory")
     holder: list[Callable[[str], bool]] = []
     server = PooledHTTPServer((host, port), make_handler(LogDir(root), poll_ms, lambda h: holder[0](h)))
-    holder.append(allowed_hosts(host, int(server.server_address[1]), allow_hosts))
+    bound, port = str(server.server_address[0]), int(server.server_address[1])
+    # the address a name such as "localhost" bound to is the one the printed URL names
+    holder.append(allowed_hosts(host, port, (*allow_hosts, bound)))
     return server
 
 
