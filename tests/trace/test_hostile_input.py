@@ -249,3 +249,29 @@ def test_a_repaired_file_keeps_the_verbatim_args_of_vendor_events() -> None:
         ("v\ufffd1", '{"q": 1}'),
         ("v2", '{"q": 2}'),
     ]
+
+
+@pytest.mark.parametrize(
+    ("damaged", "read_as", "warning"),
+    [
+        (b"NVIDIA \xffA100", "NVIDIA \ufffdA100", "replaced 1 invalid UTF-8 byte sequence"),
+        (b"NVIDIA \\ud800A100", "NVIDIA \ufffdA100", "replaced 1 unpaired UTF-16 surrogate escape"),
+    ],
+)
+def test_a_damaged_top_level_value_in_a_large_file(
+    original: tuple[bytes, pl.DataFrame],
+    monkeypatch: pytest.MonkeyPatch,
+    damaged: bytes,
+    read_as: str,
+    warning: str,
+) -> None:
+    """The large-file path reads top-level keys from the spans the scanner found: a bad byte in
+    ``deviceProperties`` is repaired there too (it was a bare UnicodeDecodeError)."""
+    from torchscope.trace import reader
+
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 64 * 1024)
+    text, expected = original
+    trace = reader.read_chrome_document(text.replace(b"NVIDIA A100-PG509-200", damaged, 1), "large")
+    assert trace.events.equals(expected)
+    assert trace.meta.device_properties[0]["name"] == read_as
+    assert any(warning in w for w in trace.meta.warnings)

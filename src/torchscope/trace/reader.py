@@ -422,13 +422,13 @@ def _scanned_batches(
         if whole is None:
             return None  # msgspec reads it, with its repairs, or says what is wrong
         (_, _, keys), columns = whole
-        _top_values(data, keys, top)
+        _top_values(data, keys, top, source, warnings)
         return iter([raw.from_scan(columns)])
     doc = _scan.scan_document(data)
     if doc is None or doc[0] < 0:
         return None  # not a trace, or JSON the scanner does not take: msgspec says what is wrong
     lo, hi, keys = doc
-    _top_values(data, keys, top)
+    _top_values(data, keys, top, source, warnings)
     pieces = _pieces(lo, _cut_points(data, lo, hi), hi)
 
     def batches() -> Iterator[pl.DataFrame]:
@@ -446,13 +446,28 @@ def _scanned_batches(
 _TOP_KEYS = tuple(k for k in Document.__struct_fields__ if k != "traceEvents")
 
 
-def _top_values(data: Text, keys: dict[str, tuple[int, int]], top: dict[str, Any]) -> None:
-    """The kept top-level keys, decoded from the spans the scanner found in ``data``."""
+def _top_values(
+    data: Text, keys: dict[str, tuple[int, int]], top: dict[str, Any], source: str, warnings: list[str]
+) -> None:
+    """The kept top-level keys, decoded from the spans the scanner found in ``data`` (the
+    scanner checks their syntax, not the UTF-8 of strings it skips: those are repaired)."""
     for key in _TOP_KEYS:
         if key in keys:
             start, end = keys[key]
-            if (value := _ANY_DECODER.decode(data[start:end])) is not None:
+            if (value := _decode_repaired(data[start:end], source, warnings)) is not None:
                 top[key] = value
+
+
+def _decode_repaired(
+    text: bytes, source: str, warnings: list[str], decoder: msgspec.json.Decoder[Any] = _ANY_DECODER
+) -> Any:
+    """``text`` decoded, repaired as the reader repairs documents (a few passes at most)."""
+    for _ in range(8):
+        try:
+            return decoder.decode(text)
+        except _REFUSALS as exc:
+            text = _repaired(text, source, warnings, exc)
+    raise TraceError(source, "not valid JSON (beyond repair)")
 
 
 def _top_fields(doc: Document) -> dict[str, Any]:
@@ -699,21 +714,14 @@ def _check_clocks(ev: pl.DataFrame, warnings: list[str]) -> None:
 
 def _raw_args_events(text: bytes) -> list[RawArgsEvent] | None:
     """The events of ``text`` with their verbatim ``args``; a text the reader had to repair is
-    repaired the same way again (a few passes at most), so that its events keep their args."""
-    bare = _NOT_SPACE.search(text[:4096])
-    for _ in range(8):
-        try:
-            if bare is not None and bare.group(0) == b"[":
-                return _RAW_ARGS_DECODER.decode(text)
-            return _RAW_ARGS_DOC_DECODER.decode(text).traceEvents or []
-        except msgspec.ValidationError:
-            return None
-        except _REFUSALS as exc:
-            try:
-                text = _repaired(text, "", [], exc)
-            except TraceError:
-                return None
-    return None
+    repaired the same way again, so that its events keep their args."""
+    first = _NOT_SPACE.search(text[:4096])
+    bare = first is not None and first.group(0) == b"["
+    try:
+        got = _decode_repaired(text, "", [], _RAW_ARGS_DECODER if bare else _RAW_ARGS_DOC_DECODER)
+    except (msgspec.ValidationError, TraceError):
+        return None
+    return got if bare else (got.traceEvents or [])  # type: ignore[no-any-return]
 
 
 def _attach_raw_args(ev: pl.DataFrame, events_raw: bytes, n_spans: int) -> pl.DataFrame:
