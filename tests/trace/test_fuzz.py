@@ -299,21 +299,28 @@ def _kept(trace: Trace, kept: list[tuple[str, int, int, int]]) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(hostile_documents(), st.sampled_from(["plain", "gzip", "gzip+garbage"]))
+@given(hostile_documents(), st.sampled_from(["plain", "gzip", "gzip+garbage"]), st.booleans())
 def test_hostile_documents_keep_every_well_formed_event(
-    document: tuple[bytes, list[tuple[str, int, int, int]]], packing: str
+    document: tuple[bytes, list[tuple[str, int, int, int]]], packing: str, pieces: bool
 ) -> None:
     """Bad bytes, bad numbers, wrong types and absurd nesting in some events: every well-formed
-    event is still read, and the only exception is TraceError (a document of damage only)."""
+    event is still read, and the only exception is TraceError (a document of damage only).
+    ``pieces``: read as a large file is, the event list cut into pieces of a few events."""
+    from torchscope.trace import reader
+
     data, kept = document
     if packing != "plain":
         data = gzip.compress(data, mtime=0) + (b"\x00garbage" if packing == "gzip+garbage" else b"")
+    chunk = reader.CHUNK_BYTES
+    reader.CHUNK_BYTES = 256 if pieces else chunk
     try:
         trace = _read_file(data, ".json.gz" if packing != "plain" else ".json")
     except TraceError as exc:
         assert "\n" not in str(exc)
         assert not kept, f"{len(kept)} well-formed events lost: {exc}"
         return
+    finally:
+        reader.CHUNK_BYTES = chunk
     _check(trace)
     _kept(trace, kept)
 

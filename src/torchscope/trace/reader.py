@@ -367,7 +367,8 @@ def _repaired(data: bytes, source: str, warnings: list[str], exc: Exception) -> 
             warnings.append(note)
             return fixed
         raise TraceError(source, "JSON nested too deeply to be a trace") from None
-    if "surrogate" in message:
+    if "surrogate" in message or "truncated" in message:
+        # msgspec calls a lone surrogate escape near the end of the text "truncated"
         fixed, note = replace_lone_surrogates(data)
         if note is not None:
             warnings.append(note)
@@ -387,7 +388,7 @@ def _repaired(data: bytes, source: str, warnings: list[str], exc: Exception) -> 
                     f" of {len(data):,} bytes"
                 )
             return cut[0]
-    elif not isinstance(exc, UnicodeDecodeError):
+    if not isinstance(exc, UnicodeDecodeError):
         fixed, notes = repair_values(data)
         if notes:
             warnings.extend(notes)
