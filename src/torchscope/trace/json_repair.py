@@ -79,7 +79,10 @@ def describe(repaired: list[str]) -> str:
     )
 
 
-def cut_after_last_event(text: bytes, tries: int = 5) -> tuple[bytes, int] | None:
+_KEY_AHEAD = re.compile(rb'\s*"[^"\\\n]{0,200}"\s*:')
+
+
+def cut_after_last_event(text: bytes, tries: int = 8) -> tuple[bytes, int] | None:
     """A truncated trace (a process killed while writing it, a copy cut short) cut after its
     last complete event and closed again, and how many bytes of ``text`` it keeps; None when
     no cut makes it a document.
@@ -103,10 +106,9 @@ def cut_after_last_event(text: bytes, tries: int = 5) -> tuple[bytes, int] | Non
         k = text.rfind(b"},", 0, end)
         if k < 0:
             return None
-        after = text[k + 2 : k + 64].lstrip()
         end = k
-        if after.startswith(b'"'):
-            continue  # "}, "key": ...": inside an event's args, not between list entries
+        if _KEY_AHEAD.match(text, k + 2):
+            continue  # '}, "key": ...': inside an event's args, not between list entries
         candidate = text[: k + 1] + close
         if _is_document(candidate):
             return candidate, k + 1

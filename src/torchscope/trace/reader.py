@@ -679,7 +679,7 @@ def _build(box: list[Text], top: dict[str, Any], warnings: list[str], timings: T
     threads = threads_frame(pl.concat(meta_parts).unique(["what", "pid", "tid"], keep="last"), ev, ids)
     del chunks
     if kept_text is not None and ev.height and (ev["kind"] == "other").any():
-        ev = _attach_raw_args(ev, _as_bytes(kept_text), n_spans)
+        ev = _attach_raw_args(ev, _as_bytes(kept_text), n_spans, warnings)
     del kept_text  # the JSON text is not needed any more: free it before linking
     return_free_memory()
     timings.mark("columns")
@@ -725,8 +725,10 @@ def _raw_args_events(text: bytes) -> list[RawArgsEvent] | None:
     return got if bare else (got.traceEvents or [])  # type: ignore[no-any-return]
 
 
-def _attach_raw_args(ev: pl.DataFrame, events_raw: bytes, n_spans: int) -> pl.DataFrame:
-    """Keep the verbatim ``args`` of events whose category we do not model."""
+def _attach_raw_args(ev: pl.DataFrame, events_raw: bytes, n_spans: int, warnings: list[str]) -> pl.DataFrame:
+    """Keep the verbatim ``args`` of events whose category we do not model (the decoders skip
+    the keys they do not model without reading them: bytes there that are not UTF-8 surface
+    here, and are replaced by U+FFFD with a warning)."""
     raw = _raw_args_events(events_raw)
     if raw is None:
         return ev
@@ -735,10 +737,17 @@ def _attach_raw_args(ev: pl.DataFrame, events_raw: bytes, n_spans: int) -> pl.Da
         return ev
     rows = ev.filter(pl.col("kind") == "other")["raw_row"].to_list()
     texts = {}
+    invalid = 0
     for r in rows:
         a = kept[r].args
         if len(a):
-            texts[r] = bytes(a).decode()
+            try:
+                texts[r] = bytes(a).decode()
+            except UnicodeDecodeError:
+                texts[r] = bytes(a).decode("utf-8", "replace")
+                invalid += 1
+    if invalid:
+        warnings.append(f"replaced bytes that are not UTF-8 with U+FFFD in the args of {invalid:,} events")
     return ev.with_columns(
         pl.col("raw_row").replace_strict(texts, default=None, return_dtype=pl.String).alias("args")
     )
