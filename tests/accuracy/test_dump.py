@@ -369,3 +369,59 @@ def test_stats_are_reused_only_while_a_tensor_is_unchanged() -> None:
     with torch.inference_mode():  # no version counter: measured every time, never wrong
         w = torch.ones(2)
     assert cache.stats(w) is not cache.stats(w)
+
+
+def test_corrupt_dumps_are_one_line_naming_the_file_and_the_problem(
+    dumps: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dump damaged the ways a disk, a hand edit or another writer damages it: each is one
+    line naming the file and the problem (not an AttributeError, KeyError or TypeError), from
+    the API and from ``torchscope accuracy compare``; damage a comparison can do without is a
+    warning, and the rest is compared."""
+    ref = dumps["tb64"]
+
+    def damaged(name: str) -> Path:
+        out = tmp_path / name
+        shutil.copytree(dumps["tb_fp16"], out)
+        return out
+
+    cases: list[tuple[Path, str]] = []
+    as_list = damaged("meta_list")
+    (as_list / "meta.json").write_text(json.dumps([{"format": "torchscope-accuracy-dump"}]))
+    cases.append((as_list / "meta.json", "corrupted metadata: a JSON object expected, found list"))
+    bad_bytes = damaged("meta_bytes")
+    (bad_bytes / "meta.json").write_bytes(b'{"format": "\xff\xfe"}')
+    cases.append((bad_bytes / "meta.json", "corrupted metadata"))
+    no_column = damaged("ops_no_column")
+    pl.read_parquet(no_column / "ops.parquet").drop("direction").write_parquet(no_column / "ops.parquet")
+    cases.append((no_column / "ops.parquet", "missing column 'direction'"))
+    text_column = damaged("tensors_text")
+    t = pl.read_parquet(text_column / "tensors.parquet")
+    t.with_columns(pl.lit("n/a").alias("numel")).write_parquet(text_column / "tensors.parquet")
+    cases.append((text_column / "tensors.parquet", "column 'numel' holds String, not Int64"))
+    for path, problem in cases:
+        with pytest.raises(TraceError) as info:
+            compare_dumps(path.parent, ref)
+        assert str(info.value) == f"{path}: {problem}" or str(info.value).startswith(f"{path}: {problem}")
+        assert "\n" not in str(info.value)
+        assert cli(["accuracy", "compare", str(path.parent), str(ref)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and str(path) in err[0] and problem in err[0]
+
+    # what a comparison can do without: a text column of numbers, an optional column lost,
+    # a row without its op, 'files' that is not a list
+    fixable = damaged("fixable")
+    t = pl.read_parquet(fixable / "tensors.parquet")
+    t = t.with_columns(pl.col("l2").cast(pl.String)).drop("abs_mean")
+    t = pl.concat([t, t.head(1).with_columns(pl.lit(None, dtype=pl.Int64).alias("op_index"))])
+    t.write_parquet(fixable / "tensors.parquet")
+    meta = json.loads((fixable / "meta.json").read_text())
+    meta["files"] = "ops.parquet"
+    (fixable / "meta.json").write_text(json.dumps(meta))
+    got = compare_dumps(fixable, ref)
+    whole = compare_dumps(dumps["tb_fp16"], ref)
+    assert [_key(o) for o in got] == [_key(o) for o in whole]
+    assert [o.status for o in got] == [o.status for o in whole]
+    assert any("no column 'abs_mean'" in w for w in got.warnings)
+    assert any("1 of" in w and "rows lack" in w for w in got.warnings)
+    assert any("'files' is not a list of names" in w for w in got.warnings)

@@ -15,7 +15,7 @@ import pytest
 
 from torchscope.analysis.report_model import us_of
 from torchscope.cli.main import main
-from torchscope.cli.serve import make_server
+from torchscope.cli.serve import make_server, run_id
 
 TB0 = "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz"
 
@@ -193,11 +193,12 @@ def test_serve_lists_serves_and_confines_to_logdir(served: tuple[str, Path], tra
     status, page = _get(url)
     assert status == 200 and b'"transport":"serve"' in page
     runs = json.loads(_get(url + "api/runs")[1])["runs"]
-    assert [r["id"] for r in runs] == ["run1/worker0.pt.trace.json.gz"]
-    status, body = _get(url + "api/payload?id=run1/worker0.pt.trace.json.gz")
+    assert [r["name"] for r in runs] == ["run1/worker0.pt.trace.json.gz"]
+    rid = runs[0]["id"]  # an id the server generates, never a path
+    status, body = _get(url + f"api/payload?id={rid}")
     payload = json.loads(body)
     assert status == 200 and payload["report"]["meta"]["events"] > 1000
-    status, body = _get(url + "api/file?id=run1/worker0.pt.trace.json.gz")
+    status, body = _get(url + f"api/file?id={rid}")
     assert status == 200 and body == (traces_dir / "multirank/rank-0.json.gz").read_bytes()
     # nothing outside the log directory, nothing that is not a trace, no other paths
     for bad in (
@@ -209,7 +210,7 @@ def test_serve_lists_serves_and_confines_to_logdir(served: tuple[str, Path], tra
     ):
         assert _get(url + bad)[0] == 404, bad
     (logdir / "link.json").symlink_to(logdir.parent / "secret.json")
-    assert _get(url + "api/file?id=link.json")[0] == 404
+    assert _get(url + f"api/file?id={run_id(b'link.json')}")[0] == 404
     # a trace that arrives later is listed on the next poll
     shutil.copy(traces_dir / "multirank/rank-1.json.gz", logdir / "run1" / "worker1.pt.trace.json.gz")
     assert len(json.loads(_get(url + "api/runs")[1])["runs"]) == 2

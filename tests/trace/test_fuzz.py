@@ -6,8 +6,14 @@ real trace (truncation, byte flips, fields deleted or replaced by wrong types).
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
+import gzip
 import json
+import os
 import random
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +169,197 @@ def test_duplicate_events_are_kept_not_merged(traces_dir: Path) -> None:
     trace = read_chrome_document(doc, "dup")
     assert trace.kernels.height == 2 * len(kernels)
     assert trace.kernels.filter(pl.col("launcher") >= 0).height == 2 * len(kernels)
+
+
+# -- hostile trace text: well-formed events among damaged ones ----------------------------------
+class Token:
+    """Text written into the document as it is: a literal JSON does not allow (NaN, 1E400), a
+    string holding bytes that are not UTF-8, raw control characters or lone surrogate escapes,
+    or nesting thousands of levels deep."""
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"Token({self.text[:40]!r})"
+
+
+def encode(value: Any) -> bytes:
+    if isinstance(value, Token):
+        return value.text
+    if isinstance(value, dict):
+        return b"{" + b", ".join(encode(k) + b": " + encode(v) for k, v in value.items()) + b"}"
+    if isinstance(value, list):
+        return b"[" + b", ".join(encode(v) for v in value) + b"]"
+    return json.dumps(value).encode()
+
+
+BAD_LITERALS = [b"NaN", b"Infinity", b"-Infinity", b"1E400", b"-1e+999", b"1e-400", b"1" * 400]
+STRING_BYTES = [
+    b"\xff",
+    b"\xc3",  # a lead byte without its continuation
+    b"\xed\xa0\x80",  # a surrogate half encoded as bytes
+    b"\\ud800",
+    b"\\udc00",
+    b"\\ud83d\\ude00",  # a valid pair
+    b"\x00",
+    b"\x1b[31m",
+    b"\x1b]8;;x\x07",
+    b"\t",
+    b"\n",
+    b"\x7f",
+    "é日".encode(),
+    b"\\u2028",
+    b"\\\\ud800",  # an escaped backslash, then text
+    b"ok",
+]
+bad_strings = st.lists(st.sampled_from(STRING_BYTES), min_size=1, max_size=4).map(
+    lambda parts: Token(b'"' + b"".join(parts) + b'"')
+)
+bad_numbers = st.sampled_from(BAD_LITERALS).map(Token)
+deep = st.integers(201, 1200).map(lambda n: Token(b"[" * n + b"]" * n))
+bad_values = st.one_of(scalars, bad_strings, bad_numbers, deep, st.just([]), st.just({"a": [1]}))
+FIELDS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args"]
+
+
+@st.composite
+def hostile_documents(draw: Any) -> tuple[bytes, list[tuple[str, int, int, int]]]:
+    """A trace as bytes, and each well-formed event in it: (name, ts, its first byte, its end)."""
+    n = draw(st.integers(1, 14))
+    items: list[Any] = []
+    for i in range(n):
+        event: dict[str, Any] = {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"keep-{i}",
+            "pid": 1,
+            "tid": draw(st.integers(1, 2)),
+            "ts": 10 * i,
+            "dur": draw(st.integers(0, 30)),
+            "args": {"External id": i, "Input Dims": [[2, 3]]},
+        }
+        if draw(st.booleans()):  # damage this one: it may be skipped, but nothing else may be
+            event["name"] = f"damaged-{i}"
+            for field in draw(st.lists(st.sampled_from(FIELDS), min_size=1, max_size=4, unique=True)):
+                if field == "args" and draw(st.booleans()):
+                    event["args"] = {
+                        "External id": i,
+                        draw(st.sampled_from(["x", "Input Dims", "grid"])): draw(bad_values),
+                    }
+                else:
+                    event[field] = draw(bad_values)
+        items.append(event)
+    for _ in range(draw(st.integers(0, 3))):  # entries that are not events at all
+        items.insert(draw(st.integers(0, len(items))), draw(bad_values))
+    bare = draw(st.booleans())
+    head = (
+        b"[\n"
+        if bare
+        else b'{"schemaVersion": 1, "deviceProperties": ' + encode(draw(bad_values)) + b', "traceEvents": [\n'
+    )
+    body = bytearray(head)
+    kept: list[tuple[str, int, int, int]] = []
+    for k, item in enumerate(items):
+        start = len(body)
+        body += encode(item)
+        if isinstance(item, dict) and str(item.get("name", "")).startswith("keep-"):
+            kept.append((item["name"], item["ts"], start, len(body)))
+        body += b",\n" if k < len(items) - 1 else b"\n"
+    body += b"]" if bare else b"]}"
+    return bytes(body), kept
+
+
+@contextlib.contextmanager
+def no_hang(seconds: int) -> Iterator[None]:
+    """Fail the run (a traceback of every thread, then exit) if the block takes longer than
+    ``seconds``: a watchdog thread in C, so it fires even while the reader is in C code. This
+    bounds a hang; it is not a speed assertion (the bound is far above any case's time)."""
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def _read_file(data: bytes, suffix: str) -> Trace:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"fuzz{suffix}"
+        path.write_bytes(data)
+        with no_hang(120):
+            return read_chrome(path)
+
+
+def _kept(trace: Trace, kept: list[tuple[str, int, int, int]]) -> None:
+    ops = trace.events.filter(pl.col("name").cast(pl.String).str.starts_with("keep-"))
+    got = sorted(zip(ops["name"].to_list(), ops["start_ns"].to_list(), strict=True))
+    assert got == sorted((name, ts * 1000) for name, ts, _, _ in kept)
+
+
+# Hostile cases run the same examples every time (CI stays reproducible); FUZZ_RANDOM=1 explores
+# new ones, FUZZ_EXAMPLES=N more of them.
+HOSTILE = settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    derandomize=os.environ.get("FUZZ_RANDOM") != "1",
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@HOSTILE
+@given(hostile_documents(), st.sampled_from(["plain", "gzip", "gzip+garbage"]), st.booleans())
+def test_hostile_documents_keep_every_well_formed_event(
+    document: tuple[bytes, list[tuple[str, int, int, int]]], packing: str, pieces: bool
+) -> None:
+    """Bad bytes, bad numbers, wrong types and absurd nesting in some events: every well-formed
+    event is still read, and the only exception is TraceError (a document of damage only).
+    ``pieces``: read as a large file is, the event list cut into pieces of a few events."""
+    from torchscope.trace import reader
+
+    data, kept = document
+    if packing != "plain":
+        data = gzip.compress(data, mtime=0) + (b"\x00garbage" if packing == "gzip+garbage" else b"")
+    chunk = reader.CHUNK_BYTES
+    reader.CHUNK_BYTES = 256 if pieces else chunk
+    try:
+        trace = _read_file(data, ".json.gz" if packing != "plain" else ".json")
+    except TraceError as exc:
+        assert "\n" not in str(exc)
+        assert not kept, f"{len(kept)} well-formed events lost: {exc}"
+        return
+    finally:
+        reader.CHUNK_BYTES = chunk
+    _check(trace)
+    _kept(trace, kept)
+
+
+@HOSTILE
+@given(hostile_documents(), st.data())
+def test_truncated_and_flipped_hostile_documents(
+    document: tuple[bytes, list[tuple[str, int, int, int]]], data: st.DataObject
+) -> None:
+    """Cut anywhere: the well-formed events that end before the cut are read. Bytes flipped
+    anywhere: a Trace or a TraceError, never another exception, never a hang."""
+    from torchscope.trace import reader
+
+    text, kept = document
+    cut = data.draw(st.integers(1, len(text) - 1), label="cut")
+    chunk = reader.CHUNK_BYTES
+    reader.CHUNK_BYTES = 256 if data.draw(st.booleans(), label="pieces") else chunk
+    try:
+        trace = _read_file(text[:cut], ".json")
+    except TraceError as exc:
+        assert "\n" not in str(exc)
+        trace = None
+    finally:
+        reader.CHUNK_BYTES = chunk
+    before = [k for k in kept if k[3] <= cut]
+    if trace is not None:
+        _check(trace)
+        _kept(trace, before) if before else None
+    flipped = bytearray(text)
+    for _ in range(data.draw(st.integers(1, 6), label="flips")):
+        flipped[data.draw(st.integers(0, len(flipped) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        _check(_read_file(bytes(flipped), ".json"))
+    except TraceError as exc:
+        assert "\n" not in str(exc)

@@ -336,9 +336,21 @@ def test_unknown_categories_are_kept_with_their_args() -> None:
     assert any("pid/tid values were missing" in w for w in trace.meta.warnings)
 
 
-def test_absurdly_nested_json_is_a_trace_error() -> None:
-    with pytest.raises(TraceError, match="nested too deeply"):
-        read_chrome_document(b"[" * 100_000 + b"]" * 100_000, "deep")
+def test_absurdly_nested_json_is_not_a_trace_and_deep_args_do_not_lose_the_file(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(TraceError, match="not a trace: no events"):
+        read_chrome(deep)
+    # 10k levels of args in one event: that value is kept as text, every event is read
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
+        for i in range(4)
+    ]
+    text = json.dumps({"traceEvents": events}).encode()
+    text = text.replace(b'"dur": 1}', b'"dur": 1, "args": {"x": ' + b"[" * 10_000 + b"]" * 10_000 + b"}}", 1)
+    trace = read_chrome_document(text, "deep args")
+    assert trace.events["name"].to_list() == ["op0", "op1", "op2", "op3"]
+    assert any("nested deeper than 200 levels as JSON text" in w for w in trace.meta.warnings)
 
 
 def test_a_bad_file_in_a_directory_is_skipped_and_named(

@@ -35,6 +35,7 @@ import polars as pl
 import torch
 from torch import nn
 
+from torchscope.accuracy.dump_format import FORMAT, MODULES_SCHEMA, OPS_SCHEMA, TENSORS_SCHEMA, VERSION
 from torchscope.accuracy.live import to_numpy
 from torchscope.accuracy.module_records import ModuleRecorder
 from torchscope.accuracy.observer import (
@@ -52,48 +53,7 @@ from torchscope.accuracy.tolerance import Tolerances
 from torchscope.accuracy.tracking import ModuleTracker
 from torchscope.errors import UsageError
 
-FORMAT = "torchscope-accuracy-dump"
-VERSION = 2  # 2: module records, mutated_inputs; version 1 dumps are still read
 LEVELS = ("all", "op", "module")
-
-OPS_SCHEMA: dict[str, Any] = {
-    "index": pl.Int64,
-    "op": pl.String,
-    "overload": pl.String,
-    "module": pl.String,
-    "direction": pl.String,
-    "grad_fn": pl.String,
-    "call_site": pl.String,
-    "status": pl.String,
-    "note": pl.String,
-    "mutated_inputs": pl.List(pl.String),
-}
-MODULES_SCHEMA: dict[str, Any] = {
-    "index": pl.Int64,  # completion order: children before their parents
-    "module": pl.String,
-    "type": pl.String,  # the module's class name
-    "call": pl.Int64,  # the module's n-th call (forward and backward of one call share it)
-    "direction": pl.String,
-    "status": pl.String,  # "ok", or "random": random numbers were drawn inside the call
-}
-TENSORS_SCHEMA: dict[str, Any] = {
-    "op_index": pl.Int64,
-    "role": pl.String,  # "input" or "output"
-    "position": pl.Int64,
-    "shape": pl.List(pl.Int64),
-    "dtype": pl.String,
-    "numel": pl.Int64,
-    "min": pl.Float64,
-    "max": pl.Float64,
-    "mean": pl.Float64,
-    "abs_mean": pl.Float64,
-    "l2": pl.Float64,
-    "nan": pl.Int64,
-    "inf": pl.Int64,
-    "checksum": pl.Int64,
-    "sketch": pl.List(pl.Float64),
-    "saved": pl.Boolean,
-}
 
 
 def tensor_key(op_index: int, role: str, position: int) -> str:

@@ -23,13 +23,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from torchscope.accuracy.dump_format import ABSENT, FORMAT, TABLES
 from torchscope.accuracy.metrics import TensorMetrics, compare_arrays
 from torchscope.accuracy.result import DIVERGED, OK, RANDOM, SKIPPED, AccuracyResult, OpResult
 from torchscope.accuracy.stats import SKETCH
 from torchscope.accuracy.tolerance import Tolerances, is_discontinuous
 from torchscope.errors import TraceError
-
-FORMAT = "torchscope-accuracy-dump"
 
 
 class Dump:
@@ -43,18 +42,15 @@ class Dump:
             raise TraceError(str(self.path), "no such dump directory")
         if not meta_path.is_file():
             raise TraceError(str(self.path), "not a torchscope accuracy dump (no meta.json)")
-        try:
-            self.meta: dict[str, Any] = json.loads(meta_path.read_text())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise TraceError(str(meta_path), f"corrupted metadata: {exc}") from None
-        if self.meta.get("format") != FORMAT:
-            raise TraceError(
-                str(meta_path), f"not a torchscope accuracy dump (format {self.meta.get('format')!r})"
-            )
+        self.meta = _read_meta(meta_path)
+        files = self.meta.get("files", [])
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            self.warnings.append(f"{meta_path}: 'files' is not a list of names; reading the tables present")
+            files = [p.name for p in self.path.iterdir()]
         self.ops = self._table("ops.parquet")
         self.tensors = self._table("tensors.parquet")
         # module records (format version 2, levels "all" and "module"); absent: none recorded
-        has_modules = "modules.parquet" in self.meta.get("files", [])
+        has_modules = "modules.parquet" in files
         self.modules = self._table("modules.parquet") if has_modules else None
         module_tensors = self._table("module_tensors.parquet") if has_modules else None
         if self.ops.height != self.meta.get("ops", self.ops.height):
@@ -63,7 +59,7 @@ class Dump:
             )
         self._saved: Any = None
         st = self.path / "tensors.safetensors"
-        if "tensors.safetensors" in self.meta.get("files", []):
+        if "tensors.safetensors" in files:
             if not st.is_file():
                 self.warnings.append(f"{st}: missing; comparing statistics only")
             else:
@@ -76,13 +72,47 @@ class Dump:
         self._rows = {"op": _by_record(self.tensors), "module": _by_record(module_tensors)}
 
     def _table(self, name: str) -> pl.DataFrame:
+        """The table ``name``, checked against the format: a column a comparison needs that is
+        missing, or of a type that does not convert, is a TraceError naming the file and the
+        column; another column missing is null (with a warning); rows without the values that
+        align them are dropped (with a warning)."""
         p = self.path / name
         if not p.is_file():
             raise TraceError(str(p), "missing from the dump")
         try:
-            return pl.read_parquet(p)
+            table = pl.read_parquet(p)
         except Exception as exc:
             raise TraceError(str(p), f"corrupted Parquet file: {str(exc).splitlines()[0][:200]}") from None
+        schema, required = TABLES[name]
+        absent = [c for c in schema if c not in table.columns]
+        if lost := [c for c in absent if c in required]:
+            raise TraceError(
+                str(p), f"missing column{'s' if len(lost) > 1 else ''} {', '.join(map(repr, lost))}"
+            )
+        if absent:
+            self.warnings.append(f"{p}: no column {', '.join(map(repr, absent))}; compared without it")
+        columns = []
+        for column, dtype in schema.items():
+            if column in absent:
+                columns.append(pl.lit(ABSENT.get(column), dtype=dtype).alias(column))
+                continue
+            have = table.schema[column]
+            if have != dtype:
+                try:
+                    table.select(pl.col(column).cast(dtype, strict=True))
+                except Exception:
+                    raise TraceError(str(p), f"column {column!r} holds {have}, not {dtype}") from None
+            columns.append(pl.col(column).cast(dtype))
+        table = table.select(columns)
+        whole = table.drop_nulls(list(required))
+        if name.endswith("tensors.parquet"):
+            whole = whole.filter(pl.col("role").is_in(["input", "output"]))
+        if whole.height < table.height:
+            self.warnings.append(
+                f"{p}: {table.height - whole.height} of {table.height} rows lack"
+                f" {', '.join(required)}; those rows are not compared"
+            )
+        return whole
 
     @property
     def label(self) -> str:
@@ -104,6 +134,23 @@ class Dump:
         except Exception as exc:
             self.warnings.append(f"{self.path / 'tensors.safetensors'}: tensor {key} unreadable ({exc})")
             return None
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """meta.json, which must be a JSON object naming our format."""
+    try:
+        meta = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise TraceError(str(path), f"corrupted metadata: {str(exc).splitlines()[0][:200]}") from None
+    except OSError as exc:
+        raise TraceError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    if not isinstance(meta, dict):
+        raise TraceError(
+            str(path), f"corrupted metadata: a JSON object expected, found {type(meta).__name__}"
+        )
+    if meta.get("format") != FORMAT:
+        raise TraceError(str(path), f"not a torchscope accuracy dump (format {meta.get('format')!r})")
+    return meta
 
 
 def _by_record(tensors: pl.DataFrame | None) -> dict[int, dict[str, list[dict[str, Any]]]]:

@@ -79,32 +79,178 @@ def describe(repaired: list[str]) -> str:
     )
 
 
-def cut_after_last_event(text: bytes, tries: int = 5) -> tuple[bytes, int] | None:
+_KEY_AHEAD = re.compile(rb'\s*"[^"\\\n]{0,200}"\s*:')
+
+
+def cut_after_last_event(text: bytes, tries: int = 8) -> tuple[bytes, int] | None:
     """A truncated trace (a process killed while writing it, a copy cut short) cut after its
     last complete event and closed again, and how many bytes of ``text`` it keeps; None when
     no cut makes it a document.
 
-    Events are separated by ``},`` and white space before the next ``{``; the same can occur
-    inside an event's ``args``, so up to ``tries`` such places, from the end, are tried until
-    one decodes.
+    Events are separated by ``},`` and white space before the next entry (an event, or
+    anything else a damaged list holds); the same can occur inside an event's ``args``, so up
+    to ``tries`` such places, from the end, are tried until one decodes. A text that lacks only
+    its closing brackets is closed as it is.
     """
     bare = text[:64].lstrip().startswith(b"[")
-    if not bare and b'"traceEvents"' not in text[:1 << 20]:
+    if not bare and b'"traceEvents"' not in text[: 1 << 20]:
         return None
     close = b"]" if bare else b"]}"
+    # cut after the last event's "}" or the list's "]": only the closing brackets are missing
+    stripped = text.rstrip()
+    for tail in (close, close[1:]) if stripped[-1:] in (b"}", b"]") else ():
+        if tail and _is_document(stripped + tail):
+            return stripped + tail, len(stripped)
     end = len(text)
     for _ in range(tries):
         k = text.rfind(b"},", 0, end)
         if k < 0:
             return None
-        after = text[k + 2 : k + 64].lstrip()
         end = k
-        if not after.startswith(b"{") and after:
-            continue
+        if _KEY_AHEAD.match(text, k + 2):
+            continue  # '}, "key": ...': inside an event's args, not between list entries
         candidate = text[: k + 1] + close
-        try:
-            json.loads(candidate)
-        except ValueError:
-            continue
-        return candidate, k + 1
+        if _is_document(candidate):
+            return candidate, k + 1
     return None
+
+
+def _is_document(candidate: bytes) -> bool:
+    """Whether ``candidate`` is one JSON document, up to what the reader repairs anyway (bytes
+    that are not UTF-8, raw control characters in strings, nesting beyond Python's stack)."""
+    try:
+        json.loads(candidate.decode("utf-8", "replace"), strict=False)
+    except ValueError:
+        return False
+    except RecursionError:
+        return True  # complete as far as we can tell; too deep values are kept as text later
+    return True
+
+
+# -- bytes and values that are not JSON, though a writer meant them as values -----------------
+# Each repair below runs only after the decoder refused the text, and only the one the error
+# points at first (the caller decodes again and comes back for the next): a valid file never
+# pays for them. Each returns the text unchanged and no note when it finds nothing to do.
+
+NEST_LIMIT = 200  # deeper values are kept as text: real traces nest < 10, decoders give up ~1000
+
+_LONE_SURROGATE = re.compile(
+    rb"(\\\\)|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+)
+_STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
+# Up to 4096 tokens that need nothing (strings without raw control characters, ordinary numbers,
+# punctuation, true/false/null) in one match, so that the Python callback runs once per run of
+# them rather than once per string (bounded, because the regex engine keeps state per repeat).
+_CLEAN_RUN = (
+    rb'(?:"[^"\\\x00-\x1f]*(?:\\.[^"\\\x00-\x1f]*)*"|[^"NI0-9-]+'
+    rb"|-?[0-9]{1,299}(?:\.[0-9]+)?(?:[eE][+-]?[0-9]{1,2})?(?![0-9.eE])){1,4096}"
+)
+_BAD_NUMBER = rb"-?Infinity|NaN|-?(?:\d{300,}(?:\.\d+)?(?:[eE][+-]?\d+)?|\d+(?:\.\d+)?[eE][+-]?\d{3,})"
+_VALUES = re.compile(rb"(" + _CLEAN_RUN + rb")|(" + _STRING + rb")|" + _BAD_NUMBER, re.DOTALL)
+_NESTING = re.compile(rb"(" + _STRING + rb")|[\[{]|[\]}]", re.DOTALL)
+_RAW_CONTROL = re.compile(rb"[\x00-\x1f]")
+
+
+def replace_invalid_utf8(text: bytes) -> tuple[bytes, str | None]:
+    """``text`` with bytes that are not UTF-8 (surrogate halves encoded as bytes included)
+    replaced by U+FFFD, and a note naming how many; ``text`` itself when it is valid."""
+    if text.isascii():
+        return text, None
+    try:
+        text.decode("utf-8")
+        return text, None
+    except UnicodeDecodeError:
+        pass
+    fixed = text.decode("utf-8", "replace")
+    count = fixed.count("\ufffd") - text.count("\ufffd".encode())
+    note = f"replaced {count:,} invalid UTF-8 byte sequence{'s' if count != 1 else ''} with U+FFFD"
+    return fixed.encode("utf-8"), note
+
+
+def replace_lone_surrogates(text: bytes) -> tuple[bytes, str | None]:
+    """``text`` with ``\\uD800``-style escapes of half a UTF-16 pair replaced by ``\\uFFFD``
+    (an escaped backslash before ``u`` is text, not an escape, and is kept)."""
+    count = 0
+
+    def fix(m: re.Match[bytes]) -> bytes:
+        nonlocal count
+        if m.group(1) is not None or len(m.group(0)) == 12:
+            return m.group(0)  # an escaped backslash, or a whole surrogate pair
+        count += 1
+        return b"\\ufffd"
+
+    fixed = _LONE_SURROGATE.sub(fix, text)
+    if not count:
+        return text, None
+    return (
+        fixed,
+        f"replaced {count:,} unpaired UTF-16 surrogate escape{'s' if count != 1 else ''} with U+FFFD",
+    )
+
+
+def repair_values(text: bytes) -> tuple[bytes, list[str]]:
+    """``text`` with what JSON does not allow but writers emit made into JSON: ``NaN`` and
+    ``Infinity`` (Python's ``json.dump`` writes them by default) and numbers too large for a
+    double (``1E400``) become ``null``; raw control characters and NUL inside strings are
+    escaped. Strings are matched whole, so nothing inside a string is taken for a number."""
+    numbers = controls = 0
+
+    def fix(m: re.Match[bytes]) -> bytes:
+        nonlocal numbers, controls
+        if m.group(1) is not None:
+            return m.group(1)
+        if m.group(2) is not None:
+            if _RAW_CONTROL.search(m.group(2)) is None:
+                return m.group(2)  # a string broken some other way: not ours to change
+            controls += 1
+            return _RAW_CONTROL.sub(lambda c: b"\\u%04x" % c.group(0)[0], m.group(2))
+        token = m.group(0)
+        if token[-1:] != b"N" and token[-1:] != b"y" and _finite(token):
+            return token  # 1E-400 (zero) or 1E300: a number a double holds
+        numbers += 1
+        return b"null"
+
+    fixed = _VALUES.sub(fix, text)
+    notes = []
+    if numbers:
+        notes.append(
+            f"read {numbers:,} NaN, Infinity or out-of-range number{'s' if numbers != 1 else ''} as null"
+        )
+    if controls:
+        notes.append(f"escaped raw control characters in {controls:,} string{'s' if controls != 1 else ''}")
+    return (fixed, notes) if notes else (text, [])
+
+
+def _finite(token: bytes) -> bool:
+    try:
+        return abs(float(token)) != float("inf")
+    except (ValueError, OverflowError):
+        return False
+
+
+def flatten_deep_values(text: bytes, limit: int = NEST_LIMIT) -> tuple[bytes, str | None]:
+    """``text`` with every value nested more than ``limit`` levels deep replaced by a string
+    holding its JSON text, so that a decoder with a recursion limit reads the rest."""
+    parts: list[bytes] = []
+    done = depth = kept = 0
+    start = -1  # where the value being kept as text opens
+    for m in _NESTING.finditer(text):
+        if m.group(1) is not None:
+            continue
+        if m.group(0) in b"[{":
+            depth += 1
+            if depth == limit + 1 and start < 0:
+                start = m.start()
+        else:
+            depth -= 1
+            if depth == limit and start >= 0:
+                raw = text[start : m.end()].decode("utf-8", "replace")
+                parts += [text[done:start], json.dumps(raw).encode()]
+                done, start = m.end(), -1
+                kept += 1
+    if not kept:
+        return text, None
+    parts.append(text[done:])
+    return b"".join(parts), (
+        f"kept {kept:,} value{'s' if kept != 1 else ''} nested deeper than {limit} levels as JSON text"
+    )

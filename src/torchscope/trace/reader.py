@@ -18,6 +18,9 @@ from __future__ import annotations
 import ast
 import gzip
 import mmap
+import os
+import re
+import stat
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -42,7 +45,15 @@ from torchscope.trace.columns import (
 )
 from torchscope.trace.derive import derive
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
-from torchscope.trace.json_repair import cut_after_last_event, describe, escape_raw_strings
+from torchscope.trace.json_repair import (
+    cut_after_last_event,
+    describe,
+    escape_raw_strings,
+    flatten_deep_values,
+    repair_values,
+    replace_invalid_utf8,
+    replace_lone_surrogates,
+)
 from torchscope.trace.model import Trace, TraceMeta
 from torchscope.trace.schema import (
     EVENTS_SCHEMA,
@@ -69,6 +80,10 @@ _EVENT_DECODER = msgspec.json.Decoder(Event, strict=False)
 _RAW_ARGS_DECODER = msgspec.json.Decoder(list[RawArgsEvent], strict=False)
 _RAW_ARGS_DOC_DECODER = msgspec.json.Decoder(RawArgsDocument, strict=False)
 _ANY_DECODER = msgspec.json.Decoder()
+
+# What a decoder raises on text it refuses: msgspec's DecodeError, UnicodeDecodeError for bytes
+# that are not UTF-8, RecursionError for nesting deeper than Python's stack.
+_REFUSALS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 
 class Timings:
@@ -109,28 +124,54 @@ Text: TypeAlias = bytes | mmap.mmap
 def read_bytes(path: str | Path, warnings: list[str] | None = None) -> bytes:
     """The JSON text of ``path``, inflated when it is gzip (by magic number, not by name).
 
-    A gzip stream cut short (a copy interrupted, a writer killed) is an error, unless
-    ``warnings`` is given: then what inflates is returned and a warning says the rest is lost.
+    Only a regular file is read: a FIFO or a device is refused at once (opened without
+    blocking, checked on the descriptor), never waited on. A gzip stream cut short (a copy
+    interrupted, a writer killed) or followed by bytes that are not gzip is an error, unless
+    ``warnings`` is given: then what inflates is returned and a warning says what was lost.
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except IsADirectoryError:
-        raise TraceError(str(p), "is a directory; use torchscope.load() for log directories") from None
-    except OSError as exc:
-        raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
+    raw = _read_regular(p)
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = _gunzip(raw)
         except (OSError, EOFError, zlib.error) as exc:
-            head = _inflate_truncated(raw) if warnings is not None else None
-            if head is None or warnings is None:
+            salvaged = _inflate_salvage(raw) if warnings is not None else None
+            if salvaged is None or warnings is None:
                 raise TraceError(str(p), f"corrupt or truncated gzip ({exc})") from None
-            warnings.append(f"the gzip stream is truncated: read the {len(head):,} bytes it inflates to")
-            raw = head
+            raw, problem = salvaged
+            warnings.append(problem)
     # a UTF-8 byte order mark, as Windows editors and PowerShell's Out-File write: not JSON
     # text, but nothing is lost by reading past it (a copy, on this rare path only)
     return raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw
+
+
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_regular(p: Path) -> bytes:
+    """The bytes of the regular file ``p``; a one-line TraceError for anything else."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise TraceError(str(p), "is a directory; use torchscope.load() for log directories") from None
+    except OSError as exc:
+        raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
+    with open(fd, "rb", closefd=True) as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise TraceError(str(p), "is a directory; use torchscope.load() for log directories")
+        if not stat.S_ISREG(mode):
+            what = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+            raise TraceError(str(p), f"is {what}, not a trace file")
+        try:
+            return f.read()
+        except OSError as exc:
+            raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
 
 
 def _gunzip(raw: bytes) -> bytes:
@@ -148,14 +189,34 @@ def _gunzip(raw: bytes) -> bytes:
     return text
 
 
-def _inflate_truncated(raw: bytes) -> bytes | None:
-    """What a gzip stream that ends early inflates to; None when it is corrupt instead."""
-    stream = zlib.decompressobj(wbits=31)
-    try:
-        text = stream.decompress(raw)
-    except zlib.error:
-        return None
-    return text if text and not stream.eof else None
+def _inflate_salvage(raw: bytes) -> tuple[bytes, str] | None:
+    """What a damaged gzip file inflates to, and a warning saying what was lost: a stream that
+    ends early, or gzip members followed by bytes that are not gzip (a file appended to, a
+    copy padded). None when not even the first member inflates."""
+    parts: list[bytes] = []
+    rest = raw
+    while True:
+        stream = zlib.decompressobj(wbits=31)
+        try:
+            parts.append(stream.decompress(rest))
+        except zlib.error:
+            if not parts:
+                return None
+            problem = f"the gzip stream is followed by {len(rest):,} bytes that do not inflate"
+            break
+        if not stream.eof:
+            if not any(parts):
+                return None
+            problem = "the gzip stream is truncated"
+            break
+        rest = stream.unused_data
+        if not rest.strip(b"\x00"):  # padding with zeros (as tar and some copiers write)
+            return b"".join(parts), f"the gzip stream is followed by {len(rest):,} zero bytes of padding"
+        if rest[:2] != b"\x1f\x8b":
+            problem = f"the gzip stream is followed by {len(rest):,} bytes that are not gzip"
+            break
+    text = b"".join(parts)
+    return text, f"{problem}: read the {len(text):,} bytes it inflates to"
 
 
 def read_chrome(path: str | Path, on_phase: Callable[[str], None] | None = None) -> Trace:
@@ -243,7 +304,7 @@ def _decode_chunks(
             head_doc = _DOC_DECODER.decode(data[: layout[0] + 1] + b"]}")
             if head_doc.traceEvents != []:
                 layout = None
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, *_REFUSALS):
             layout = None  # "traceEvents" was found inside another value: read it whole
     if layout is None:
         whole_top, events = _decode(data, source, warnings)
@@ -266,7 +327,7 @@ def _decode_chunks(
             rest = _top_fields(doc)
     except msgspec.ValidationError:
         rest, events = _lenient(tail, source, warnings)
-    except msgspec.DecodeError as exc:
+    except _REFUSALS as exc:
         rest, events = _decode(_repaired(tail, source, warnings, exc), source, warnings)
     del tail
     if head_doc is not None:
@@ -282,27 +343,61 @@ def _decode_piece(data: Text, lo: int, hi: int, source: str, warnings: list[str]
         return _EVENTS_DECODER.decode(piece)
     except msgspec.ValidationError:
         return _lenient(piece, source, warnings)[1]
-    except msgspec.DecodeError as exc:
+    except _REFUSALS as exc:
         return _decode(_repaired(piece, source, warnings, exc), source, warnings)[1]
 
 
-def _repaired(data: bytes, source: str, warnings: list[str], exc: msgspec.DecodeError) -> bytes:
-    """``data`` repaired (``json_repair``): string values Kineto wrote unescaped re-encoded, or
-    a truncated document cut after its last complete event, with a warning that says so; the
-    one-line error for ``exc`` when neither applies."""
+def _repaired(data: bytes, source: str, warnings: list[str], exc: Exception) -> bytes:
+    """``data`` repaired (``json_repair``) for the refusal ``exc``, with a warning that says
+    what was changed; the one-line error for ``exc`` when no repair applies.
+
+    One repair per call, chosen by the refusal: the caller decodes the result again and comes
+    back if something else is wrong, so every repair is applied only when needed (a valid file
+    never pays for one) and each class of repair, finding nothing more, ends the loop.
+    """
+    message = str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        fixed, note = replace_invalid_utf8(data)
+        if note is not None:
+            warnings.append(note)
+            return fixed
+    if isinstance(exc, RecursionError):
+        fixed, note = flatten_deep_values(data)
+        if note is not None:
+            warnings.append(note)
+            return fixed
+        raise TraceError(source, "JSON nested too deeply to be a trace") from None
+    if "surrogate" in message or "truncated" in message:
+        # msgspec calls a lone surrogate escape near the end of the text "truncated"
+        fixed, note = replace_lone_surrogates(data)
+        if note is not None:
+            warnings.append(note)
+            return fixed
     fixed, values = escape_raw_strings(data)
     if values:
         warnings.append(describe(values))
         return fixed
-    if "truncated" in str(exc):
+    if "truncated" in message:
         cut = cut_after_last_event(data)
         if cut is not None:
-            warnings.append(
-                f"the file ends mid-event (truncated?): read the events in its first {cut[1]:,}"
-                f" of {len(data):,} bytes"
-            )
+            if cut[1] >= len(data.rstrip()):
+                warnings.append("the file ends before its closing brackets (truncated?): read all its events")
+            else:
+                warnings.append(
+                    f"the file ends mid-event (truncated?): read the events in its first {cut[1]:,}"
+                    f" of {len(data):,} bytes"
+                )
             return cut[0]
-    raise TraceError(source, f"not valid JSON ({exc})") from None
+    if not isinstance(exc, UnicodeDecodeError):
+        fixed, notes = repair_values(data)
+        if notes:
+            warnings.extend(notes)
+            return fixed
+    raise TraceError(source, f"not valid JSON ({_first_line(message)})") from None
+
+
+def _first_line(message: str) -> str:
+    return message.splitlines()[0] if message else "refused by the decoder"
 
 
 def _as_bytes(data: Text) -> bytes:
@@ -328,13 +423,13 @@ def _scanned_batches(
         if whole is None:
             return None  # msgspec reads it, with its repairs, or says what is wrong
         (_, _, keys), columns = whole
-        _top_values(data, keys, top)
+        _top_values(data, keys, top, source, warnings)
         return iter([raw.from_scan(columns)])
     doc = _scan.scan_document(data)
     if doc is None or doc[0] < 0:
         return None  # not a trace, or JSON the scanner does not take: msgspec says what is wrong
     lo, hi, keys = doc
-    _top_values(data, keys, top)
+    _top_values(data, keys, top, source, warnings)
     pieces = _pieces(lo, _cut_points(data, lo, hi), hi)
 
     def batches() -> Iterator[pl.DataFrame]:
@@ -352,13 +447,28 @@ def _scanned_batches(
 _TOP_KEYS = tuple(k for k in Document.__struct_fields__ if k != "traceEvents")
 
 
-def _top_values(data: Text, keys: dict[str, tuple[int, int]], top: dict[str, Any]) -> None:
-    """The kept top-level keys, decoded from the spans the scanner found in ``data``."""
+def _top_values(
+    data: Text, keys: dict[str, tuple[int, int]], top: dict[str, Any], source: str, warnings: list[str]
+) -> None:
+    """The kept top-level keys, decoded from the spans the scanner found in ``data`` (the
+    scanner checks their syntax, not the UTF-8 of strings it skips: those are repaired)."""
     for key in _TOP_KEYS:
         if key in keys:
             start, end = keys[key]
-            if (value := _ANY_DECODER.decode(data[start:end])) is not None:
+            if (value := _decode_repaired(data[start:end], source, warnings)) is not None:
                 top[key] = value
+
+
+def _decode_repaired(
+    text: bytes, source: str, warnings: list[str], decoder: msgspec.json.Decoder[Any] = _ANY_DECODER
+) -> Any:
+    """``text`` decoded, repaired as the reader repairs documents (a few passes at most)."""
+    for _ in range(8):
+        try:
+            return decoder.decode(text)
+        except _REFUSALS as exc:
+            text = _repaired(text, source, warnings, exc)
+    raise TraceError(source, "not valid JSON (beyond repair)")
 
 
 def _top_fields(doc: Document) -> dict[str, Any]:
@@ -392,7 +502,7 @@ def _cut_points(data: Text, lo: int, hi: int) -> list[tuple[int, int]]:
     JSON string, and nested objects inside ``args`` sit deeper. Each cut is (index of the
     closing ``}``, index of the next ``{``).
     """
-    first = data.find(b"{", lo, hi)
+    first = data.find(b"{", lo, min(hi, lo + 256))  # indentation is a few bytes, not padding
     indent = data[lo:first] if first > 0 else b""
     if b"\n" not in indent or indent.strip():
         return []
@@ -415,11 +525,15 @@ def _pieces(lo: int, cuts: list[tuple[int, int]], hi: int) -> list[tuple[int, in
     return list(zip(starts, ends, strict=True))
 
 
+_NOT_SPACE = re.compile(rb"[^ \t\r\n]")
+
+
 def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, Any], list[Event]]:
     """Top-level keys and the typed events, in one typed pass (a lenient one if that fails)."""
-    head = data[:64].lstrip()
-    if not head:
-        raise TraceError(source, "file is empty")
+    first = _NOT_SPACE.search(data)  # (no copy of the text, however much padding leads it)
+    if first is None:
+        raise TraceError(source, "file is empty" if not data else "file holds only white space")
+    head = data[first.start() : first.start() + 64]
     if head[:1] not in (b"{", b"["):
         raise TraceError(source, "not JSON (does not start with '{' or '[')")
     try:
@@ -428,7 +542,7 @@ def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, An
         doc = _DOC_DECODER.decode(data)
     except msgspec.ValidationError:
         return _lenient(data, source, warnings)
-    except msgspec.DecodeError as exc:
+    except _REFUSALS as exc:
         return _decode(_repaired(data, source, warnings, exc), source, warnings)
     if doc.traceEvents is None:
         raise TraceError(source, "not a trace: no 'traceEvents' key")
@@ -439,7 +553,7 @@ def _lenient(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, A
     """Slow path for files the typed decoder rejects: repair event by event."""
     try:
         doc = _ANY_DECODER.decode(data)
-    except msgspec.DecodeError as exc:
+    except _REFUSALS as exc:
         return _lenient(_repaired(data, source, warnings, exc), source, warnings)
     top: dict[str, Any] = {}
     if isinstance(doc, dict):
@@ -565,7 +679,7 @@ def _build(box: list[Text], top: dict[str, Any], warnings: list[str], timings: T
     threads = threads_frame(pl.concat(meta_parts).unique(["what", "pid", "tid"], keep="last"), ev, ids)
     del chunks
     if kept_text is not None and ev.height and (ev["kind"] == "other").any():
-        ev = _attach_raw_args(ev, _as_bytes(kept_text), n_spans)
+        ev = _attach_raw_args(ev, _as_bytes(kept_text), n_spans, warnings)
     del kept_text  # the JSON text is not needed any more: free it before linking
     return_free_memory()
     timings.mark("columns")
@@ -599,24 +713,41 @@ def _check_clocks(ev: pl.DataFrame, warnings: list[str]) -> None:
         )
 
 
-def _attach_raw_args(ev: pl.DataFrame, events_raw: bytes, n_spans: int) -> pl.DataFrame:
-    """Keep the verbatim ``args`` of events whose category we do not model."""
+def _raw_args_events(text: bytes) -> list[RawArgsEvent] | None:
+    """The events of ``text`` with their verbatim ``args``; a text the reader had to repair is
+    repaired the same way again, so that its events keep their args."""
+    first = _NOT_SPACE.search(text[:4096])
+    bare = first is not None and first.group(0) == b"["
     try:
-        if events_raw.lstrip()[:1] == b"[":
-            raw = _RAW_ARGS_DECODER.decode(events_raw)
-        else:
-            raw = _RAW_ARGS_DOC_DECODER.decode(events_raw).traceEvents or []
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        got = _decode_repaired(text, "", [], _RAW_ARGS_DECODER if bare else _RAW_ARGS_DOC_DECODER)
+    except (msgspec.ValidationError, TraceError):
+        return None
+    return got if bare else (got.traceEvents or [])  # type: ignore[no-any-return]
+
+
+def _attach_raw_args(ev: pl.DataFrame, events_raw: bytes, n_spans: int, warnings: list[str]) -> pl.DataFrame:
+    """Keep the verbatim ``args`` of events whose category we do not model (the decoders skip
+    the keys they do not model without reading them: bytes there that are not UTF-8 surface
+    here, and are replaced by U+FFFD with a warning)."""
+    raw = _raw_args_events(events_raw)
+    if raw is None:
         return ev
     kept = [r for r in raw if r.ph == "X" or r.ph == "i" or r.ph == "I"]
     if len(kept) != n_spans:  # pragma: no cover - lenient path dropped entries
         return ev
     rows = ev.filter(pl.col("kind") == "other")["raw_row"].to_list()
     texts = {}
+    invalid = 0
     for r in rows:
         a = kept[r].args
         if len(a):
-            texts[r] = bytes(a).decode()
+            try:
+                texts[r] = bytes(a).decode()
+            except UnicodeDecodeError:
+                texts[r] = bytes(a).decode("utf-8", "replace")
+                invalid += 1
+    if invalid:
+        warnings.append(f"replaced bytes that are not UTF-8 with U+FFFD in the args of {invalid:,} events")
     return ev.with_columns(
         pl.col("raw_row").replace_strict(texts, default=None, return_dtype=pl.String).alias("args")
     )

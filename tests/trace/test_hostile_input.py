@@ -1,0 +1,277 @@
+"""The reader keeps what is readable: damage to one value never loses the trace.
+
+Each case damages a real trace (``nccl_rank0_of_2``, Kineto's one-key-per-line layout) the way
+a writer or a disk does: bytes that are not UTF-8, a lone surrogate escape, ``NaN`` from
+Python's ``json.dump``, ``1E400``, raw NUL and escape characters, args nested 10k levels deep,
+garbage after the gzip stream. Every event is still read, the damaged value is repaired as the
+warning says, and the warning names how many. Both read paths are covered: the whole document
+and the event list in pieces (the large-file path, forced by a small ``CHUNK_BYTES``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import threading
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import torchscope
+from torchscope.errors import TraceError
+from torchscope.trace import read_chrome
+
+SOURCE = "cuda/nccl_rank0_of_2.json.gz"
+
+
+@pytest.fixture(scope="module")
+def original(traces_dir: Path) -> tuple[bytes, pl.DataFrame]:
+    text = gzip.decompress((traces_dir / SOURCE).read_bytes())
+    return text, read_chrome(traces_dir / SOURCE).events
+
+
+def _names_of_kernel_launches(text: bytes) -> list[bytes]:
+    return [line for line in text.splitlines() if b'"name": "cudaLaunchKernel"' in line]
+
+
+def _damage_names(text: bytes, damaged: bytes, count: int) -> bytes:
+    """``text`` with the first ``count`` ``cudaLaunchKernel`` names replaced by ``damaged``."""
+    return text.replace(b'"name": "cudaLaunchKernel"', b'"name": "' + damaged + b'"', count)
+
+
+CASES = {
+    # bytes that are not UTF-8, and a UTF-16 surrogate half encoded as bytes (CESU/WTF-8)
+    "invalid-utf8": (
+        b"cuda\xffLaunch\xfeKernel",
+        "cuda\ufffdLaunch\ufffdKernel",
+        "2 invalid UTF-8 byte sequences",
+    ),
+    "surrogate-bytes": (
+        b"cuda\xed\xa0\x80Kernel",
+        "cuda\ufffd\ufffd\ufffdKernel",
+        "3 invalid UTF-8 byte sequences",
+    ),
+    "lone-surrogate-escape": (b"cuda\\ud800Kernel", "cuda\ufffdKernel", "1 unpaired UTF-16 surrogate escape"),
+    "nul-and-ansi": (
+        b"cuda\x00\x1b[31mKernel",
+        "cuda\x00\x1b[31mKernel",
+        "escaped raw control characters in 1 string",
+    ),
+}
+
+
+@pytest.mark.parametrize("pieces", [False, True], ids=["whole", "pieces"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_damaged_name_keeps_every_event(
+    original: tuple[bytes, pl.DataFrame],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    pieces: bool,
+) -> None:
+    from torchscope.trace import reader
+
+    if pieces:
+        monkeypatch.setattr(reader, "CHUNK_BYTES", 64 * 1024)
+    text, expected = original
+    damaged, read_as, warning = CASES[case]
+    path = tmp_path / "damaged.json"
+    path.write_bytes(_damage_names(text, damaged, 1))
+    got = read_chrome(path)
+    assert got.events.height == expected.height
+    changed = got.events["name"] != expected["name"]
+    assert int(changed.sum()) == 1
+    assert got.events.filter(changed)["name"].to_list() == [read_as]
+    assert got.events.drop("name").equals(expected.drop("name"))
+    assert any(warning in w for w in got.meta.warnings), got.meta.warnings
+
+
+@pytest.mark.parametrize("pieces", [False, True], ids=["whole", "pieces"])
+@pytest.mark.parametrize(
+    ("literal", "warning"),
+    [
+        (b"NaN", "read 3 NaN"),
+        (b"Infinity", "read 3 NaN"),
+        (b"-Infinity", "read 3 NaN"),
+        (b"1E400", "read 3 NaN"),
+    ],
+)
+def test_nan_infinity_and_overflowing_numbers_become_null(
+    original: tuple[bytes, pl.DataFrame],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    literal: bytes,
+    warning: str,
+    pieces: bool,
+) -> None:
+    """Python's ``json.dump`` writes NaN and Infinity by default; such a duration is null (read
+    as 0 with the usual warning), every event is kept."""
+    from torchscope.trace import reader
+
+    if pieces:
+        monkeypatch.setattr(reader, "CHUNK_BYTES", 64 * 1024)
+    text, expected = original
+    path = tmp_path / "nan.json"
+    path.write_bytes(re.sub(rb'"dur": [0-9.]+', b'"dur": ' + literal, text, count=3))
+    got = read_chrome(path)
+    assert got.events.height == expected.height
+    assert int((got.events["dur_ns"] != expected["dur_ns"]).sum()) <= 3
+    assert any(warning in w and "as null" in w for w in got.meta.warnings), got.meta.warnings
+    assert any("no usable 'dur'" in w for w in got.meta.warnings)
+
+
+def test_a_string_that_looks_like_nan_is_left_alone(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "NaN 1E400 Infinity", "pid": 1, "tid": 1, "ts": 1, "dur": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": float("nan")},
+    ]
+    path = tmp_path / "nan.json"
+    path.write_text(json.dumps({"traceEvents": events}))  # json.dump writes NaN
+    got = read_chrome(path)
+    assert got.events["name"].to_list() == ["NaN 1E400 Infinity", "b"]
+    assert got.events["dur_ns"].to_list() == [2000, 0]
+
+
+def test_raw_control_characters_in_a_one_line_file_are_escaped(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
+        for i in range(3)
+    ]
+    text = json.dumps({"traceEvents": events}).encode().replace(b'"op1"', b'"op\x00\x07\t1"')
+    path = tmp_path / "ctrl.json"
+    path.write_bytes(text)
+    got = read_chrome(path)
+    assert got.events["name"].to_list() == ["op0", "op\x00\x07\t1", "op2"]
+    assert any("escaped raw control characters in 1 string" in w for w in got.meta.warnings)
+
+
+def test_args_nested_10k_levels_are_kept_as_text(
+    original: tuple[bytes, pl.DataFrame], tmp_path: Path
+) -> None:
+    text, expected = original
+    deep = b"[" * 10_000 + b"]" * 10_000
+    path = tmp_path / "deep.json"
+    path.write_bytes(text.replace(b'"args": {', b'"args": {"deep": ' + deep + b",", 1))
+    got = read_chrome(path)
+    assert got.events.equals(expected)
+    assert any("kept 1 value nested deeper than 200 levels as JSON text" in w for w in got.meta.warnings)
+
+
+def test_garbage_after_the_gzip_stream_is_read_with_a_warning(
+    original: tuple[bytes, pl.DataFrame], tmp_path: Path
+) -> None:
+    text, expected = original
+    path = tmp_path / "tail.json.gz"
+    path.write_bytes(gzip.compress(text, mtime=0) + b"appended by mistake\n" * 10)
+    got = read_chrome(path)
+    assert got.events.equals(expected)
+    assert got.meta.warnings == (
+        f"the gzip stream is followed by 200 bytes that are not gzip: read the {len(text):,} bytes it inflates to",
+    )
+    # two members (a file gzipped in parts) are one text, read without a warning
+    half = text.index(b'{\n    "ph"', len(text) // 2)
+    path.write_bytes(gzip.compress(text[:half], mtime=0) + gzip.compress(text[half:], mtime=0))
+    assert read_chrome(path).events.equals(expected) and read_chrome(path).meta.warnings == ()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_named_pipe_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    result: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            torchscope.load(fifo)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            result.append(exc)
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(60)  # not a speed bound: a hang is the failure (a FIFO open blocks for ever)
+    if worker.is_alive():
+        with open(fifo, "wb"):  # unblock the reader so the thread ends
+            pass
+        pytest.fail("loading a named pipe hangs")
+    assert len(result) == 1 and isinstance(result[0], TraceError)
+    assert str(result[0]) == f"{fifo}: is a named pipe (FIFO), not a trace file"
+
+
+def test_a_device_is_refused() -> None:
+    with pytest.raises(TraceError, match="/dev/zero: is a character device, not a trace file"):
+        torchscope.load("/dev/zero")
+
+
+def test_padding_is_read_without_copies(tmp_path: Path) -> None:
+    """Megabytes of white space inside the event list (a writer that pads) are read; the file is
+    not copied per piece of padding (the cut finder looked at the padding as indentation)."""
+    from torchscope.trace import reader
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
+        for i in range(3)
+    ]
+    path = tmp_path / "padded.json"
+    path.write_bytes(b'{"traceEvents": [' + b" " * (4 << 20) + json.dumps(events)[1:].encode() + b"}")
+    got = read_chrome(path)
+    assert got.events["name"].to_list() == ["op0", "op1", "op2"]
+    text = path.read_bytes()
+    assert reader._cut_points(text, text.index(b"[") + 1, len(text)) == []
+    only = tmp_path / "blank.json"
+    only.write_bytes(b" \n" * 1000)
+    with pytest.raises(TraceError, match="file holds only white space"):
+        read_chrome(only)
+
+
+def test_a_repaired_file_keeps_the_verbatim_args_of_vendor_events() -> None:
+    from torchscope.trace import read_chrome_document
+
+    events = [
+        {
+            "ph": "X",
+            "cat": "my_vendor",
+            "name": f"v{i}",
+            "pid": 1,
+            "tid": 1,
+            "ts": i,
+            "dur": 1,
+            "args": {"q": i},
+        }
+        for i in range(3)
+    ]
+    text = json.dumps({"traceEvents": events}).encode().replace(b'"v1"', b'"v\xff1"')
+    trace = read_chrome_document(text, "vendor")
+    assert trace.events.select("name", "args").rows() == [
+        ("v0", '{"q": 0}'),
+        ("v\ufffd1", '{"q": 1}'),
+        ("v2", '{"q": 2}'),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("damaged", "read_as", "warning"),
+    [
+        (b"NVIDIA \xffA100", "NVIDIA \ufffdA100", "replaced 1 invalid UTF-8 byte sequence"),
+        (b"NVIDIA \\ud800A100", "NVIDIA \ufffdA100", "replaced 1 unpaired UTF-16 surrogate escape"),
+    ],
+)
+def test_a_damaged_top_level_value_in_a_large_file(
+    original: tuple[bytes, pl.DataFrame],
+    monkeypatch: pytest.MonkeyPatch,
+    damaged: bytes,
+    read_as: str,
+    warning: str,
+) -> None:
+    """The large-file path reads top-level keys from the spans the scanner found: a bad byte in
+    ``deviceProperties`` is repaired there too (it was a bare UnicodeDecodeError)."""
+    from torchscope.trace import reader
+
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 64 * 1024)
+    text, expected = original
+    trace = reader.read_chrome_document(text.replace(b"NVIDIA A100-PG509-200", damaged, 1), "large")
+    assert trace.events.equals(expected)
+    assert trace.meta.device_properties[0]["name"] == read_as
+    assert any(warning in w for w in trace.meta.warnings)
