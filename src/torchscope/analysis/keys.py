@@ -107,3 +107,41 @@ DIFF_KEYS: tuple[str, ...] = (
     DIFF_OPERATORS,
     DIFF_KERNELS,
 )
+
+# -- job: a directory read as runs -> ranks -> cycles (job/reduce.py; docs/jobs.md) ---------
+# ``report DIR --json`` of a job is {report_version, kind: "job", source, runs: [...], warnings};
+# each run carries the keys below. Times are integer or float nanoseconds (keys end in ``_ns``).
+JOB_RUNS = "runs"
+JOB_RUN = "run"  # the run's name (its folder)
+JOB_RANKS = "ranks"  # how many ranks were read
+JOB_WORLD_SIZE = "world_size"
+JOB_BACKEND = "backend"
+JOB_CYCLES = "cycles"  # most cycles any rank has
+JOB_STEP_NS = "step_ns"  # {min, median, max, min_rank, max_rank} over the ranks' median steps
+JOB_MEDIAN_RANK = "median_rank"
+JOB_OUTLIERS = "outliers"  # [{rank, step_ns, vs_median_pct, by_category_ns}]
+JOB_MEDIAN_BREAKDOWN_NS = "median_breakdown_ns"
+JOB_COLLECTIVES = "collectives"  # collectives aligned across ranks: arrival skew and wait
+JOB_RANK_WAITS = "rank_waits"  # per rank: how often it arrived last and the wait it caused
+JOB_STRAGGLER = "straggler"  # {rank, ...} or null
+JOB_CYCLE_TABLE = "cycle_table"  # one row per cycle
+JOB_PER_RANK = "per_rank"  # per-rank detail (--json only in the terminal's sense)
+JOB_SKIPPED = "skipped"
+JOB_RUN_KEYS: tuple[str, ...] = (
+    JOB_RUN,
+    JOB_RANKS,
+    JOB_WORLD_SIZE,
+    JOB_BACKEND,
+    JOB_CYCLES,
+    JOB_STEP_NS,
+    JOB_MEDIAN_RANK,
+    JOB_OUTLIERS,
+    JOB_MEDIAN_BREAKDOWN_NS,
+    JOB_COLLECTIVES,
+    JOB_RANK_WAITS,
+    JOB_STRAGGLER,
+    JOB_CYCLE_TABLE,
+    RECOMMENDATIONS,
+    JOB_PER_RANK,
+    JOB_SKIPPED,
+)
