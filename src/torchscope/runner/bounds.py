@@ -16,7 +16,10 @@ model, its first activations and the optimizer's state are the script's memory, 
 profiler's; before that step the allowance is ``SETUP_FACTOR`` times the cap); past the cap it
 asks the main thread (where the profiler lives: Kineto's
 session belongs to the thread that started it) to stop recording, through CPython's pending
-calls, which run between two bytecodes of the main thread, never inside an op.
+calls, which run between two bytecodes of the main thread, never inside an op. The cap ends
+the cycle it caught, not the run: a model's first step (its weights, gradients and optimizer
+state, all of which count as growth) can pass the cap while the schedule's steady-state cycles
+later stay far below it, and those are the ones a user wants.
 """
 
 from __future__ import annotations
@@ -131,20 +134,21 @@ class RecordingCap:
 
     def _watch(self) -> None:
         session: Any = None
+        capped: Any = None  # the cycle the cap last stopped: not measured again
         base = 0.0
         while not self._done.wait(self._interval_s):
             current = self._recording()
-            if current is None:
+            if current is None or current is capped:
                 session = None
                 continue
             rss = rss_mb() or 0.0
             if current is not session or self._rebase:  # a new cycle began: measure from here
                 session, base, self._rebase = current, rss, False
                 continue
-            if rss - base > self.cap_mb * (1 if self._stepped else SETUP_FACTOR):
-                self._due = rss - base
+            if self._due is None and rss - base > self.cap_mb * (1 if self._stepped else SETUP_FACTOR):
+                # the cap ends this cycle; the schedule's later cycles are measured afresh
+                self._due, capped, session = rss - base, current, None
                 ctypes.pythonapi.Py_AddPendingCall(self._callback, None)
-                return
 
     def _on_main_thread(self, _arg: Any) -> int:
         # runs between two bytecodes of the main thread: must never raise into the script
@@ -156,7 +160,8 @@ class RecordingCap:
         return 0
 
     def fire_if_due(self) -> None:
-        if self._due is None or self.fired:
+        if self._due is None:
             return
+        due, self._due = self._due, None
         self.fired = True
-        self._stop(self._due)
+        self._stop(due)

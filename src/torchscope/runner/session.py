@@ -138,6 +138,7 @@ class _StepHook:
         self.setup_ns: int | None = None  # wall ns from the start to the first iteration
         self._forward_handle: Any = None
         self.cap: RecordingCap | None = None  # told when we are inside the profiler
+        self.resume = False  # the cap ended a cycle: record the schedule's next one
 
     def start(self) -> None:
         """Start ``prof`` with the setup span open instead of ``ProfilerStep#0``."""
@@ -178,6 +179,35 @@ class _StepHook:
                 self.cap.busy = False
                 self.cap.fire_if_due()
 
+    def _cycle_begins(self, step: int) -> bool:
+        """Whether the schedule starts a new cycle at ``step`` (after the cap ended the last)."""
+        from torchscope.capture.schedule import ProfilerAction
+
+        action = self.prof.schedule(step)
+        before = self.prof.schedule(step - 1) if step > 0 else ProfilerAction.NONE
+        return action != ProfilerAction.NONE and before in (ProfilerAction.NONE, ProfilerAction.RECORD_AND_SAVE)
+
+    def _restart(self) -> None:
+        """Record the schedule's next cycle after the cap ended the previous one: the profiler
+        starts again at this step's number, so its steps keep their numbers in the trace."""
+        from torchscope.capture.schedule import as_action
+
+        self.resume = False
+        cap = self.cap
+        if cap is not None:
+            cap.busy = True
+        try:
+            self.prof.step_num = self.count
+            self.prof.current_action = as_action(self.prof.schedule(self.count))
+            self.prof.start()
+        except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
+            self.problems.append(f"profiler restart at step {self.count}: {type(exc).__name__}: {exc}")
+            return
+        finally:
+            if cap is not None:
+                cap.busy = False
+        self.marks.append((int(self.prof.step_num), time.time_ns()))
+
     def _disarm(self) -> None:
         if self._forward_handle is not None:
             self._forward_handle.remove()
@@ -198,6 +228,9 @@ class _StepHook:
         if self.count == 1 and self.cap is not None:
             self.cap.first_step()
         if not self.prof._started:  # stopped at the cap, or stepped aside for the script's profiler
+            if not (self.resume and self._cycle_begins(self.count)):
+                return
+            self._restart()
             return
         wall = time.time_ns()
         cap = self.cap
@@ -296,17 +329,20 @@ class _Recording:
         return None if prof is None or not prof._started else prof._session
 
     def stop_at_cap(self, grown_mb: float) -> None:
-        """The cycle grew past the cap: stop recording for the rest of the run."""
+        """The cycle grew past the cap: end it (its trace holds what came before); the schedule's
+        next cycle, if it has one, is recorded when its first step comes."""
         if self.prof is None or not self.prof._started:
             return
         steps = self.hook.count if self.hook is not None else 0
         self.notes.append(
-            f"recording stopped at the cap: the cycle had added {grown_mb:.0f} MB to the process "
-            f"(cap {self.options.cap_mb:.0f} MB) after {steps} optimizer steps; the trace holds what came "
-            "before. Record less with --wait/--warmup/--active, more with --cap-mb MB, "
-            "or the whole run with --all"
+            f"a cycle stopped at the cap: it had added {grown_mb:.0f} MB to the process "
+            f"(cap {self.options.cap_mb:.0f} MB) by optimizer step {steps}; its trace holds what came "
+            "before, and the schedule's later cycles are recorded. Record less with "
+            "--wait/--warmup/--active, more with --cap-mb MB, or the whole run with --all"
         )
         self._stop_ours()
+        if self.hook is not None and not self._adopted:
+            self.hook.resume = True
 
     def _stop_ours(self) -> None:
         try:
