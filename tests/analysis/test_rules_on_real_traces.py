@@ -98,3 +98,27 @@ def test_long_calls_with_the_device_busy_are_not_start_up(load_trace: Callable[[
     long_calls = trace.events.filter((pl.col("kind") == "runtime") & (pl.col("dur_ns") >= 100_000_000))
     assert long_calls.height == 27
     assert "startup_in_window" not in _found(trace)
+
+
+def test_launch_bound_share_is_a_union_over_time_within_the_idle_time(
+    load_trace: Callable[[str], Trace],
+) -> None:
+    """nccl_rank0_of_2's compute and NCCL streams both wait on the host at the same instants:
+    summed per stream that was 110 % of the step time (355 ms + 381 ms of 667 ms). As a union over
+    time, minus every instant some kernel runs, it is at most the device's idle share."""
+    every = {f.rule: f for f in advise(load_trace("cuda/nccl_rank0_of_2.json.gz"), min_share=0)}
+    lb, low = every["launch_bound"], every["low_device_utilization"]
+    busy = low.evidence["utilization"]["0"]  # type: ignore[index]
+    assert busy == pytest.approx(0.2326, abs=1e-3)
+    assert lb.share == pytest.approx(0.5042, abs=1e-3)
+    assert lb.share is not None and lb.share <= 1 - busy
+    assert "waiting on the host 50% of the step time (it is busy 23%)" in lb.message
+
+
+def test_a_deep_launch_queue_is_not_launch_bound(load_trace: Callable[[str], Trace]) -> None:
+    """resnet50_num_workers_0: kernels wait 9.4 ms (median) between launch and start, so the host
+    is ahead of the device; its idle time comes from the DataLoader, whose rules say so."""
+    t = load_trace("tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz")
+    rules = {f.rule for f in advise(t, min_share=0)}
+    assert "launch_bound" not in rules
+    assert {"dataloader_bottleneck", "dataloader_num_workers"} <= rules

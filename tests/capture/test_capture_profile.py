@@ -416,3 +416,18 @@ def test_record_function_as_decorator(net: Any) -> None:
     rows = {r.key: r for r in prof.key_averages()}
     assert rows["decorated_step"].count == 2
     assert rows["decorated_step"].cpu_time_total >= rows["aten::linear"].cpu_time_total
+
+
+def test_device_annotations_are_not_self_cuda_time(traces_dir: Path) -> None:
+    """nccl_rank0_of_2's gpu_user_annotation ranges (DistributedDataParallel.forward: 292.764 ms
+    around the kernels of 3 steps) are not device work: torch 2.13 leaves them out of the total but
+    kept them as Self CUDA, 177 % of it. Their self time is 0 here; their length is CUDA total."""
+    ka = key_averages(read_chrome(traces_dir / "cuda" / "nccl_rank0_of_2.json.gz"))
+    ddp = next(r for r in ka if r.key == "DistributedDataParallel.forward" and r.is_device)
+    assert ddp.is_user_annotation and ddp.self_device_time_total == 0
+    assert ddp.device_time_total == pytest.approx(292764, abs=1)
+    table = ka.table(sort_by="self_cuda_time_total", row_limit=-1)
+    total = float(table.splitlines()[-1].split(": ")[1].removesuffix("ms"))
+    assert total == pytest.approx(165.2, abs=0.1)
+    shares = [float(m) for m in re.findall(r"(\d+\.\d+)%", table)]
+    assert shares and max(shares) <= 100.0

@@ -35,7 +35,10 @@ def test_report_json_and_html(traces_dir: Path, tmp_path: Path, capsys: pytest.C
     assert set(out["breakdown_us"]) >= {"Kernel", "DataLoader", "CPU Exec", "Total"}
     # the DataLoader is this sample's bottleneck, and the advisor says so
     assert out["breakdown_us"]["DataLoader"] > 0.3 * out["breakdown_us"]["Total"]
-    assert {"dataloader_bottleneck", "launch_bound"} <= {r["rule"] for r in out["recommendations"]}
+    # and only the DataLoader: with a 9.4 ms median launch delay the launch queue is deep, so the
+    # device's idle time is not launch overhead and CUDA graphs would not help (no launch_bound)
+    rules = {r["rule"] for r in out["recommendations"]}
+    assert "dataloader_bottleneck" in rules and "launch_bound" not in rules
     # differential against plain json: the top kernel's count and total equal the file's own
     raw = _raw_events(traces_dir / TB0)
     top = out["kernels"][0]

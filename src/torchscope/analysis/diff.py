@@ -16,6 +16,14 @@ so is the other side then (steps cannot be matched with nothing). Op time is sel
 device), so a parent does not repeat its children's change; HTA sums each op's inclusive
 duration instead (``tests/analysis/test_diff.py`` shows both). Either side may be a ``TraceSet``:
 the step set is the steps every rank kept, and ranks are averaged.
+
+The categories are the report's: the device breakdown when either run has device work, else the
+host breakdown (Operators, Communication, Optimizer, Python outside ops, ...), so the same time
+has the same name in ``report`` and ``diff``. Changes are ranked so that what changed for sure
+leads: ops and kernels that appeared, vanished or changed their call count (a count does not
+jitter), then same-count time changes above the noise floor (``NOISE_FLOOR`` of the step time),
+then the rest, each by |delta|. On a shared CPU a same-count op's time jitters by more than a
+small real change costs, so ranking by |delta| alone put noise first.
 """
 
 from __future__ import annotations
@@ -30,11 +38,15 @@ from torchscope.analysis import keys as K
 from torchscope.analysis import names
 from torchscope.analysis.frames import kinds
 from torchscope.analysis.operators import _device_time_per_row
-from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, overview
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, overview
 from torchscope.analysis.report import records
 from torchscope.trace.model import Trace, TraceSet
 
 _TABLE: dict[str, Any] = {"name": pl.String(), "calls": pl.Float64(), "ns": pl.Float64()}
+DEVICE_WORK = ("Kernel", "Memcpy", "Memset")
+# a same-count op's change below this share of the step time is ranked as noise (listed last)
+NOISE_FLOOR = 0.01
+STRUCTURAL = ("appeared", "vanished", "count_changed")
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,7 @@ class Side:
     steps: int  # how many steps the values are averaged over (1 for a whole-trace comparison)
     step_ns: float
     breakdown_ns: dict[str, float]
+    host_breakdown_ns: dict[str, float]
     ops: pl.DataFrame  # name, calls, ns (per step; host self + device self)
     kernels: pl.DataFrame  # name, calls, ns (per step)
     step_numbers: tuple[int, ...] = ()  # the ProfilerStep numbers compared; () for the whole trace
@@ -98,13 +111,17 @@ def _side(t: Trace | TraceSet, steps: tuple[int, ...]) -> Side:
     n = max(len(steps), 1)
     ops, kers, step_ns = [], [], 0.0
     br = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
+    hb = dict.fromkeys(HOST_CATEGORIES, 0.0)
     for tr in traces:
         ov = overview(tr)
         win = ov.steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.steps
+        hwin = ov.host_steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.host_steps
         w = max(win.height, 1) if steps else 1  # whole trace: all its steps are one
         step_ns += float(win["dur_ns"].sum()) / w / n_tr
         for c in BREAKDOWN_CATEGORIES:
             br[c] += float(win[c].sum()) / w / n_tr
+        for c in HOST_CATEGORIES:
+            hb[c] += float(hwin[c].sum()) / w / n_tr
         in_steps = pl.col("step").is_in(list(steps)) if steps else pl.lit(True)
         self_dev, _ = _device_time_per_row(tr)
         o = kinds(tr, "cpu_op").filter(in_steps & ~names.PROFILER_STEP)
@@ -134,7 +151,7 @@ def _side(t: Trace | TraceSet, steps: tuple[int, ...]) -> Side:
         both = pl.concat([f.select(pl.col(c).cast(dt) for c, dt in _TABLE.items()) for f in frames])
         return both.group_by("name").agg(pl.col("calls").sum(), pl.col("ns").sum())
 
-    return Side(source, len(steps) if steps else 1, step_ns, br, total(ops), total(kers), steps)
+    return Side(source, len(steps) if steps else 1, step_ns, br, hb, total(ops), total(kers), steps)
 
 
 def _compare(a: pl.DataFrame, b: pl.DataFrame, what: str) -> pl.DataFrame:
@@ -176,21 +193,49 @@ class TraceDiff:
     kernels: pl.DataFrame
 
     @property
+    def noise_floor_ns(self) -> float:
+        """Same-count changes smaller than this (``NOISE_FLOOR`` of the longer step) are noise."""
+        return NOISE_FLOOR * max(self.a.step_ns, self.b.step_ns)
+
+    @property
     def changes(self) -> pl.DataFrame:
-        """Ops and kernels that changed, by |delta|; kernels first on ties (they are where time
-        goes). Unchanged rows (same calls, same time) are left out."""
+        """Ops and kernels that changed, real changes first (see the module docstring): tier 0
+        appeared, vanished or count changed (a count is never noise, however small the time); tier 1 same-count time changes above the noise
+        floor; tier 2 (``noise``) the rest. Within a tier by |delta|, kernels first on ties (they
+        are where time goes). Unchanged rows (same calls, same time) are left out."""
         both = pl.concat([self.kernels, self.operators]).filter(pl.col("status") != "unchanged")
-        return (
-            both.with_columns(pl.col("delta_ns").abs().alias("_impact"))
-            .sort(["_impact", "what", "name"], descending=[True, False, False])
-            .drop("_impact")
+        impact = pl.col("delta_ns").abs()
+        tier = (
+            pl.when(pl.col("status").is_in(STRUCTURAL))
+            .then(0)
+            .when(impact >= self.noise_floor_ns)
+            .then(1)
+            .otherwise(2)
         )
+        return (
+            both.with_columns(tier.alias("_tier"), impact.alias("_impact"))
+            .sort(["_tier", "_impact", "what", "name"], descending=[False, True, False, False])
+            .with_columns((pl.col("_tier") == 2).alias("noise"))
+            .drop("_tier", "_impact")
+        )
+
+    @property
+    def categories(self) -> tuple[str, ...]:
+        """The report's categories for these runs: the device breakdown when either has device
+        work, else the host breakdown (render.console chooses the same way)."""
+        device = any(s.breakdown_ns[c] for s in (self.a, self.b) for c in DEVICE_WORK)
+        return BREAKDOWN_CATEGORIES if device else HOST_CATEGORIES
 
     @property
     def breakdown_delta_ns(self) -> dict[str, float]:
         """Per category, B - A per step, largest change first: where the step time moved."""
-        d = {c: self.b.breakdown_ns[c] - self.a.breakdown_ns[c] for c in BREAKDOWN_CATEGORIES}
+        cats = self.categories
+        a, b = self._breakdown(self.a), self._breakdown(self.b)
+        d = {c: b[c] - a[c] for c in cats}
         return dict(sorted(d.items(), key=lambda kv: -abs(kv[1])))
+
+    def _breakdown(self, side: Side) -> dict[str, float]:
+        return side.breakdown_ns if self.categories is BREAKDOWN_CATEGORIES else side.host_breakdown_ns
 
     def to_dict(self, top: int = 50) -> dict[str, Any]:
         """The JSON of ``torchscope diff``; categories and changes are ordered by |delta|, so
@@ -205,9 +250,10 @@ class TraceDiff:
                 "b": b.step_ns / 1e3,
                 "delta": (b.step_ns - a.step_ns) / 1e3,
                 "ratio": (b.step_ns / a.step_ns) if a.step_ns else None,
+                "noise_floor": self.noise_floor_ns / 1e3,
             },
             K.DIFF_BREAKDOWN: {
-                c: {"a": a.breakdown_ns[c] / 1e3, "b": b.breakdown_ns[c] / 1e3, "delta": d / 1e3}
+                c: {"a": self._breakdown(a)[c] / 1e3, "b": self._breakdown(b)[c] / 1e3, "delta": d / 1e3}
                 for c, d in self.breakdown_delta_ns.items()
             },
             K.DIFF_CHANGES: records(self.changes, top),

@@ -222,7 +222,9 @@ class LaunchStats:
     launch_delay_outliers: int  # kernels starting more than delay_cutoff after their launch returned
     median_launch_delay_ns: float | None  # of the delays clamped at 0 (see negative_launch_delays)
     p95_launch_delay_ns: float | None
-    per_kernel: pl.DataFrame  # the same launches: name, stream, start_ns, dur_ns, runtime_ns, launch_delay_ns (>= 0, as HTA)
+    per_kernel: (
+        pl.DataFrame
+    )  # the same launches: name, stream, start_ns, dur_ns, runtime_ns, launch_delay_ns (>= 0, as HTA)
     # kernels that start before their launch call returns (a negative raw delay, counted as 0):
     # usual on an idle stream, and what a synchronous submit does
     negative_launch_delays: int = 0
@@ -297,6 +299,47 @@ def idle_time(trace: Trace, consecutive_kernel_delay_ns: int = 30_000) -> pl.Dat
 
 
 def _idle_time(trace: Trace, consecutive_kernel_delay_ns: int) -> pl.DataFrame:
+    d = _classified_gaps(trace, consecutive_kernel_delay_ns)
+    out = (
+        d.group_by("device", "stream")
+        .agg(
+            pl.col("gap").filter(pl.col("category") == "host_wait").sum().alias("host_wait_ns"),
+            pl.col("gap").filter(pl.col("category") == "kernel_wait").sum().alias("kernel_wait_ns"),
+            pl.col("gap").filter(pl.col("category") == "other").sum().alias("other_ns"),
+        )
+        .with_columns(
+            (pl.col("host_wait_ns") + pl.col("kernel_wait_ns") + pl.col("other_ns")).alias("idle_ns")
+        )
+        .sort("device", "stream")
+    )
+    return out
+
+
+def host_wait_ns(trace: Trace, lo: int, hi: int, consecutive_kernel_delay_ns: int = 30_000) -> dict[int, int]:
+    """Per device: how long, inside ``[lo, hi)``, the whole device sat idle waiting on the host.
+
+    ``idle_time`` is per stream, and summing it over streams counts the same instant once per
+    stream (a rank's compute and NCCL streams both wait while the host is busy), which gave
+    shares above 100 %. This is a union over time: an instant counts when some stream is in a
+    host-wait gap and no kernel runs on any stream of the device, so it can never exceed the
+    device's idle time (1 - utilization, over the same window).
+    """
+    d = _classified_gaps(trace, consecutive_kernel_delay_ns).filter(pl.col("category") == "host_wait")
+    busy_all = device_in_scope(trace)
+    window = (np.array([lo], np.int64), np.array([hi], np.int64))
+    out: dict[int, int] = {}
+    for dev in sorted(d["device"].unique().to_list()):
+        g = d.filter(pl.col("device") == dev)
+        gaps = iv.merge(g["prev_end"].to_numpy(), g["start_ns"].to_numpy())
+        k = busy_all.filter(pl.col("device") == dev)
+        ks = k["start_ns"].to_numpy()
+        busy = iv.merge(ks, ks + k["dur_ns"].to_numpy())
+        out[int(dev)] = iv.total(iv.intersect(iv.subtract(gaps, busy), window))
+    return out
+
+
+def _classified_gaps(trace: Trace, consecutive_kernel_delay_ns: int) -> pl.DataFrame:
+    """Every gap between consecutive device events on a stream, with HTA's idle category."""
     d = device_in_scope(trace).sort("device", "stream", "start_ns")
     ev = trace.events
     li = d["launcher"].fill_null(-1).to_numpy().astype(np.int64)
@@ -316,19 +359,7 @@ def _idle_time(trace: Trace, consecutive_kernel_delay_ns: int) -> pl.DataFrame:
         .otherwise(pl.lit("other"))
         .alias("category")
     )
-    out = (
-        d.group_by("device", "stream")
-        .agg(
-            pl.col("gap").filter(pl.col("category") == "host_wait").sum().alias("host_wait_ns"),
-            pl.col("gap").filter(pl.col("category") == "kernel_wait").sum().alias("kernel_wait_ns"),
-            pl.col("gap").filter(pl.col("category") == "other").sum().alias("other_ns"),
-        )
-        .with_columns(
-            (pl.col("host_wait_ns") + pl.col("kernel_wait_ns") + pl.col("other_ns")).alias("idle_ns")
-        )
-        .sort("device", "stream")
-    )
-    return out
+    return d
 
 
 def queue_length(trace: Trace, graph_launches: bool = True) -> pl.DataFrame:
@@ -395,9 +426,11 @@ def _profiler_ranges(trace: Trace) -> pl.DataFrame:
     counters = [json.loads(a) if a else {} for a in rng["args"].to_list()]
     names_ = sorted({k for c in counters for k, v in c.items() if isinstance(v, int | float)})
     ev = trace.events
-    launches = kinds(trace, "runtime").filter(
-        pl.col("name").cast(pl.String).str.starts_with("cudaLaunchKernel")
-    ).sort("start_ns", maintain_order=True)
+    launches = (
+        kinds(trace, "runtime")
+        .filter(pl.col("name").cast(pl.String).str.starts_with("cudaLaunchKernel"))
+        .sort("start_ns", maintain_order=True)
+    )
     op: list[str | None] = [None] * rng.height
     if launches.height == rng.height and rng.height:
         parent = launches["parent"].fill_null(-1).to_list()
@@ -411,10 +444,7 @@ def _profiler_ranges(trace: Trace) -> pl.DataFrame:
             "start_ns": rng["start_ns"],
             "dur_ns": rng["dur_ns"],
             "op": pl.Series(op, dtype=pl.String),
-            **{
-                n: pl.Series([c.get(n) for c in counters], dtype=pl.Float64)
-                for n in names_
-            },
+            **{n: pl.Series([c.get(n) for c in counters], dtype=pl.Float64) for n in names_},
         }
     )
 

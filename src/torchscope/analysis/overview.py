@@ -34,7 +34,25 @@ BREAKDOWN_CATEGORIES: tuple[str, ...] = (
     "CPU Exec",
     "Other",
 )
-HOST_CATEGORIES: tuple[str, ...] = ("Operators", "DataLoader", "Optimizer", "Python outside ops", "Other")
+HOST_CATEGORIES: tuple[str, ...] = (
+    "Operators",
+    "Communication",
+    "DataLoader",
+    "Optimizer",
+    "Python outside ops",
+    "Other",
+)
+# who gets an instant two host categories cover: communication first, as in the device breakdown,
+# so a CPU-only run's Communication is the time communication_heavy reports (a gloo all_reduce on
+# its worker threads is communication, not "Other")
+HOST_PRIORITY: tuple[str, ...] = (
+    "Communication",
+    "DataLoader",
+    "Optimizer",
+    "Operators",
+    "Python outside ops",
+    "Other",
+)
 
 
 @dataclass(frozen=True)
@@ -234,9 +252,10 @@ def _priority_breakdown(
     return out
 
 
-def _host_roles(trace: Trace) -> dict[str, iv.Spans]:
+def _host_roles(trace: Trace, communication: iv.Spans) -> dict[str, iv.Spans]:
     host = kinds(trace, "cpu_op", "user_annotation", "python_function")
     return {
+        "Communication": communication,
         "DataLoader": _spans(host.filter(names.DATALOADER)),
         "Optimizer": _spans(host.filter(names.OPTIMIZER & (pl.col("kind") != "python_function"))),
         "Operators": _spans(host.filter(pl.col("kind") == "cpu_op")),
@@ -308,10 +327,8 @@ def _overview(trace: Trace) -> Overview:
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
         *[pl.Series(c, br[c].astype(np.int64)) for c in BREAKDOWN_CATEGORIES],
     )
-    hroles = _host_roles(trace)
-    hb = _priority_breakdown(
-        hroles, ("DataLoader", "Optimizer", "Operators", "Python outside ops", "Other"), ws, we
-    )
+    hroles = _host_roles(trace, roles["Communication"])
+    hb = _priority_breakdown(hroles, HOST_PRIORITY, ws, we)
     host_steps = win.select("step").with_columns(
         *[pl.Series(c, hb[c].astype(np.int64)) for c in HOST_CATEGORIES]
     )

@@ -53,7 +53,9 @@ class DiffCommand:
             from torchscope.render.payload import build_payload
 
             write_html(
-                build_payload(one_a, compare=one_b, title=f"{Path(args.a).name} vs {Path(args.b).name}"),
+                build_payload(
+                    one_a, compare=one_b, title="{} vs {}".format(*distinct_labels(args.a, args.b))
+                ),
                 args.html,
             )
         if args.json:
@@ -63,7 +65,7 @@ class DiffCommand:
 
         console = terminal(sys.stdout)
         averaged = one_a is None or one_b is None
-        print_diff(diff, console, Path(args.a).name, Path(args.b).name, top=args.top, averaged=averaged)
+        print_diff(diff, console, *distinct_labels(args.a, args.b), top=args.top, averaged=averaged)
         if args.html:
             console.print(f"dashboard: {args.html}")
         return EXIT_OK
@@ -96,7 +98,12 @@ def print_diff(
         if v["a"] or v["b"]:
             t.add_row(cat, fmt_us(v["a"]), fmt_us(v["b"]), signed(v["delta"]))
     console.print(t)
-    t = Table(title="ops and kernels by change per step (B - A)", title_justify="left")
+    floor = step.get("noise_floor")
+    t = Table(
+        title="ops and kernels by change per step (B - A): new, gone or other call counts first"
+        + (f"; same-count changes under {fmt_us(floor)} (1% of the step) dimmed as noise" if floor else ""),
+        title_justify="left",
+    )
     for col, just in (("name", "left"), ("what", "left"), ("status", "left"), ("calls A", "right"),
                       ("calls B", "right"), ("A", "right"), ("B", "right"), ("change", "right")):  # fmt: skip
         t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
@@ -110,8 +117,21 @@ def print_diff(
             fmt_us(r["a_us"]),
             fmt_us(r["b_us"]),
             signed(r["delta_us"]),
+            style="dim" if r.get("noise") else None,
         )
     console.print(t)
+
+
+def distinct_labels(a: str, b: str) -> tuple[str, str]:
+    """Short names that tell A and B apart: the file names, or when those are equal (two runs'
+    ``traces/step_8.pt.trace.json``) the shortest path suffixes that differ (``base/traces/...``
+    vs ``slow/traces/...``, joined with ``/``)."""
+    pa, pb = Path(a).resolve().parts, Path(b).resolve().parts
+    for k in range(1, max(len(pa), len(pb)) + 1):
+        la, lb = "/".join(pa[-k:]), "/".join(pb[-k:])
+        if la != lb:
+            return la, lb
+    return Path(a).name, Path(b).name  # the same file twice
 
 
 def _one(loaded: Trace | TraceSet) -> Trace | None:

@@ -274,7 +274,7 @@
     return out;
   }
   const DEVICE_CATS = ["Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other"];
-  const HOST_CATS = ["Operators", "DataLoader", "Optimizer", "Python outside ops", "Other"];
+  const HOST_CATS = ["Operators", "Communication", "DataLoader", "Optimizer", "Python outside ops", "Other"];
 
   function viewOverview() {
     const r = rep(), m = r.meta || {}, P = state.payload, steps = r.steps || [];
