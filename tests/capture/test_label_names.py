@@ -123,3 +123,21 @@ def test_a_newline_alone_leaves_no_sign_and_is_dropped_as_in_kinetos_file() -> N
     keeps Kineto's text, since nothing in the saved file shows the change."""
     ours = _labelled(torchscope.profile, ("new\nline", "plain"))
     assert set(_keys(ours)) >= {"newline", "plain"}
+
+
+@pytest.mark.parametrize(
+    ("text", "sign"),
+    [
+        (b'{"ph": "X", "cat": "user_annotation",\n    "name": "unknown", "ts": 1}', True),
+        (b'{"ph": "X", "cat": "cpu_op",\n    "name": "unknown", "ts": 1}', True),
+        (b'{"ph": "X", "cat": "user_annotation",\n    "name": "back/slash", "ts": 1}', True),
+        (b'{"ph": "X", "cat": "gpu_user_annotation",\n    "name": "back/slash", "ts": 1}', True),
+        # a "/" outside labels (a Python frame's path) is no sign
+        (b'{"ph": "X", "cat": "python_function",\n    "name": "torch/nn/x.py(1): f", "ts": 1}', False),
+        (b'{"ph": "X", "cat": "user_annotation",\n    "name": "plain", "args": {"p": "a/b"}}', False),
+    ],
+)
+def test_the_signs_of_a_changed_name_in_the_saved_file(text: bytes, sign: bool) -> None:
+    from torchscope.capture.kineto import _kineto_changed_a_name
+
+    assert _kineto_changed_a_name(text) is sign
