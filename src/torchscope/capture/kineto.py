@@ -11,6 +11,13 @@ file (it runs without the GIL), or right after ``on_trace_ready`` when the run g
 nobody read the cycle. The same file serves ``export_chrome_trace`` (a copy), so a
 ``tensorboard_trace_handler`` cycle costs one C++ write.
 
+Kineto's writer changes some names as it writes them (``record_function`` labels with any
+character outside printable ASCII become "unknown", a backslash becomes "/", a newline is
+dropped), while torch's tables read the true names from the results in memory. The thread that
+frees the results first looks in the saved file for a sign of such a change and, only then,
+takes the true names of the changed events from the results (``_changed_names``), which the
+Trace gets in place of Kineto's text.
+
 The portable session (``backend="portable"``) drives ``capture.portable.PortableCollector``
 instead, for devices Kineto cannot see in this torch build.
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 import gzip
 import mmap
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -27,12 +35,15 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchscope.errors import TraceError
 from torchscope.process_memory import return_free_memory, rss_mb
 from torchscope.trace.json_repair import escape_raw_strings
 from torchscope.trace.model import Trace
+
+if TYPE_CHECKING:
+    import polars as pl
 
 LIVE_SOURCE = "live capture"
 # the options torch's memory profiler (``export_memory_timeline``) needs: with all of them on,
@@ -55,18 +66,142 @@ def _read_saved(path: Path, on_phase_start: Callable[[str], None] | None = None)
             return read_chrome_document(text, LIVE_SOURCE, on_phase_start)
 
 
-def _release_beside_the_scanner(results: Any) -> None:
-    """Free Kineto's results on a thread of its own while this thread's scanner runs.
+# a name Kineto's writer would change: a character outside printable ASCII, or a backslash
+_CHANGED_BY_KINETO = r"[^ -\[\]-~]"
+# the signs of a change in the saved file: a name turned into "unknown", or a label whose
+# backslash became "/" (``_changed_names``; a label changed only by a dropped newline leaves no sign)
+_UNKNOWN_NAME = b'"name": "unknown"'
+_LABEL = b'user_annotation",'  # the category of a label, host or device side
+_NAME_AFTER_LABEL = re.compile(rb'\s*"name": "')
+
+
+def _kineto_changed_a_name(text: bytes | mmap.mmap) -> bool:
+    """Whether the saved file shows a sign that Kineto's writer changed a name: one search of
+    the file for "unknown", one for the labels, and a look at each label's name (labels are
+    few beside the events, whose names are never looked at one by one)."""
+    if text.find(_UNKNOWN_NAME) >= 0:
+        return True
+    at = text.find(_LABEL)
+    while at >= 0:
+        at += len(_LABEL)
+        name = _NAME_AFTER_LABEL.match(text, at)
+        if name is not None:
+            end = text.find(b'"', name.end())
+            if text.find(b"/", name.end(), end) >= 0:
+                return True
+        at = text.find(_LABEL, at)
+    return False
+
+
+def _changed_names(results: Any, path: Path) -> pl.DataFrame | None:
+    """The true names of the events whose name Kineto's writer changed, keyed by Kineto's start
+    time, duration and correlation id (``start_ns`` is Kineto's clock, not yet the file's); None
+    when the saved file shows no sign of a change, which is nearly always."""
+    with open(path, "rb") as f:
+        try:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+                changed = _kineto_changed_a_name(text)
+        except (OSError, ValueError):
+            changed = _kineto_changed_a_name(f.read())
+    if not changed:
+        return None
+    import polars as pl
+
+    events = results.events()
+    if not events:
+        return None
+    # every name through one C-level map, the test in Polars: no Python loop over the events
+    try:
+        texts = list(map(type(events[0]).name, events))
+    except UnicodeDecodeError:  # a name that is not UTF-8 (seen in torch 2.13 with with_stack)
+        texts = [_name_or_none(e) for e in events]
+    names = pl.Series("true_name", texts, dtype=pl.String)
+    rows = names.str.contains(_CHANGED_BY_KINETO).fill_null(False).arg_true().to_list()
+    picked = [events[i] for i in rows]
+    return pl.DataFrame(
+        {
+            "kineto_start_ns": [e.start_ns() for e in picked],
+            "dur_ns": [e.duration_ns() for e in picked],
+            "correlation": [e.correlation_id() for e in picked],
+            "true_name": names.gather(rows),
+        },
+        schema={
+            "kineto_start_ns": pl.Int64,
+            "dur_ns": pl.Int64,
+            "correlation": pl.Int64,
+            "true_name": pl.String,
+        },
+    )
+
+
+def _name_or_none(event: Any) -> str | None:
+    """An event's name, None when it is not UTF-8 (Kineto's text then stays)."""
+    try:
+        return str(event.name())
+    except UnicodeDecodeError:
+        return None
+
+
+def restore_names(trace: Trace, changed: pl.DataFrame | None) -> Trace:
+    """``trace`` with the true names of the events Kineto's writer renamed (``_changed_names``).
+
+    An event is found by its start and duration in the file's time base (Kineto's start less
+    ``baseTimeNanoseconds``) and by its correlation id (the file's "External id"); a device-side
+    annotation, which has none there, by its start and duration alone."""
+    base = trace.meta.base_time_ns
+    if changed is None or changed.is_empty() or base is None:
+        return trace
+    import dataclasses
+
+    import polars as pl
+
+    events = trace.events
+    keyed = changed.with_columns((pl.col("kineto_start_ns") - base).alias("start_ns"))
+    found = (
+        events.select("start_ns", "dur_ns", "external_id", "cat")
+        .with_row_index("row")
+        .join(keyed, on=["start_ns", "dur_ns"], how="inner")
+        .filter((pl.col("external_id") == pl.col("correlation")) | (pl.col("cat") == "gpu_user_annotation"))
+        .unique("row", keep="first")
+    )
+    if found.is_empty():
+        return trace
+    names = events["name"].cast(pl.String).scatter(found["row"], found["true_name"])
+    events = events.with_columns(names.cast(events.schema["name"]).alias("name"))
+    return dataclasses.replace(trace, events=events)
+
+
+class _Names:
+    """The changed names of one cycle, made on the thread that frees its results."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.table: pl.DataFrame | None = None
+
+    def take(self, results: Any, path: Path) -> None:
+        try:
+            self.table = _changed_names(results, path)
+        except Exception:  # noqa: BLE001 - a failed look keeps Kineto's names, never the read
+            self.table = None
+        finally:
+            self.ready.set()
+
+
+def _release_beside_the_scanner(results: Any, path: Path) -> _Names:
+    """Free Kineto's results on a thread of its own while this thread's scanner runs, after
+    taking from them the true names of the events Kineto's writer renamed (returned; wait on
+    its ``ready`` before using it).
 
     Destroying the C++ results of 160k events takes ~0.09 s and handing the memory back
     (``malloc_trim``) ~0.04 s; the scanner then reading the saved cycle takes ~0.08 s without
     the GIL. The thread first waits for a go: were it to start running at once, it would hold
     the GIL through the destructor and ``start()`` would not return until it finished.
     """
-    holder, go = [results], threading.Event()
+    holder, go, names = [results], threading.Event(), _Names()
 
     def release() -> None:
         go.wait()
+        names.take(holder[0], path)
         holder.clear()
         return_free_memory()
 
@@ -75,8 +210,9 @@ def _release_beside_the_scanner(results: Any) -> None:
     except RuntimeError:  # no new threads (interpreter shutting down): free them here instead
         go.set()
         release()
-        return
+        return names
     go.set()  # the caller enters the scanner next, and lets the GIL go there
+    return names
 
 
 class Cycle:
@@ -98,6 +234,7 @@ class Cycle:
         # kept until ``discard`` when torch's memory profiler needs them (``keep_kineto``)
         self._kineto = kineto_results
         self._keep_kineto = keep_kineto
+        self._names: _Names | None = None  # the names Kineto's writer changed, once looked for
         # how this cycle ended: Kineto's own stop, our save, RSS while Kineto held the results
         self.stats: dict[str, float | None] = {}
 
@@ -108,8 +245,13 @@ class Cycle:
             from torchscope.trace.reader import read_chrome_document
 
             if self.path is not None:
-                self._trace = _read_saved(self.path, self._release_while_decoding)
+                trace = _read_saved(self.path, self._release_while_decoding)
+                self._take_names()  # results kept for the memory profiler, or no scan
                 self.release_kineto()  # if the read never reached the scanner
+                if self._names is not None:
+                    self._names.ready.wait()
+                    trace = restore_names(trace, self._names.table)
+                self._trace = trace
             else:
                 self._trace = read_chrome_document(self.document or {"traceEvents": []}, LIVE_SOURCE)
         return self._trace
@@ -117,7 +259,8 @@ class Cycle:
     def _release_while_decoding(self, phase: str) -> None:
         if phase == "decode" and self._kineto is not None and not self._keep_kineto:
             results, self._kineto = self._kineto, None
-            _release_beside_the_scanner(results)
+            assert self.path is not None  # only a saved cycle is scanned
+            self._names = _release_beside_the_scanner(results, self.path)
 
     @property
     def kineto_results(self) -> Any:
@@ -126,10 +269,17 @@ class Cycle:
 
     def release_kineto(self, *, even_if_kept: bool = False) -> None:
         """Free Kineto's results now, if they are still held (a cycle nobody read); results kept
-        for the memory profiler go only with ``even_if_kept``."""
+        for the memory profiler go only with ``even_if_kept``. The names Kineto's writer changed
+        are taken from them first, for the read that may come later."""
         if self._kineto is not None and (even_if_kept or not self._keep_kineto):
+            self._take_names()
             self._kineto = None
             return_free_memory()
+
+    def _take_names(self) -> None:
+        if self._names is None and self._kineto is not None and self.path is not None:
+            self._names = _Names()
+            self._names.take(self._kineto, self.path)
 
     def export(self, path: str | os.PathLike[str]) -> None:
         """Write the cycle as Chrome trace JSON (gzip when the name ends in ``.gz``)."""
@@ -137,6 +287,12 @@ class Cycle:
         if target.parent and not target.parent.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
         gz = target.name.endswith(".gz")
+        if self.path is not None and self.names_restored:
+            # Kineto's file has its changed names: write the Trace, which has the true ones
+            from torchscope.trace.chrome_writer import write_chrome
+
+            write_chrome(self.trace, target)
+            return
         if self.path is not None:
             # Kineto's file, less the raw string values it sometimes leaves unescaped (without
             # the repair one stray quote makes the whole file unreadable to Perfetto and HTA)
@@ -151,8 +307,18 @@ class Cycle:
         else:
             target.write_bytes(data)
 
+    @property
+    def names_restored(self) -> bool:
+        """Whether Kineto's writer changed names the Trace has restored (read the Trace first)."""
+        self.trace  # noqa: B018 - the look happens while the Trace is read
+        table = self._names.table if self._names is not None else None
+        return table is not None and not table.is_empty()
+
     def discard(self) -> None:
         """Delete the saved file (the Trace, if read, stays usable)."""
+        if self._names is None:  # nobody will read it: no look for names
+            self._names = _Names()
+            self._names.ready.set()
         self.release_kineto(even_if_kept=True)
         if self.path is not None:
             self.path.unlink(missing_ok=True)
