@@ -41,3 +41,34 @@ def test_job_view_opens_first_and_names_the_straggler(
         assert first.startswith("straggler (on 1 of 2 ranks")
         browser.close()
     assert errors == []
+
+
+def test_job_cards_are_the_steps_themselves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 4: on a one-rank log dir, the cards are the shortest and longest step (not the
+    median twice), and the cycles table says what its numbers are."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.job.test_jobs import _log_dir
+    from torchscope.job import analyse_job
+    from torchscope.render.console import fmt_ns
+
+    root = tmp_path / "log"
+    _log_dir(root, slow_step=8)
+    steps = analyse_job(root, engine="local:1")["runs"][0]["steps_ns"]
+    html = tmp_path / "job.html"
+    assert main(["report", str(root), "--html", str(html), "--engine", "local:1"]) == 0
+    capsys.readouterr()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(html.resolve().as_uri())
+        page.wait_for_selector("[data-testid=job-run]")
+        cards = [" ".join(c.split()) for c in page.locator(".card").all_inner_texts()]
+        browser.close()
+    assert f"shortest step {fmt_ns(steps['min'])}" in cards
+    assert f"median step (6 steps) {fmt_ns(steps['median'])}" in cards
+    assert f"longest step {fmt_ns(steps['max'])} (cycle {steps['max_cycle']})" in cards
+    assert steps["min"] < steps["median"] < steps["max"]
+    assert errors == []
