@@ -45,10 +45,10 @@ def test_job_view_opens_first_and_names_the_straggler(
 
 def test_job_cards_are_the_steps_themselves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Finding 4: on a one-rank log dir, the cards are the shortest and longest step (not the
-    median twice), and the cycles table says what its numbers are."""
+    median twice)."""
     from playwright.sync_api import sync_playwright
-
     from tests.job.test_jobs import _log_dir
+
     from torchscope.job import analyse_job
     from torchscope.render.console import fmt_ns
 

@@ -349,3 +349,21 @@ def test_config_and_our_own_outputs_are_not_runs(
     found = discover(root)
     assert [r.name for r in found.runs] == ["mixed/a", "mixed/b"]
     assert found.skipped == ("skipped empty.pt.trace.json: no 'traceEvents' key: not a trace",)
+
+
+def test_torchscope_run_cycles_are_one_run(traces_dir: Path, tmp_path: Path) -> None:
+    """torchscope run's OUT/traces/step_N.pt.trace.json are one run's cycles in step order (not a
+    run per file), and its run.json/report.json beside them are left out silently."""
+    out = tmp_path / "out"
+    (out / "traces").mkdir(parents=True)
+    for n in (10, 2, 1):
+        shutil.copy(
+            traces_dir / "cuda/backward_thread_small.json", out / "traces" / f"step_{n}.pt.trace.json"
+        )
+    (out / "run.json").write_text(json.dumps({"exit_code": 0, "error": None, "wall_s": 1.0}, indent=1))
+    (out / "report.json").write_text(json.dumps({"version": 2, "title": "torchscope run x.py"}, indent=1))
+    found = discover(out)
+    assert [(r.name, [f.name for f in r.ranks[0].files]) for r in found.runs] == [
+        ("traces", ["step_1.pt.trace.json", "step_2.pt.trace.json", "step_10.pt.trace.json"])
+    ]
+    assert found.skipped == ()

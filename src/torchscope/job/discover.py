@@ -22,6 +22,8 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 # tensorboard_trace_handler: {worker}.{time_ns or ms}.pt.trace.json[.gz]
 _TB = re.compile(r"^(?P<worker>.+?)\.(?P<stamp>\d+)\.pt\.trace\.json(\.gz)?$")
+# torchscope run's own cycles (runner.session): traces/step_{N}.pt.trace.json, one writer
+_OUR_CYCLE = re.compile(r"^step_\d+\.pt\.trace\.json(\.gz)?$")
 _DIST = re.compile(r'"distributedInfo"\s*:\s*\{')
 _DIST_RANK = re.compile(r'"rank"\s*:\s*(\d+)')
 _DIST_WORLD = re.compile(r'"world_size"\s*:\s*(\d+)')
@@ -196,10 +198,13 @@ def _run_of(path: Path, root: Path) -> str:
 
 def _worker(path: Path) -> str:
     """The writer of a file without a rank: ``tensorboard_trace_handler``'s worker name (its
-    cycles share it), else the file's own name (a file of its own)."""
+    cycles share it), ``torchscope run``'s ``step_N`` files (one run's cycles), else the file's
+    own name (a file of its own)."""
     m = _TB.match(path.name)
     if m:
         return m.group("worker")
+    if _OUR_CYCLE.match(path.name):
+        return "step"
     for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
         if path.name.endswith(suffix):
             return path.name[: -len(suffix)]
