@@ -165,7 +165,7 @@ def test_any_file_name_is_listed_downloaded_and_never_reaches_a_header_raw(
         encoded = disposition.split("filename*=UTF-8''", 1)[1]
         assert unquote(encoded, errors="strict") == name.decode("utf-8", "replace")
         status, _, payload = served.get(f"/api/payload?id={rid}")
-        assert status == 200 and json.loads(payload)["runs"][0]["summary"]["events"] > 0
+        assert status == 200 and json.loads(payload)["report"]["meta"]["events"] > 0  # payload v2
 
 
 def test_links_loops_fifos_and_traversal_are_404s_and_never_hang(
@@ -285,3 +285,16 @@ def test_200_concurrent_clients_as_separate_process_all_answered(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_config_and_our_own_outputs_are_not_listed(served: Served, logdir: Path) -> None:
+    """A config file, torchscope run's run.json/report.json beside the traces are no runs: the
+    page must not list them, nor open one first (finding 10)."""
+    (logdir / "config.json").write_text('{"lr": 0.1}')
+    (logdir / "run.json").write_text(json.dumps({"exit_code": 0, "error": None, "wall_s": 1.5}))
+    report = {"version": 2, "title": "torchscope run x.py", "runs": [{"name": "x" * 100_000}]}
+    (logdir / "report.json").write_text(json.dumps(report))  # bigger than the head we read
+    (logdir / "cut.json").write_text('{"traceEvents": [{"ph": "X"')  # a damaged trace stays listed
+    assert [r["name"] for r in served.runs()] == ["cut.json", "plain.json"]
+    (logdir / "config.json").write_text('{"traceEvents": []}')  # changed into a trace: listed now
+    assert [r["name"] for r in served.runs()] == ["config.json", "cut.json", "plain.json"]

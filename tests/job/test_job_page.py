@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,21 +18,7 @@ CHROMIUM = os.environ.get("TORCHSCOPE_CHROMIUM", "/usr/bin/chromium")
 def test_job_view_opens_first_and_names_the_straggler(
     gloo_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"the dashboard tests drive Debian's Chromium at {CHROMIUM} (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    html = tmp_path / "job.html"
-    assert main(["report", str(gloo_job), "--html", str(html), "--engine", "local:1"]) == 0
-    capsys.readouterr()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.goto(html.resolve().as_uri())
-        page.wait_for_selector("[data-testid=job-run]")
+    with _job_page(gloo_job, tmp_path, capsys) as (page, errors):
         assert page.locator("#view").get_attribute("data-rendered") == "job"
         assert (
             page.locator("[data-testid=job-run]").inner_text().startswith("job: 2 rank(s), 1 cycle(s), gloo")
@@ -39,5 +28,48 @@ def test_job_view_opens_first_and_names_the_straggler(
         assert page.locator("[data-testid=job-ranks] tbody tr").count() == 2
         first = page.locator("[data-testid=job-recommendations] .rec .t").first.inner_text()
         assert first.startswith("straggler (on 1 of 2 ranks")
-        browser.close()
     assert errors == []
+
+
+def test_job_cards_are_the_steps_themselves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 4: on a one-rank log dir, the cards are the shortest and longest step (not the
+    median twice)."""
+    from tests.job.test_jobs import _log_dir
+
+    from torchscope.job import analyse_job
+    from torchscope.render.console import fmt_ns
+
+    root = tmp_path / "log"
+    _log_dir(root, slow_step=8)
+    steps = analyse_job(root, engine="local:1")["runs"][0]["steps_ns"]
+    with _job_page(root, tmp_path, capsys) as (page, errors):
+        cards = [" ".join(c.split()) for c in page.locator(".card").all_inner_texts()]
+    assert f"shortest step {fmt_ns(steps['min'])}" in cards
+    assert f"median step (6 steps) {fmt_ns(steps['median'])}" in cards
+    assert f"longest step {fmt_ns(steps['max'])} (cycle {steps['max_cycle']})" in cards
+    assert steps["min"] < steps["median"] < steps["max"]
+    assert errors == []
+
+
+@contextmanager
+def _job_page(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> Iterator[tuple[Any, list[str]]]:
+    """``report ROOT --html`` opened in headless Chromium: the page, and the errors it logs."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"the dashboard tests drive Debian's Chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    html = tmp_path / "job.html"
+    assert main(["report", str(root), "--html", str(html), "--engine", "local:1"]) == 0
+    capsys.readouterr()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(html.resolve().as_uri())
+        page.wait_for_selector("[data-testid=job-run]")
+        yield page, errors
+        browser.close()

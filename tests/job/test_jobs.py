@@ -227,3 +227,143 @@ def test_files_without_rank_or_worker_stamp_are_runs_of_their_own(traces_dir: Pa
         ("tensorboard_samples/resnet50_num_workers_0", 1, 1),
         ("tensorboard_samples/resnet50_num_workers_4", 1, 1),
     ]
+
+
+# -- the new user's findings 1, 4 and 10 ---------------------------------------------------------
+def test_every_trace_of_a_directory_is_read_or_named(traces_dir: Path, tmp_path: Path) -> None:
+    """Finding 1: one *.pt.trace.json beside other traces no longer hides them."""
+    found = discover(traces_dir / "cuda")
+    names = sorted(f.name for rf in found.rank_files for f in rf.files)
+    assert names == sorted(
+        p.name for p in (traces_dir / "cuda").iterdir() if p.name.endswith((".json", ".gz"))
+    )
+    assert len(found.runs) == 9  # unrelated traces (two claim rank 0) are runs of their own
+    assert {r.name for r in found.runs} >= {"cuda/nccl_rank0_of_2", "cuda/rank0_ns_resolution"}
+    assert found.skipped == ()
+
+    root = tmp_path / "mixed"
+    (root / "run1").mkdir(parents=True)
+    shutil.copy(traces_dir / "cuda/backward_thread_small.json", root / "run1/step_8.pt.trace.json")
+    shutil.copy(traces_dir / "cuda/triton_kernel.json.gz", root / "triton_kernel.json.gz")
+    (root / "cut.pt.trace.json").write_text("not json")
+    found = discover(root)
+    assert sorted((r.name, r.ranks[0].files[0].name) for r in found.runs) == [
+        ("mixed", "triton_kernel.json.gz"),  # the folder's only trace: its run is the folder
+        ("run1", "step_8.pt.trace.json"),
+    ]
+    assert [s.split(":")[0] for s in found.skipped] == ["skipped cut.pt.trace.json"]
+    job = analyse_job(root, engine="local:1")
+    assert [r["run"] for r in job["runs"]] == ["mixed", "run1"]
+    assert job["warnings"][0].startswith("skipped cut.pt.trace.json: ")
+
+    from torchscope.trace.loader import load_dir
+
+    loaded = load_dir(root)  # the single-trace loader finds the same files
+    assert len(loaded.traces) == 2 and loaded.skipped == found.skipped
+
+
+def _log_dir(out: Path, slow_step: int) -> None:
+    """Our profile + tensorboard_trace_handler, schedule(wait=1, warmup=1, active=3, repeat=2),
+    CPU only, with one step (``slow_step``) on a batch 16x larger: an outlier step."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=3, repeat=2),
+        on_trace_ready=tensorboard_trace_handler(str(out)),
+        profile_memory=True,
+    ) as prof:
+        for i in range(12):
+            x = torch.randn(4096 if i == slow_step else 256, 64)
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            prof.step()
+
+
+def test_cycle_lines_are_the_steps_themselves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 4: each cycle's shortest/median/longest step is that cycle's trace's, as
+    ``report FILE --json`` gives them; the longest step is the outlier, not a median; a CPU-only
+    run speaks in host categories and keeps its single-trace detail (top ops, memory)."""
+    from statistics import median
+
+    from torchscope.render.console import fmt_ns
+
+    root = tmp_path / "log"
+    _log_dir(root, slow_step=8)
+    (root / "config.json").write_text(json.dumps({"lr": 0.1}))  # not a trace: left out silently
+    files = sorted(root.glob("*.pt.trace.json"), key=lambda f: int(f.name.split(".")[1]))
+    assert len(files) == 2
+    per_file = []
+    for f in files:
+        assert main(["report", str(f), "--json", "--no-html"]) == 0
+        per_file.append([round(s["dur_us"] * 1000) for s in json.loads(capsys.readouterr().out)["steps"]])
+    job = analyse_job(root, engine="local:1")
+    assert job["warnings"] == []
+    (run,) = job["runs"]
+    rows = run["cycle_table"]
+    for row, steps in zip(rows, per_file, strict=True):
+        assert row["steps"] == len(steps) == 3
+        assert row["min_step_ns"] == pytest.approx(min(steps), abs=1)
+        assert row["median_step_ns"] == pytest.approx(median(steps), abs=1)
+        assert row["max_step_ns"] == pytest.approx(max(steps), abs=1)
+    every = [s for steps in per_file for s in steps]
+    longest = max(every)
+    assert run["steps_ns"]["max"] == pytest.approx(longest, abs=1)
+    assert run["steps_ns"]["max_cycle"] == next(i for i, s in enumerate(per_file) if longest in s)
+    assert run["steps_ns"]["max"] > run["step_ns"]["median"]  # the outlier is seen, not the median
+    assert run["categories"][0] == "Operators"  # the host categories of a CPU-only trace
+
+    assert main(["report", str(root), "--no-html"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= MAX_LINES
+    for i, steps in enumerate(per_file):
+        want = (
+            f"  cycle {i}: 1 rank, 3 steps: shortest {fmt_ns(min(steps))}, median {fmt_ns(median(steps))}, "
+        )
+        assert any(line.startswith(want + f"longest {fmt_ns(max(steps))};") for line in lines), want
+    assert any(line.startswith("mean step by category: Operators") for line in lines)
+    assert not any("CPU Exec" in line for line in lines)
+    assert any(line.startswith("median cycle ") for line in lines)
+    assert any("top ops (by host time)" in line for line in lines)
+    assert any(line.startswith("memory cpu: peak allocated ") for line in lines)
+
+
+def test_config_and_our_own_outputs_are_not_runs(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Finding 10: a config, torchscope run's run.json/report.json and a `report --json` output
+    beside traces are no runs and are not named; a file that looked like a trace is named."""
+    root = tmp_path / "mixed"
+    root.mkdir()
+    for name in ("a.json.gz", "b.json.gz"):
+        shutil.copy(traces_dir / "cuda/triton_kernel.json.gz", root / name)
+    (root / "config.json").write_text('{"lr": 0.1, "layers": [1, 2]}')
+    (root / "run.json").write_text(json.dumps({"exit_code": 0, "error": None, "wall_s": 1.5}, indent=1))
+    # a report.json larger than the head that discovery reads: told apart by its first keys
+    big = {"version": 2, "title": "torchscope run x.py", "runs": [{"name": "x" * 100_000}]}
+    (root / "report.json").write_text(json.dumps(big, indent=1))
+    assert main(["report", str(traces_dir / "cuda/triton_kernel.json.gz"), "--json", "--no-html"]) == 0
+    (root / "machine.json").write_text(capsys.readouterr().out)  # `report FILE --json`, itself
+    (root / "empty.pt.trace.json").write_text("{}")
+    found = discover(root)
+    assert [r.name for r in found.runs] == ["mixed/a", "mixed/b"]
+    assert found.skipped == ("skipped empty.pt.trace.json: no 'traceEvents' key: not a trace",)
+
+
+def test_torchscope_run_cycles_are_one_run(traces_dir: Path, tmp_path: Path) -> None:
+    """torchscope run's OUT/traces/step_N.pt.trace.json are one run's cycles in step order (not a
+    run per file), and its run.json/report.json beside them are left out silently."""
+    out = tmp_path / "out"
+    (out / "traces").mkdir(parents=True)
+    for n in (10, 2, 1):
+        shutil.copy(
+            traces_dir / "cuda/backward_thread_small.json", out / "traces" / f"step_{n}.pt.trace.json"
+        )
+    (out / "run.json").write_text(json.dumps({"exit_code": 0, "error": None, "wall_s": 1.0}, indent=1))
+    (out / "report.json").write_text(json.dumps({"version": 2, "title": "torchscope run x.py"}, indent=1))
+    found = discover(out)
+    assert [(r.name, [f.name for f in r.ranks[0].files]) for r in found.runs] == [
+        ("traces", ["step_1.pt.trace.json", "step_2.pt.trace.json", "step_10.pt.trace.json"])
+    ]
+    assert found.skipped == ()

@@ -106,6 +106,7 @@ class LogDir:
         self._build = builder or build_payload_bytes
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._cached_bytes = 0
+        self._kinds: dict[bytes, tuple[tuple[int, ...], bool]] = {}  # head verdicts per file version
         self._lock = threading.Lock()
         self._builds = threading.BoundedSemaphore(BUILDS)
 
@@ -132,16 +133,38 @@ class LogDir:
                     yield os.path.relpath(os.path.join(top, name), self._root_b)
 
     def runs(self) -> list[dict[str, Any]]:
+        """The traces to list: a config file, ``torchscope run``'s run.json/report.json are no
+        runs (told apart by their first bytes, once per file version)."""
         out = []
         for rel in self._walk():
             found = self._stat(rel)
-            if found is None:
+            if found is None or not self._looks_like_trace(rel, *found):
                 continue
             st = found[1]
             out.append(
                 {"id": run_id(rel), "name": display_name(rel), "size": st.st_size, "mtime": st.st_mtime}
             )
         return out
+
+    def _looks_like_trace(self, rel: bytes, real: bytes, st: os.stat_result) -> bool:
+        """Whether the file's head could be a trace (``job.discover.read_head``); an unreadable
+        file stays listed, so that opening it says why."""
+        from torchscope.job.discover import NotATrace, read_head
+
+        version = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        known = self._kinds.get(rel)
+        if known is not None and known[0] == version:
+            return known[1]
+        try:
+            read_head(Path(os.fsdecode(real)))
+            verdict = True
+        except NotATrace:
+            verdict = False
+        except (OSError, ValueError):
+            verdict = True
+        with self._lock:
+            self._kinds[rel] = (version, verdict)
+        return verdict
 
     def _stat(self, rel: bytes) -> tuple[bytes, os.stat_result] | None:
         """The real path and stat of ``rel``, only if it is a regular trace file inside the root."""

@@ -6,6 +6,7 @@ import argparse
 import sys
 import webbrowser
 from pathlib import Path
+from typing import Any
 
 from torchscope.cli.base import EXIT_OK
 from torchscope.cli.common import print_json, stderr_is_tty
@@ -42,8 +43,47 @@ def report_job(args: argparse.Namespace, found: Discovery) -> int:
     if args.json:
         print_json(job)
     else:
-        for line in job_lines(job, dashboard=str(html_path) if html_path else None):
+        detail = single_run_detail(job)
+        for line in job_lines(job, dashboard=str(html_path) if html_path else None, detail=detail):
             sys.stdout.write(line + "\n")
     if args.open and html_path is not None:
         webbrowser.open(html_path.resolve().as_uri())
     return EXIT_OK
+
+
+def median_cycle_file(job: dict[str, Any]) -> tuple[int, str] | None:
+    """For a job of one run of one rank: its median cycle (by median step) and that cycle's file."""
+    runs = job["runs"]
+    if len(runs) != 1 or runs[0]["ranks"] != 1 or not runs[0]["per_rank"]:
+        return None
+    rows = sorted(runs[0]["cycle_table"], key=lambda r: (r["median_step_ns"], r["cycle"]))
+    if not rows or not rows[0].get("file"):
+        return None
+    pick = rows[(len(rows) - 1) // 2]
+    return pick["cycle"], pick["file"]
+
+
+def single_run_detail(job: dict[str, Any]) -> list[str]:
+    """A one-rank log dir loses nothing to the job view: its median cycle's single-trace summary
+    (categories as ``report FILE`` chooses them, top ops, memory), read once after the job's
+    reduce (one trace in memory, as in the map step)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from torchscope.analysis.report import build_report
+    from torchscope.errors import TraceError
+    from torchscope.render.console import PIPE_WIDTH, print_report
+    from torchscope.trace.reader import read_chrome
+
+    picked = median_cycle_file(job)
+    if picked is None:
+        return []
+    cycle, file = picked
+    try:
+        report = build_report(read_chrome(Path(file)))
+    except TraceError as exc:
+        return [f"(the median cycle's detail could not be read: {exc})"]
+    buf = StringIO()
+    print_report(report, Console(file=buf, width=PIPE_WIDTH), name=f"median cycle {cycle}: {file}", top=5)
+    return buf.getvalue().rstrip("\n").split("\n")

@@ -22,10 +22,18 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 # tensorboard_trace_handler: {worker}.{time_ns or ms}.pt.trace.json[.gz]
 _TB = re.compile(r"^(?P<worker>.+?)\.(?P<stamp>\d+)\.pt\.trace\.json(\.gz)?$")
+# torchscope run's own cycles (runner.session): traces/step_{N}.pt.trace.json, one writer
+_OUR_CYCLE = re.compile(r"^step_\d+\.pt\.trace\.json(\.gz)?$")
 _DIST = re.compile(r'"distributedInfo"\s*:\s*\{')
 _DIST_RANK = re.compile(r'"rank"\s*:\s*(\d+)')
 _DIST_WORLD = re.compile(r'"world_size"\s*:\s*(\d+)')
 _DIST_BACKEND = re.compile(r'"backend"\s*:\s*"([^"]*)"')
+_EVENTS = re.compile(r'"traceEvents"\s*:')
+# our own outputs: torchscope run's run.json ("exit_code" ... "wall_s"), its report.json (a
+# payload: "version" ... "title") and `report --json` ("report_version" ... "kind"): never traces
+_OURS = re.compile(
+    r'^\{\s*"(exit_code|version|report_version)"\s*:[^{]{0,400}"(wall_s|generated|title|kind)"\s*:'
+)
 
 
 @dataclass(frozen=True)
@@ -82,10 +90,25 @@ class Head:
     backend: str | None = None
 
 
+class NotATrace(ValueError):
+    """A JSON file that is no trace (a config, our own run.json/report.json), seen from its head.
+
+    ``named``: whether it looked like a trace (its name says so), so that skipping it is said;
+    a ``config.json`` beside the traces is left out silently.
+    """
+
+    def __init__(self, problem: str, *, named: bool) -> None:
+        super().__init__(problem)
+        self.named = named
+
+
 def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
     """``distributedInfo`` from the first ``size`` bytes of a trace (inflated when gzip'd).
 
-    Raises ``OSError``/``ValueError`` when the file cannot be opened or is not JSON text.
+    Raises ``OSError``/``ValueError`` when the file cannot be opened or is not JSON text, and
+    ``NotATrace`` when the head shows it is none: the whole file was read without a
+    ``traceEvents`` key, or it is our own output. A large file whose ``traceEvents`` come after
+    the head stays a candidate (the reader says why when it is not one).
     """
     if path.name.endswith(".gz"):
         try:
@@ -97,8 +120,15 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
         with path.open("rb") as fh:
             raw = fh.read(size)
     text = raw.decode("utf-8", errors="replace")
-    if not text.lstrip().startswith(("{", "[")):
+    body = text.lstrip()
+    if not body.startswith(("{", "[")):
         raise ValueError("not a JSON trace (does not start with '{' or '[')")
+    if body.startswith("{") and _EVENTS.search(text) is None:
+        looks_like_trace = "trace" in path.name.lower()
+        if _OURS.match(body):
+            raise NotATrace("torchscope's own output, not a trace", named=False)
+        if len(raw) < size:  # the whole file, and no traceEvents in it
+            raise NotATrace("no 'traceEvents' key: not a trace", named=looks_like_trace)
     m = _DIST.search(text)
     if m is None:
         return Head()
@@ -112,17 +142,36 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
     )
 
 
-def trace_files(directory: Path) -> list[Path]:
-    """The trace files under a directory: ``*.pt.trace.json[.gz]`` if there are any (the
-    ``report.json``/``run.json`` of ``torchscope run``'s rank folders, a config file beside
-    TensorBoard traces are not traces), else any ``*.json[.gz]``; never our own store's files."""
-    found = sorted(
+def json_files(directory: Path) -> list[Path]:
+    """Every ``*.json[.gz]`` under a directory, sorted, never our own store's files."""
+    return sorted(
         f
         for f in directory.rglob("*")
         if f.name.endswith(TRACE_SUFFIXES) and f.is_file() and not _in_store(f)
     )
-    tb = [f for f in found if ".pt.trace." in f.name]
-    return tb or found
+
+
+def scan(directory: Path) -> tuple[list[tuple[Path, Head]], list[str]]:
+    """The traces under a directory with their heads, and a "skipped FILE: why" line for each
+    file left out that looked like a trace. Every ``*.json[.gz]`` is looked at (a trace is never
+    dropped because another file's name differs); a config file, ``torchscope run``'s
+    ``run.json``/``report.json`` are told apart by their first bytes and left out silently."""
+    traces: list[tuple[Path, Head]] = []
+    skipped: list[str] = []
+    for f in json_files(directory):
+        try:
+            traces.append((f, read_head(f)))
+        except NotATrace as exc:
+            if exc.named:
+                skipped.append(f"skipped {f.relative_to(directory)}: {exc}")
+        except (OSError, ValueError) as exc:
+            skipped.append(f"skipped {f.relative_to(directory)}: {exc}")
+    return traces, skipped
+
+
+def trace_files(directory: Path) -> list[Path]:
+    """The trace files under a directory (see ``scan``)."""
+    return [f for f, _ in scan(directory)[0]]
 
 
 def _in_store(f: Path) -> bool:
@@ -149,14 +198,26 @@ def _run_of(path: Path, root: Path) -> str:
 
 def _worker(path: Path) -> str:
     """The writer of a file without a rank: ``tensorboard_trace_handler``'s worker name (its
-    cycles share it), else the file's own name (a file of its own)."""
+    cycles share it), ``torchscope run``'s ``step_N`` files (one run's cycles), else the file's
+    own name (a file of its own)."""
     m = _TB.match(path.name)
     if m:
         return m.group("worker")
+    if _OUR_CYCLE.match(path.name):
+        return "step"
     for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
         if path.name.endswith(suffix):
             return path.name[: -len(suffix)]
     return path.name
+
+
+def _family(path: Path) -> str:
+    """The name shared by the files of one ranked run: ``tensorboard_trace_handler``'s files
+    are all one run per folder (""); others by their name with each number a ``*``
+    (``nccl_rank*_of_*``, ``rank-*.step_*``)."""
+    if _TB.match(path.name):
+        return ""
+    return re.sub(r"\d+", "*", _worker(path))
 
 
 def _cycle_order(path: Path) -> tuple[object, ...]:
@@ -172,27 +233,26 @@ def discover(root: str | Path) -> Discovery:
     """Runs, ranks and cycles of a directory, from file names and the first bytes of each file."""
     root = Path(root)
     groups: dict[tuple[str, int | None, str], list[tuple[Path, Head]]] = defaultdict(list)
-    skipped: list[str] = []
-    for f in trace_files(root):
-        try:
-            head = read_head(f)
-        except (OSError, ValueError) as exc:
-            skipped.append(f"skipped {f.relative_to(root)}: {exc}")
-            continue
+    found, skipped = scan(root)
+    for f, head in found:
         run = _run_of(f, root)
         rank = head.rank if head.rank is not None else rank_in_name(f, root)
-        # without any rank, each worker of a folder is its own run (never a rank: a pid is not one)
-        worker = _worker(f) if rank is None else ""
+        # without any rank, each worker of a folder is its own run (never a rank: a pid is not one);
+        # with one, files named alike (digits aside) are one run's ranks and cycles, and unrelated
+        # traces in one folder (nccl_rank0_of_2, diff_test_rank1_of_2) are runs of their own
+        worker = _worker(f) if rank is None else _family(f)
         groups[(run, rank, worker)].append((f, head))
     workers_per_run: dict[str, set[str]] = defaultdict(set)
-    for run, rank, worker in groups:
-        if rank is None:
-            workers_per_run[run].add(worker)
+    files_of: dict[tuple[str, str], list[Path]] = defaultdict(list)
+    for (run, _rank, worker), members in groups.items():
+        workers_per_run[run].add(worker)
+        files_of[(run, worker)].extend(f for f, _ in members)
     runs: dict[str, list[RankFiles]] = defaultdict(list)
     for (run, rank, worker), members in groups.items():
         name = run
-        if rank is None and len(workers_per_run[run]) > 1 and worker:
-            name = f"{run}/{worker}"
+        if len(workers_per_run[run]) > 1 and worker:
+            alone = files_of[(run, worker)]  # a run of one file is named by it, not its pattern
+            name = f"{run}/{_worker(alone[0]) if len(alone) == 1 else worker}"
         members.sort(key=lambda fh: _cycle_order(fh[0]))
         heads = [h for _, h in members]
         runs[name].append(

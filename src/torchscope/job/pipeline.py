@@ -50,6 +50,14 @@ def analyse_job(
         raise TraceError(str(root), first)
     runs = [reduce_run(run.name, by_run[run.name]) for run in found.runs]
     warnings = list(found.skipped) + [s for run in runs for s in run["skipped"]]
+    # what a reader kept of a damaged file (a cut trace) is said, as for a single trace
+    warnings += [
+        f"{_shown(c['file'], Path(root))}: {w}"
+        for run in by_run.values()
+        for r in run
+        for c in r["cycles"]
+        for w in c.get("warnings", [])
+    ]
     return {
         K.VERSION: K.REPORT_VERSION,
         K.KIND: "job",
@@ -57,3 +65,9 @@ def analyse_job(
         "runs": runs,
         "warnings": warnings,
     }
+
+
+def _shown(file: str, root: Path) -> str:
+    """A cycle's file as the warnings name it: relative to the job's directory."""
+    f = Path(file)
+    return str(f.relative_to(root)) if f.is_relative_to(root) else file

@@ -75,21 +75,40 @@ def dedupe_findings(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def step_spread(pairs: list[tuple[int, int, int]]) -> dict[str, Any]:
+    """Shortest, median and longest of the steps themselves (``(step_ns, rank, cycle)`` each),
+    with the rank and cycle of the longest: an outlier step stays visible, where per-rank
+    medians hide it."""
+    if not pairs:
+        return {"count": 0, "min": 0.0, "median": 0.0, "max": 0.0, "max_rank": None, "max_cycle": None}
+    longest = max(pairs, key=lambda p: (p[0], -p[1], -p[2]))
+    return {
+        "count": len(pairs),
+        "min": float(min(p[0] for p in pairs)),
+        "median": float(median(p[0] for p in pairs)),
+        "max": float(longest[0]),
+        "max_rank": longest[1],
+        "max_cycle": longest[2],
+    }
+
+
 def cycle_table(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per cycle: steps, the median and slowest rank's median step, findings fired."""
+    """One row per cycle: its steps (on every rank) as shortest, median and longest step, the
+    rank of the longest, findings fired."""
     rows = []
     for cyc in sorted({c["cycle"] for r in ranks for c in r["cycles"]}):
         per = [(r["rank"], c) for r in ranks for c in r["cycles"] if c["cycle"] == cyc]
-        steps = {rk: (median(c["step_ns"]) if c["step_ns"] else 0.0) for rk, c in per}
-        slow = max(steps, key=lambda k: (steps[k], -k))
+        spread = step_spread([(s, rk, cyc) for rk, c in per for s in c["step_ns"]])
         rows.append(
             {
                 "cycle": cyc,
                 "ranks": len(per),
                 "steps": max(c["steps"] for _, c in per),
-                "median_step_ns": float(median(steps.values())),
-                "max_step_ns": float(steps[slow]),
-                "slowest_rank": slow,
+                "min_step_ns": spread["min"],
+                "median_step_ns": spread["median"],
+                "max_step_ns": spread["max"],
+                "slowest_rank": spread["max_rank"],
+                "file": per[0][1]["file"] if len(per) == 1 else None,  # a one-rank cycle's trace
                 "findings": sorted({f["rule"] for _, c in per for f in c["findings"]}),
             }
         )
@@ -159,6 +178,10 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     far = outliers(steps)
     breakdowns = {r["rank"]: _breakdown(r) for r in live}
     base = breakdowns.get(med_rank, {}) if med_rank is not None else {}
+    categories = next(
+        (c["categories"] for r in live for c in r["cycles"] if c.get("categories")),
+        list(BREAKDOWN_CATEGORIES),
+    )
     aligned = align(live)
     strag = straggler(live, aligned, med_step)
     findings = dedupe_findings(live)
@@ -177,6 +200,11 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
             "min_rank": min(steps, key=lambda k: (steps[k], k)) if steps else None,
             "max_rank": max(steps, key=lambda k: (steps[k], -k)) if steps else None,
         },
+        # the steps themselves over every rank and cycle (the line above is per-rank medians)
+        "steps_ns": step_spread(
+            [(s, r["rank"], c["cycle"]) for r in live for c in r["cycles"] for s in c["step_ns"]]
+        ),
+        "categories": categories,
         "median_rank": med_rank,
         "outliers": [
             {
@@ -185,7 +213,7 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
                 "vs_median_pct": 100.0 * (steps[rk] / med_step - 1.0) if med_step else None,
                 "by_category_ns": {
                     c: breakdowns[rk].get(c, 0.0) - base.get(c, 0.0)
-                    for c in BREAKDOWN_CATEGORIES
+                    for c in categories
                     if abs(breakdowns[rk].get(c, 0.0) - base.get(c, 0.0)) > 0
                 },
             }

@@ -6,6 +6,7 @@ per-rank traces; each rank's full view is a sibling file).
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,18 @@ def _cycles(rows: list[dict[str, Any]]) -> list[str]:
         return []
     gap: list[dict[str, Any] | None] = [None]
     shown = list(rows) if len(rows) <= MAX_CYCLE_LINES else [*rows[:4], *gap, *rows[-3:]]
-    out = [f"cycles ({len(rows)}): one line each"]
+    out = [f"cycles ({len(rows)}): one line each, over that cycle's steps"]
     for r in shown:
         if r is None:
             out.append(f"  ... {len(rows) - 7} more cycles (--json has them all)")
             continue
         fired = ", ".join(r["findings"][:3]) or "-"
         out.append(
-            f"  cycle {r['cycle']}: {_plural(r['ranks'], 'rank')}, {_plural(r['steps'], 'step')}, median step "
-            f"{fmt_ns(r['median_step_ns'])}, max {fmt_ns(r['max_step_ns'])} (rank {r['slowest_rank']}); {fired}"
+            f"  cycle {r['cycle']}: {_plural(r['ranks'], 'rank')}, {_plural(r['steps'], 'step')}: "
+            f"shortest {fmt_ns(r['min_step_ns'])}, median {fmt_ns(r['median_step_ns'])}, "
+            f"longest {fmt_ns(r['max_step_ns'])}"
+            + (f" (rank {r['slowest_rank']})" if r["ranks"] > 1 else "")
+            + f"; {fired}"
         )
     return out
 
@@ -56,14 +60,21 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
     lines = [head]
     if run["ranks"] > 1:
         lines.append(
-            f"step time per rank: min {fmt_ns(st['min'])} (rank {st['min_rank']}), median {fmt_ns(st['median'])}, "
-            f"max {fmt_ns(st['max'])} (rank {st['max_rank']})"
+            f"step time per rank (each rank's median step): fastest {fmt_ns(st['min'])} (rank {st['min_rank']}), "
+            f"median {fmt_ns(st['median'])}, slowest {fmt_ns(st['max'])} (rank {st['max_rank']})"
         )
-    else:
-        lines.append(f"step time: median {fmt_ns(st['median'])}")
+    each = run.get("steps_ns")
+    if each and each["count"]:
+        at = [f"rank {each['max_rank']}"] if run["ranks"] > 1 else []
+        at += [f"cycle {each['max_cycle']}"] if run["cycles"] > 1 else []
+        lines.append(
+            f"steps ({each['count']}): shortest {fmt_ns(each['min'])}, median {fmt_ns(each['median'])}, "
+            f"longest {fmt_ns(each['max'])}" + (f" ({', '.join(at)})" if at else "")
+        )
     base = run["median_breakdown_ns"]
-    total = base.get("Total") or sum(base.get(c, 0.0) for c in BREAKDOWN_CATEGORIES) or 1.0
-    parts = sorted(((c, base.get(c, 0.0)) for c in BREAKDOWN_CATEGORIES), key=lambda kv: -kv[1])
+    cats = run.get("categories") or BREAKDOWN_CATEGORIES
+    total = base.get("Total") or sum(base.get(c, 0.0) for c in cats) or 1.0
+    parts = sorted(((c, base.get(c, 0.0)) for c in cats), key=lambda kv: -kv[1])
     whose = f"median rank's (rank {run['median_rank']}) " if run["ranks"] > 1 else ""
     lines.append(
         f"{whose}mean step by category: "
@@ -133,9 +144,15 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
     return lines
 
 
-def job_lines(job: dict[str, Any], *, max_lines: int = MAX_LINES, dashboard: str | None = None) -> list[str]:
+def job_lines(
+    job: dict[str, Any],
+    *,
+    max_lines: int = MAX_LINES,
+    dashboard: str | None = None,
+    detail: Sequence[str] = (),
+) -> list[str]:
     """The whole terminal summary: a line per run when there are several, then each run's block,
-    stopping before ``max_lines``."""
+    then ``detail`` (a one-rank run's median cycle in full), stopping before ``max_lines``."""
     runs = job["runs"]
     out: list[str] = []
     if len(runs) > 1:
@@ -165,6 +182,9 @@ def job_lines(job: dict[str, Any], *, max_lines: int = MAX_LINES, dashboard: str
             out.append(f"... {len(runs) - i} more run blocks not shown (--json, or the dashboard)")
             break
         out.extend(block)
+    room = budget - len(out)
+    if detail and room > 2:
+        out.extend(detail[:room])
     return out[: max_lines - len(tail)] + tail
 
 

@@ -18,7 +18,7 @@ import polars as pl
 from torchscope.analysis import names
 from torchscope.analysis.advisor import Context, advise
 from torchscope.analysis.kernels import kernel_stats
-from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES
 from torchscope.errors import TraceError
 from torchscope.trace.model import Trace
 
@@ -31,6 +31,7 @@ _COLL = re.compile(
 # point-to-point transfers (pipeline stages) are no synchronisation point of the whole group
 POINT_TO_POINT = ("send", "recv")
 _NOT_WORK = names.PROFILER_STEP | names.HOST_COLLECTIVE
+DEVICE_WORK = ("Kernel", "Memcpy", "Memset")  # as render.console decides device vs host categories
 
 
 def collective_name(raw: str) -> str:
@@ -116,11 +117,18 @@ def summarize_cycle(trace: Trace) -> dict[str, Any]:
         d = f.to_dict()
         d["impact"] = f.impact
         findings.append(d)
+    # the categories the single-trace report shows: device ones when the device worked, else the
+    # host's (a CPU-only run is Operators/DataLoader/Optimizer/..., not "CPU Exec")
+    device = any(ov.breakdown_ns[c] for c in DEVICE_WORK)
+    cats, source = (
+        (BREAKDOWN_CATEGORIES, ov.breakdown_ns) if device else (HOST_CATEGORIES, ov.host_breakdown_ns)
+    )
     return {
         "steps": ov.steps.height,
+        "categories": list(cats),
         "steps_from_trace": ov.steps_from_trace,
         "step_ns": [int(x) for x in ov.steps["dur_ns"].to_list()],
-        "breakdown_ns": {c: float(ov.breakdown_ns[c]) for c in (*BREAKDOWN_CATEGORIES, "Total")},
+        "breakdown_ns": {c: float(source[c]) for c in (*cats, "Total")},
         "comm_overlap_ns": {
             c: float(ov.comm_overlap[c].sum()) / n
             for c in ("computation_ns", "communication_ns", "overlap_ns", "other_ns")

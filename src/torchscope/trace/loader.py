@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from torchscope.errors import TraceError
-from torchscope.job.discover import natural, rank_in_name, trace_files
+from torchscope.job.discover import natural, rank_in_name, scan
 from torchscope.trace.model import Trace, TraceSet
 from torchscope.trace.progress import LoadProgress
 from torchscope.trace.reader import read_chrome
@@ -78,12 +78,12 @@ def load_dir(
     directory: Path, read: Callable[[Path], Trace] = read_chrome, *, progress: bool | None = None
 ) -> TraceSet:
     """Every trace under ``directory``, read in parallel, keyed by rank or worker."""
-    files = trace_files(directory)
+    found, not_read = scan(directory)
+    files = [f for f, _ in found]
     stores = sorted(d for d in directory.iterdir() if d.is_dir() and is_store(d))
     if not files and not stores:
-        raise TraceError(
-            str(directory), "no trace files (*.json, *.json.gz) or saved traces in this directory"
-        )
+        why = "no trace files (*.json, *.json.gz) or saved traces in this directory"
+        raise TraceError(str(directory), "; ".join([why, *not_read]))
     traces: list[tuple[Path, Trace]] = []
     skipped: list[tuple[Path, TraceError]] = []
     if files:
@@ -113,6 +113,8 @@ def load_dir(
 
         traces.extend((d, load_trace(d)) for d in stores)
     if not traces:  # nothing read: the first file's own error says why
+        if not skipped:
+            raise TraceError(str(directory), "no trace among its JSON files; " + "; ".join(not_read))
         raise skipped[0][1]
     keyed: dict[str, Trace] = {}
     for path, trace in traces:
@@ -123,7 +125,10 @@ def load_dir(
     return TraceSet(
         traces=dict(sorted(keyed.items(), key=lambda kv: natural(kv[0]))),
         source=str(directory),
-        skipped=tuple(f"skipped {f.relative_to(directory)}: {exc.problem}" for f, exc in skipped),
+        skipped=(
+            *not_read,
+            *(f"skipped {f.relative_to(directory)}: {exc.problem}" for f, exc in skipped),
+        ),
     )
 
 

@@ -547,8 +547,15 @@
     J.runs.forEach((R) => {
       const st = R.step_ns || {};
       out.push(h("h3", { "data-testid": "job-run" }, `${R.run}: ${R.ranks} rank(s), ${R.cycles} cycle(s)` + (R.backend ? `, ${R.backend}` : "")));
-      out.push(h("div", { class: "cards" }, [card("min step", fmtNs(st.min) + (st.min_rank !== null ? ` (rank ${st.min_rank})` : "")),
-        card("median step", fmtNs(st.median)), card("max step", fmtNs(st.max) + (st.max_rank !== null ? ` (rank ${st.max_rank})` : "")),
+      // the steps themselves (over every rank and cycle): the longest step is the real one, never a median
+      const ev = R.steps_ns || { count: 0 };
+      const at = [R.ranks > 1 && ev.max_rank !== null ? `rank ${ev.max_rank}` : "", R.cycles > 1 && ev.max_cycle !== null ? `cycle ${ev.max_cycle}` : ""].filter(Boolean).join(", ");
+      const stepCards = [card("shortest step", fmtNs(ev.min)), card(`median step (${ev.count} steps)`, fmtNs(ev.median)),
+        card("longest step", fmtNs(ev.max) + (at ? ` (${at})` : ""))];
+      // with several ranks, also each rank's median step as a distribution (who is fast, who is slow)
+      const rankCards = R.ranks > 1 ? [card("fastest rank (its median step)", fmtNs(st.min) + (st.min_rank !== null ? ` (rank ${st.min_rank})` : "")),
+        card("slowest rank (its median step)", fmtNs(st.max) + (st.max_rank !== null ? ` (rank ${st.max_rank})` : ""))] : [];
+      out.push(h("div", { class: "cards" }, [...stepCards, ...rankCards,
         card("straggler", R.straggler ? `rank ${R.straggler.rank}` : "none"),
         card("wait per step", R.straggler ? fmtNs(R.straggler.wait_per_step_ns) : "–")]));
       if (R.straggler) {
@@ -573,8 +580,8 @@
       if ((R.cycle_table || []).length > 1) {
         out.push(h("h4", {}, "Cycles"));
         out.push(table([{ key: "cycle", label: "cycle", num: true }, { key: "ranks", label: "ranks", num: true }, { key: "steps", label: "steps", num: true },
-          { key: "median_step_ns", label: "median step", num: true, fmt: fmtNs }, { key: "max_step_ns", label: "max step", num: true, fmt: fmtNs },
-          { key: "slowest_rank", label: "slowest rank", num: true }], R.cycle_table, { id: "job-cycles" }));
+          { key: "min_step_ns", label: "shortest step", num: true, fmt: fmtNs }, { key: "median_step_ns", label: "median step", num: true, fmt: fmtNs },
+          { key: "max_step_ns", label: "longest step", num: true, fmt: fmtNs }, { key: "slowest_rank", label: "rank of the longest", num: true }], R.cycle_table, { id: "job-cycles" }));
       }
       out.push(h("h4", {}, "Recommendations"));
       out.push((R.recommendations || []).length ? h("div", { "data-testid": "job-recommendations" }, R.recommendations.map((f) =>
