@@ -50,20 +50,23 @@ def report_traces(traces: Path, html: Path, title: str) -> tuple[dict[str, Any],
 
 
 def headline(payload: dict[str, Any]) -> dict[str, Any]:
-    """The numbers a training log shows: mean step time (ms), events and the top finding."""
-    runs = payload.get("runs") or []
-    step_ns = []
-    for run in runs:
-        overview = run.get("overview") or {}
-        total = (overview.get("breakdown_ns") or {}).get("Total") or (
-            overview.get("host_breakdown_ns") or {}
-        ).get("Total")
+    """The numbers a training log shows: mean step time (ms), events and the top finding, read
+    from the report (one trace, or each rank's report of a set) as the terminal and page show them."""
+    from torchscope.analysis import keys as K
+
+    report = payload.get("report") or {}
+    parts = list((report.get(K.RANKS) or {}).values()) if report.get(K.KIND) == "traceset" else [report]
+    step_us = []
+    for part in parts:
+        total = (part.get(K.BREAKDOWN_US) or {}).get("Total") or (part.get(K.HOST_BREAKDOWN_US) or {}).get(
+            "Total"
+        )
         if total:
-            step_ns.append(total)
-    recs = (payload.get("report") or {}).get("recommendations") or []
+            step_us.append(float(total))
+    recs = report.get(K.RECOMMENDATIONS) or []
     return {
-        "step_time_ms": round(sum(step_ns) / len(step_ns) / 1e6, 3) if step_ns else None,
-        "events": sum((r.get("summary") or {}).get("events", 0) for r in runs),
+        "step_time_ms": round(sum(step_us) / len(step_us) / 1e3, 3) if step_us else None,
+        "events": sum(int((part.get(K.META) or {}).get("events") or 0) for part in parts),
         "top_finding": recs[0].get("rule") if recs else None,
         "top_finding_message": recs[0].get("message") if recs else None,
     }
