@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from torchscope.errors import TraceError
+from torchscope.errors import TraceError, UsageError
 from torchscope.runner.bounds import DEFAULT_CAP_MB, DEFAULT_REPEAT
 
 
@@ -116,6 +116,7 @@ notes:
         out = job / launch.directory if launch is not None else job
         if args.record_all and (args.wait is not None or args.warmup is not None or args.active is not None):
             raise TraceError("--all", "records the whole run; leave out --wait/--warmup/--active")
+        _check_options(args)
         _check_writable(out)  # before the script runs: a bad --out is ours, not the script's
         options = RunOptions(
             out=out,
@@ -131,7 +132,7 @@ notes:
             sample_interval_s=max(args.sample_ms, 0.0) / 1000.0,
             launch=launch,
             record_all=args.record_all,
-            cap_mb=max(args.cap_mb, 1.0),
+            cap_mb=args.cap_mb,
             redirect=not args.no_redirect,
         )
         target = Target(name, script_args, is_module=args.module)
@@ -185,6 +186,28 @@ notes:
 
 def _our_error(message: str) -> None:
     print(f"torchscope run: error: {message}", file=sys.stderr)
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Every number the run takes is valid, or a one-line error (exit 2) before the script runs:
+    ``--wait -1`` used to end in an AssertionError traceback, ``--active 0`` was taken silently."""
+    minimum = {"wait": 0, "warmup": 0, "active": 1, "repeat": 0, "skip_first": 0}
+    for name, least in minimum.items():
+        value = getattr(args, name)
+        if value is not None and value < least:
+            flag = "--" + name.replace("_", "-")
+            need = "1 or more" if least else "0 or more"
+            raise UsageError(
+                f"{flag} must be {need} steps, not {value}"
+                if name != "repeat"
+                else f"{flag} must be 0 (until the end) or more cycles, not {value}"
+            )
+    if not args.cap_mb > 0:  # also NaN
+        raise UsageError(f"--cap-mb must be more than 0 MB, not {args.cap_mb:g}")
+    if not args.sample_ms >= 0:
+        raise UsageError(f"--sample-ms must be 0 (off) or more, not {args.sample_ms:g}")
+    if args.record_all and (args.repeat is not None or args.skip_first):
+        raise UsageError("--all records the whole run; leave out --repeat/--skip-first")
 
 
 def _check_writable(out: Path) -> None:
