@@ -280,7 +280,8 @@ def test_default_schedule_records_the_start_and_two_steady_state_cycles_with_one
         "step_41.pt.trace.json",
     ]
     report = _report(out)
-    assert [r["summary"]["steps"] for r in report["runs"]] == [5, 3, 3]
+    cycles = report["report"]["ranks"]  # one report per cycle, named as its run
+    assert [len(c["steps"]) for c in cycles.values()] == [5, 3, 3]
     assert report["run"]["schedule"]["recorded_steps"] == [[0, 4], [20, 22], [38, 40]]
     assert err.count("where the time goes") == 1  # one block, not one per cycle
     assert "cycles (3;" in err and "step_23: 3 steps" in err and "step_41: 3 steps" in err
@@ -323,7 +324,7 @@ def test_a_minute_of_small_ops_keeps_the_trace_and_the_report_bounded(tmp_path: 
     assert "recording stopped at the cap" in " ".join(done.stderr.split())
     assert len(traces) == 1 and size_mb < 600  # two caps before any step: ~185 MB on this machine
     assert peak_mb < 5000  # ~2.2 GB on this machine; unbounded it grew by GBs per second
-    assert _report(out)["runs"][0]["summary"]["events"] > 10_000
+    assert _report(out)["report"]["meta"]["events"] > 10_000
 
 
 def test_a_script_with_its_own_torch_profiler_keeps_its_files_and_exit_code(tmp_path: Path) -> None:
@@ -342,7 +343,7 @@ def test_a_script_with_its_own_torch_profiler_keeps_its_files_and_exit_code(tmp_
     report = _report(out)
     names = [r["name"] for r in report["runs"]]
     assert names[-1].startswith("script_profiler1.")  # the script's cycle, copied once
-    assert "my_step" in {r["name"] for r in report["runs"][-1]["ops"]}
+    assert "my_step" in {r["name"] for r in report["report"]["ranks"][names[-1]]["operators"]}
     assert any("stepped aside" in n for n in report["run"]["notes"])
     assert report["run"]["exit_code"] == 7
 

@@ -223,26 +223,34 @@ def _check_writable(out: Path) -> None:
 
 def _print_summary(payload: dict | None, result: object, options: object, files: dict[str, str]) -> None:
     """The report of one cycle in full (the latest), then one line per cycle, then the run's line."""
-    from torchscope.render.console import fmt_ns, print_summary, terminal
+    from torchscope.render.console import print_summary, terminal
+    from torchscope.render.payload import full_report
+    from torchscope.render.units import fmt_us
     from torchscope.runner.session import RunOptions, RunResult
 
     assert isinstance(result, RunResult) and isinstance(options, RunOptions)
     console = terminal(sys.stderr)
     runs = (payload or {}).get("runs") or []
-    if payload is not None:
-        print_summary({**payload, "runs": runs[-1:]} if len(runs) > 1 else payload, console)
-    if len(runs) > 1:
-        console.print(f"[bold]cycles[/bold] ({len(runs)}; the last is shown above, each in report.html)")
-        for run in runs:
-            summary = run.get("summary") or {}
-            overview = run.get("overview") or {}
-            avg = (overview.get("breakdown_ns") or {}).get("Total") or (
-                overview.get("host_breakdown_ns") or {}
+    report = (full_report(payload) if payload is not None else None) or {}
+    cycles: dict[str, dict] = report.get("ranks") or {} if report.get("kind") == "traceset" else {}
+    if payload is not None and len(cycles) > 1:
+        # the report of a run with several cycles is a set of them: the latest in full here
+        name, latest = list(cycles.items())[-1]
+        print_summary(
+            {**payload, "report": latest, "runs": [{**(runs[-1] if runs else {}), "name": name}]}, console
+        )
+    elif payload is not None:
+        print_summary(payload, console)
+    if len(cycles) > 1:
+        console.print(f"[bold]cycles[/bold] ({len(cycles)}; the last is shown above, each in report.html)")
+        for name, cycle in cycles.items():
+            total = (cycle.get("breakdown_us") or {}).get("Total") or (
+                cycle.get("host_breakdown_us") or {}
             ).get("Total")
-            top = (run.get("ops") or [{}])[0].get("name", "–")
+            top = (cycle.get("operators") or [{}])[0].get("name", "–")
             console.print(
-                f"  {run.get('name')}: {summary.get('steps', 0)} steps, {fmt_ns(avg)} per step, "
-                f"{summary.get('events', 0):,} events, top op {top}"
+                f"  {name}: {len(cycle.get('steps') or [])} steps, {fmt_us(total)} per step, "
+                f"{(cycle.get('meta') or {}).get('events', 0):,} events, top op {top}"
             )
     skipped = len(result.trace_paths) - len(result.kept_paths)
     if skipped > 0:

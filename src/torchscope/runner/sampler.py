@@ -142,7 +142,11 @@ def _torch_calls(entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]
     calls: dict[int, Func] = {}
     for (filename, line, entry), members in groups.items():
         labels = [label for _, label in members if label is not None]
-        name = max(sorted(set(labels)), key=labels.count) if labels else str(entry.co_qualname)
+        name = (
+            max(sorted(set(labels)), key=labels.count)
+            if labels
+            else str(getattr(entry, "co_qualname", entry.co_name))
+        )
         for sid, _ in members:
             calls[sid] = (filename, name, line)
     return calls

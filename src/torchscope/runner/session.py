@@ -460,9 +460,9 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         if prof._started:
             rec._stop_ours()
         rec.copy_script_cycles()
-    if described == _NO_WARMUP and hook.count > 0 and not rec.adopted:
-        rec.notes.insert(0, described)
-    elif described is not None and hook.count > DefaultSchedule().head and not rec.adopted:
+    # the default schedule's sentence matters once it cut something; no warmup, once a step ran
+    shown_after = 0 if described == _NO_WARMUP else DefaultSchedule().head
+    if described is not None and hook.count > shown_after and not rec.adopted:
         rec.notes.insert(0, described)
     return RunResult(
         setup_s=None if hook.setup_ns is None else hook.setup_ns / 1e9,
