@@ -196,7 +196,6 @@ def test_module_rows_say_unknown_where_statistics_hold_no_element_values(
     assert gelu["max_abs_error"] == max(v for v in known if v is not None) > 0
 
 
-
 def test_dashboard_section_shape(dumps: dict[str, Path]) -> None:
     section = accuracy_section(compare_dumps(dumps["rn_bf16_fc"], dumps["rn64"]))
     assert set(section) >= {"first_divergence", "ops", "modules", "summary"}

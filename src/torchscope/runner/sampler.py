@@ -109,15 +109,26 @@ def hot_frame(stack: tuple[Func, ...]) -> Func:
     return public[-1] if public else lib[-1]
 
 
+# special methods that are machinery around a call (a context manager the call opens, an
+# object made callable), never what the user called: ``record_function.__enter__``
+_MACHINERY_DUNDERS = frozenset({"__enter__", "__exit__", "__call__", "__del__"})
+
+
 def _call_label(codes: tuple[CodeType, ...]) -> str | None:
     """How the user's call into torch is named: the outermost torch function a user would
     recognise (``Adam.step``, ``Tensor.backward``, ``Linear.forward``), skipping the decorators'
     inner functions (``Optimizer.profile_hook_step.<locals>.wrapper``), private helpers
     (``Module._call_impl``) and the context managers they open (``record_function.__enter__``)
-    on the way. ``codes`` is leaf first; None when no frame of this sample qualifies."""
-    for code in reversed(codes):
+    on the way; ``for x in loader`` is ``_BaseDataLoaderIter.__next__``. A method is named by
+    the class that defines it (``AdamW``'s inherited step is ``Adam.step``). ``codes`` is leaf first; None when no frame of this sample qualifies."""
+    for depth, code in enumerate(reversed(codes)):
         qualname = getattr(code, "co_qualname", code.co_name)
-        if "<locals>" not in qualname and not code.co_name.startswith("_"):
+        name = code.co_name
+        special = name.startswith("__") and name.endswith("__")
+        # a special method is the user's call only when the user's code entered it directly
+        # (``Linear(...)``'s ``__init__``, ``for x in loader``'s ``__next__``)
+        allowed = not name.startswith("_") or (special and depth == 0 and name not in _MACHINERY_DUNDERS)
+        if "<locals>" not in qualname and allowed:
             return str(qualname)
     return None
 
