@@ -171,6 +171,31 @@ def test_cli_compare(dumps: dict[str, Path], capsys: pytest.CaptureFixture[str])
     assert "no such dump directory" in capsys.readouterr().err
 
 
+def test_module_rows_say_unknown_where_statistics_hold_no_element_values(
+    dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Finding 7: statistics-mode dumps (float16 vs float64) have no element values, so the
+    per-op table shows max abs "–"; the "ops by module" table showed 0 for every module."""
+    assert cli(["accuracy", "compare", str(dumps["tb_fp16"]), str(dumps["tb64"]), "--json"]) == 0
+    section = json.loads(capsys.readouterr().out)
+    modules = {m["module"]: m for m in section["modules"]}
+    assert {"qkv", "proj", "ff.0", "ff.1", "ff.2", "norm1", "norm2"} <= set(modules)
+    for row in modules.values():
+        assert row["max_abs_error"] is None and row["max_rel_error"] is None  # null, not 0
+        assert 0.99 < row["min_cosine"] <= 1.0  # the sketch's cosine is known
+    assert {o["max_abs_error"] for o in section["ops"]} == {None}  # as the per-op rows say
+    assert cli(["accuracy", "compare", str(dumps["tb_fp16"]), str(dumps["tb64"])]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("ops by module") :]
+    qkv = next(line for line in table.splitlines() if " qkv " in line)
+    assert [cell.strip() for cell in qkv.strip("│ ").split("│")][:4] == ["qkv", "4", "0", "–"]
+    # where both dumps saved gelu's tensors, the module's max abs is its worst op's
+    result = compare_dumps(dumps["tb_bf16_bwd"], dumps["tb64"])
+    gelu = next(m for m in result.modules() if m["module"] == "ff.1")
+    known = [o.worst.max_abs_error for o in result.compared if o.module == "ff.1" and o.worst is not None]
+    assert gelu["max_abs_error"] == max(v for v in known if v is not None) > 0
+
+
 def test_dashboard_section_shape(dumps: dict[str, Path]) -> None:
     section = accuracy_section(compare_dumps(dumps["rn_bf16_fc"], dumps["rn64"]))
     assert set(section) >= {"first_divergence", "ops", "modules", "summary"}

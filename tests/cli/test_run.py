@@ -280,7 +280,8 @@ def test_default_schedule_records_the_start_and_two_steady_state_cycles_with_one
         "step_41.pt.trace.json",
     ]
     report = _report(out)
-    assert [r["summary"]["steps"] for r in report["runs"]] == [5, 3, 3]
+    cycles = report["report"]["ranks"]  # one report per cycle, named as its run
+    assert [len(c["steps"]) for c in cycles.values()] == [5, 3, 3]
     assert report["run"]["schedule"]["recorded_steps"] == [[0, 4], [20, 22], [38, 40]]
     assert err.count("where the time goes") == 1  # one block, not one per cycle
     assert "cycles (3;" in err and "step_23: 3 steps" in err and "step_41: 3 steps" in err
@@ -323,7 +324,7 @@ def test_a_minute_of_small_ops_keeps_the_trace_and_the_report_bounded(tmp_path: 
     assert "stopped at the cap" in " ".join(done.stderr.split())
     assert len(traces) == 1 and size_mb < 600  # two caps before any step: ~185 MB on this machine
     assert peak_mb < 5000  # ~2.2 GB on this machine; unbounded it grew by GBs per second
-    assert _report(out)["runs"][0]["summary"]["events"] > 10_000
+    assert _report(out)["report"]["meta"]["events"] > 10_000
 
 
 def test_a_script_with_its_own_torch_profiler_keeps_its_files_and_exit_code(tmp_path: Path) -> None:
@@ -342,7 +343,7 @@ def test_a_script_with_its_own_torch_profiler_keeps_its_files_and_exit_code(tmp_
     report = _report(out)
     names = [r["name"] for r in report["runs"]]
     assert names[-1].startswith("script_profiler1.")  # the script's cycle, copied once
-    assert "my_step" in {r["name"] for r in report["runs"][-1]["ops"]}
+    assert "my_step" in {r["name"] for r in report["report"]["ranks"][names[-1]]["operators"]}
     assert any("stepped aside" in n for n in report["run"]["notes"])
     assert report["run"]["exit_code"] == 7
 
@@ -471,3 +472,111 @@ def test_tensorboard_trace_handler_on_a_full_disk_leaves_no_partial_file(
         torch.randn(4, 4).relu()
         prof.step()
     assert list(logs.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--wait", "-1"], "--wait must be 0 or more steps, not -1"),
+        (["--warmup", "-1"], "--warmup must be 0 or more steps, not -1"),
+        (["--active", "0"], "--active must be 1 or more steps, not 0"),
+        (["--repeat", "-2"], "--repeat must be 0 (until the end) or more cycles, not -2"),
+        (["--skip-first", "-1"], "--skip-first must be 0 or more steps, not -1"),
+        (["--cap-mb", "0"], "--cap-mb must be more than 0 MB, not 0"),
+        (["--sample-ms", "-1"], "--sample-ms must be 0 (off) or more, not -1"),
+        (["--all", "--repeat", "2"], "--all records the whole run; leave out --repeat/--skip-first"),
+    ],
+)
+def test_an_invalid_schedule_value_is_one_line_and_exit_2_before_the_script_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], message: str
+) -> None:
+    """Finding 8: ``--wait -1`` ended in an AssertionError traceback (exit 1), ``--active 0`` was
+    taken silently and profiled one step."""
+    out = tmp_path / "bad"
+    assert main(["run", "--out", str(out), *option, str(SCRIPTS / "exits.py"), "0"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # the script never ran
+    assert captured.err == f"torchscope run: error: {message}\n"
+    assert not out.exists()
+
+
+def test_no_warmup_is_said_in_our_words_not_torchs_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--active 2`` alone has no warmup step: torch's UserWarning (with our file's path) used
+    to reach the user; the summary now says what it means."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args = ["run", "--out", str(tmp_path / "w"), "--sample-ms", "0", "--active", "2", "--repeat", "1"]
+        assert main([*args, str(SCRIPTS / "linear_steps.py"), "4"]) == 0
+    assert [str(w.message) for w in caught if "warmup" in str(w.message)] == []
+    err = capsys.readouterr().err
+    assert "torchscope run: no warmup step (--warmup 0): the first recorded step of each cycle" in err
+    assert "UserWarning" not in err and "schedule.py" not in err
+    assert len(_report(tmp_path / "w")["report"]["steps"]) == 2
+
+
+def test_ctrl_c_shows_the_scripts_traceback_exits_130_and_keeps_the_trace(tmp_path: Path) -> None:
+    """Finding 8: the KeyboardInterrupt traceback began in torchscope/runner/target.py and
+    <frozen runpy>; it is now the script's own, as for any other raise."""
+    import signal
+
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        "import time\n"
+        "import torch\n"
+        "model = torch.nn.Linear(8, 8)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "def train():\n"
+        "    for i in range(10**9):\n"
+        "        opt.zero_grad()\n"
+        "        model(torch.randn(4, 8)).sum().backward()\n"
+        "        opt.step()\n"
+        "        if i == 3:\n"
+        "            print('ready', flush=True)\n"
+        "        time.sleep(0.005)\n"
+        "train()\n"
+    )
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    tb = err[err.index("Traceback (most recent call last):") : err.index("KeyboardInterrupt")]
+    assert "torchscope" not in tb and "runpy" not in tb
+    assert tb.splitlines()[1] == f'  File "{script}", line 13, in <module>'
+    facts = json.loads((out / "run.json").read_text())
+    assert facts["exit_code"] == 130 and facts["error"] == "KeyboardInterrupt"
+    assert facts["optimizer_steps"] >= 4 and Path(facts["traces"][0]).is_file()
+    assert (out / "report.html").is_file()
+
+
+def test_hot_spots_of_a_module_level_adam_loop_name_step_and_backward(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Finding 9 end to end: the report's hot spots charge opt.step() and backward() at the
+    script's lines, not all self time to <module>."""
+    script = SCRIPTS / "adam_loop.py"
+    lines = script.read_text().splitlines()
+    out = tmp_path / "adam"
+    assert main(["run", "--out", str(out), "--all", str(script), "60"]) == 0
+    hot = {(r["function"], r["file"], r["line"]): r for r in _report(out)["hotspots"]}
+    step = hot[("Adam.step", str(script), lines.index("    opt.step()") + 1)]
+    backward = hot[("Tensor.backward", str(script), lines.index("    loss.backward()") + 1)]
+    module = next(r for (name, _, _), r in hot.items() if name == "<module>")
+    # the record_function the optimizer opens around step() is part of the opt.step() call
+    assert not [key for key in hot if key[0].startswith("record_function")]
+    assert step["self_ns"] > 0 and backward["self_ns"] > 0
+    assert module["self_ns"] < step["self_ns"] + backward["self_ns"] <= module["total_ns"]
+    assert "Adam.step" in capsys.readouterr().err

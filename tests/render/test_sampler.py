@@ -87,3 +87,31 @@ def test_our_own_frames_are_never_hot_spots() -> None:
         assert _skipped(str(package / ours)), ours
     assert not _skipped("/home/me/train.py")
     assert not _skipped("/env/site-packages/torch/optim/optimizer.py")
+
+
+def test_a_module_level_training_loop_charges_self_time_to_the_calls_into_torch() -> None:
+    """Finding 9: an Adam loop written at module level gave ``<module>`` 100 % self and every
+    other row 0. Each sample's self time now goes to the call the user's line made into torch
+    (``Adam.step`` at the ``opt.step()`` line), and the self column adds up to the run."""
+    from torchscope.runner.target import Target, execute
+
+    script = Path(__file__).parents[1] / "cli" / "scripts" / "adam_loop.py"
+    lines = script.read_text().splitlines()
+    step_line = lines.index("    opt.step()") + 1
+    backward_line = lines.index("    loss.backward()") + 1
+    s = Sampler(interval_s=0.001, script_only=True)
+    s.start()
+    assert execute(Target(str(script), ("80",))).exit_code == 0
+    rows = s.stop().table(limit=10_000)
+    by_key = {(r["function"], r["line"]): r for r in rows}
+    step = by_key[("Adam.step", step_line)]
+    backward = by_key[("Tensor.backward", backward_line)]
+    assert step["file"] == backward["file"] == str(script)  # placed at the user's lines
+    assert step["self_ns"] > 0 and backward["self_ns"] > 0
+    assert step["self_ns"] == step["total_ns"]  # a call row holds only its own samples
+    module = next(r for r in rows if r["function"] == "<module>")
+    assert module["total_pct"] == 100.0 and module["self_ns"] < module["total_ns"]
+    # every sample's self time is charged exactly once: the column sums to the run
+    assert abs(sum(r["self_ns"] for r in rows) - module["total_ns"]) <= len(rows)
+    for r in rows:
+        assert r["self_ns"] <= r["total_ns"]

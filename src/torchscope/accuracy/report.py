@@ -216,7 +216,10 @@ def _print_ops(console: Any, result: AccuracyResult, top: int) -> None:
         if w is not None:
             console.print(f"  {escape(metrics_line(w))}")
     console.print(_top_table(f"top {top} ops by error", result.top(top)))
-    mods = sorted(result.modules(), key=lambda m: (-m["diverged"], -m["max_abs_error"]))[:top]
+    mods = sorted(
+        result.modules(),
+        key=lambda m: (-m["diverged"], m["max_abs_error"] is None, -(m["max_abs_error"] or 0.0)),
+    )[:top]
     mt = Table(title="ops by module")
     for col in ("module", "ops", "diverged", "max abs", "min cosine", "worst op"):
         mt.add_column(col, overflow="fold")

@@ -8,7 +8,7 @@ while every one of its inputs was still within tolerance: the root, not the casc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,7 +159,11 @@ class AccuracyResult:
         return _worst_first(_compared(self.module_calls))[:n]
 
     def modules(self) -> list[dict[str, Any]]:
-        """One row per module path: ops compared, ops diverged, the worst errors."""
+        """One row per module path: ops compared, ops diverged, the worst errors.
+
+        An error no op of the module could measure is unknown (None), never 0: a statistics-mode
+        dump holds no element values, so its ops have no max abs error (the per-op table's "–"),
+        and a module of them must not read as exact."""
         rows: dict[str, dict[str, Any]] = {}
         for o in self.compared:
             row = rows.setdefault(
@@ -168,9 +172,9 @@ class AccuracyResult:
                     "module": o.module,
                     "ops": 0,
                     "diverged": 0,
-                    "max_abs_error": 0.0,
-                    "max_rel_error": 0.0,
-                    "min_cosine": 1.0,
+                    "max_abs_error": None,
+                    "max_rel_error": None,
+                    "min_cosine": None,
                     "worst_op": None,
                     "worst_index": None,
                     "_sev": -1.0,
@@ -181,10 +185,9 @@ class AccuracyResult:
             w = o.worst
             if w is None:
                 continue
-            row["max_abs_error"] = max(row["max_abs_error"], w.max_abs_error or 0.0)
-            row["max_rel_error"] = max(row["max_rel_error"], w.max_rel_error or 0.0)
-            if w.cosine is not None:
-                row["min_cosine"] = min(row["min_cosine"], w.cosine)
+            row["max_abs_error"] = _known(max, row["max_abs_error"], w.max_abs_error)
+            row["max_rel_error"] = _known(max, row["max_rel_error"], w.max_rel_error)
+            row["min_cosine"] = _known(min, row["min_cosine"], w.cosine)
             if o.severity > row["_sev"]:
                 row["_sev"], row["worst_op"], row["worst_index"] = o.severity, o.op, o.index
         out = []
@@ -231,3 +234,10 @@ def _compared(records: list[OpResult]) -> list[OpResult]:
 
 def _worst_first(records: list[OpResult]) -> list[OpResult]:
     return sorted(records, key=lambda o: o.severity, reverse=True)
+
+
+def _known(pick: Callable[[float, float], float], a: float | None, b: float | None) -> float | None:
+    """``pick(a, b)`` over the values that are known; None when neither is."""
+    if a is None or b is None:
+        return b if a is None else a
+    return pick(a, b)

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from torchscope.errors import TraceError
+from torchscope.errors import TraceError, UsageError
 from torchscope.runner.bounds import DEFAULT_CAP_MB, DEFAULT_REPEAT
 
 
@@ -116,6 +116,7 @@ notes:
         out = job / launch.directory if launch is not None else job
         if args.record_all and (args.wait is not None or args.warmup is not None or args.active is not None):
             raise TraceError("--all", "records the whole run; leave out --wait/--warmup/--active")
+        _check_options(args)
         _check_writable(out)  # before the script runs: a bad --out is ours, not the script's
         options = RunOptions(
             out=out,
@@ -131,7 +132,7 @@ notes:
             sample_interval_s=max(args.sample_ms, 0.0) / 1000.0,
             launch=launch,
             record_all=args.record_all,
-            cap_mb=max(args.cap_mb, 1.0),
+            cap_mb=args.cap_mb,
             redirect=not args.no_redirect,
         )
         target = Target(name, script_args, is_module=args.module)
@@ -187,6 +188,28 @@ def _our_error(message: str) -> None:
     print(f"torchscope run: error: {message}", file=sys.stderr)
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Every number the run takes is valid, or a one-line error (exit 2) before the script runs:
+    ``--wait -1`` used to end in an AssertionError traceback, ``--active 0`` was taken silently."""
+    minimum = {"wait": 0, "warmup": 0, "active": 1, "repeat": 0, "skip_first": 0}
+    for name, least in minimum.items():
+        value = getattr(args, name)
+        if value is not None and value < least:
+            flag = "--" + name.replace("_", "-")
+            need = "1 or more" if least else "0 or more"
+            raise UsageError(
+                f"{flag} must be {need} steps, not {value}"
+                if name != "repeat"
+                else f"{flag} must be 0 (until the end) or more cycles, not {value}"
+            )
+    if not args.cap_mb > 0:  # also NaN
+        raise UsageError(f"--cap-mb must be more than 0 MB, not {args.cap_mb:g}")
+    if not args.sample_ms >= 0:
+        raise UsageError(f"--sample-ms must be 0 (off) or more, not {args.sample_ms:g}")
+    if args.record_all and (args.repeat is not None or args.skip_first):
+        raise UsageError("--all records the whole run; leave out --repeat/--skip-first")
+
+
 def _check_writable(out: Path) -> None:
     """The run directory can be made and written, or a one-line error (exit 2) before the script."""
     try:
@@ -200,26 +223,34 @@ def _check_writable(out: Path) -> None:
 
 def _print_summary(payload: dict | None, result: object, options: object, files: dict[str, str]) -> None:
     """The report of one cycle in full (the latest), then one line per cycle, then the run's line."""
-    from torchscope.render.console import fmt_ns, print_summary, terminal
+    from torchscope.render.console import print_summary, terminal
+    from torchscope.render.payload import full_report
+    from torchscope.render.units import fmt_us
     from torchscope.runner.session import RunOptions, RunResult
 
     assert isinstance(result, RunResult) and isinstance(options, RunOptions)
     console = terminal(sys.stderr)
     runs = (payload or {}).get("runs") or []
-    if payload is not None:
-        print_summary({**payload, "runs": runs[-1:]} if len(runs) > 1 else payload, console)
-    if len(runs) > 1:
-        console.print(f"[bold]cycles[/bold] ({len(runs)}; the last is shown above, each in report.html)")
-        for run in runs:
-            summary = run.get("summary") or {}
-            overview = run.get("overview") or {}
-            avg = (overview.get("breakdown_ns") or {}).get("Total") or (
-                overview.get("host_breakdown_ns") or {}
+    report = (full_report(payload) if payload is not None else None) or {}
+    cycles: dict[str, dict] = report.get("ranks") or {} if report.get("kind") == "traceset" else {}
+    if payload is not None and len(cycles) > 1:
+        # the report of a run with several cycles is a set of them: the latest in full here
+        name, latest = list(cycles.items())[-1]
+        print_summary(
+            {**payload, "report": latest, "runs": [{**(runs[-1] if runs else {}), "name": name}]}, console
+        )
+    elif payload is not None:
+        print_summary(payload, console)
+    if len(cycles) > 1:
+        console.print(f"[bold]cycles[/bold] ({len(cycles)}; the last is shown above, each in report.html)")
+        for name, cycle in cycles.items():
+            total = (cycle.get("breakdown_us") or {}).get("Total") or (
+                cycle.get("host_breakdown_us") or {}
             ).get("Total")
-            top = (run.get("ops") or [{}])[0].get("name", "–")
+            top = (cycle.get("operators") or [{}])[0].get("name", "–")
             console.print(
-                f"  {run.get('name')}: {summary.get('steps', 0)} steps, {fmt_ns(avg)} per step, "
-                f"{summary.get('events', 0):,} events, top op {top}"
+                f"  {name}: {len(cycle.get('steps') or [])} steps, {fmt_us(total)} per step, "
+                f"{(cycle.get('meta') or {}).get('events', 0):,} events, top op {top}"
             )
     skipped = len(result.trace_paths) - len(result.kept_paths)
     if skipped > 0:

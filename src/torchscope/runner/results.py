@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from torchscope.runner.sampler import HotSpots, covered_by, hot_frame
+from torchscope.runner.sampler import HotSpots, covered_by
 from torchscope.runner.session import SETUP_SPAN, TAIL_SPAN, RunOptions, RunResult
 from torchscope.trace.model import Trace, TraceSet
 
@@ -82,7 +82,9 @@ def hotspot_rows(placed: list[Placed], result: RunResult, limit: int = 30) -> li
     if not known.any():
         return hs.table(None, limit)
     # Only samples inside a recorded window say anything about coverage.
-    window = HotSpots(hs.interval_ns, hs.native_id, hs.times_ns[known], hs.stack_ids[known], hs.stacks)
+    window = HotSpots(
+        hs.interval_ns, hs.native_id, hs.times_ns[known], hs.stack_ids[known], hs.stacks, hs.hot
+    )
     rows = window.table(covered[known], limit)
     return rows
 
@@ -113,7 +115,7 @@ def _sampled_culprits(placed: list[Placed], result: RunResult, region: str, limi
         for sid, w in zip(hs.stack_ids[outside].tolist(), weights[outside].tolist(), strict=True):
             stack = hs.stacks[sid]
             if stack:
-                func = hot_frame(stack)
+                func = hs.hot_of(sid)
                 by_func[func] = by_func.get(func, 0.0) + w
     total = sum(by_func.values())
     ranked = sorted(by_func.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -109,6 +109,66 @@ def hot_frame(stack: tuple[Func, ...]) -> Func:
     return public[-1] if public else lib[-1]
 
 
+# special methods that are machinery around a call (a context manager the call opens, an
+# object made callable), never what the user called: ``record_function.__enter__``
+_MACHINERY_DUNDERS = frozenset({"__enter__", "__exit__", "__call__", "__del__"})
+
+
+def _call_label(codes: tuple[CodeType, ...]) -> str | None:
+    """How the user's call into torch is named: the outermost torch function a user would
+    recognise (``Adam.step``, ``Tensor.backward``, ``Linear.forward``), skipping the decorators'
+    inner functions (``Optimizer.profile_hook_step.<locals>.wrapper``), private helpers
+    (``Module._call_impl``) and the context managers they open (``record_function.__enter__``)
+    on the way; ``for x in loader`` is ``_BaseDataLoaderIter.__next__``. A method is named by
+    the class that defines it (``AdamW``'s inherited step is ``Adam.step``). ``codes`` is leaf first; None when no frame of this sample qualifies."""
+    for depth, code in enumerate(reversed(codes)):
+        qualname = getattr(code, "co_qualname", code.co_name)
+        name = code.co_name
+        special = name.startswith("__") and name.endswith("__")
+        # a special method is the user's call only when the user's code entered it directly
+        # (``Linear(...)``'s ``__init__``, ``for x in loader``'s ``__next__``)
+        allowed = not name.startswith("_") or (special and depth == 0 and name not in _MACHINERY_DUNDERS)
+        if "<locals>" not in qualname and allowed:
+            return str(qualname)
+    return None
+
+
+def _torch_calls(entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]]) -> dict[int, Func]:
+    """The row each sampled stack's "self" time goes to when its innermost user frame is
+    calling into torch (``entries``: ``sid``, user frames leaf first, their current lines).
+
+    Time in torch's own Python is charged to the call the user's code made into torch, named
+    by the torch function and placed at the user's line: ``Adam.step`` at ``train.py:12``, so
+    a script whose whole loop is module-level code shows ``opt.step()`` and ``backward()``
+    apart instead of one ``<module>`` row with all the time. One call (a user line and the torch
+    function it entered) gets one name, the one most of its stacks give: a sample caught in the
+    optimizer's ``record_function`` is still ``Adam.step``.
+    """
+    groups: dict[tuple[str, int, CodeType], list[tuple[int, str | None]]] = {}
+    for sid, codes, lines in entries:
+        user = next((i for i, c in enumerate(codes) if not _is_library(c.co_filename)), len(codes))
+        if 0 < user < len(codes) and _TORCH_PART in codes[user - 1].co_filename:
+            key = (codes[user].co_filename, lines[user], codes[user - 1])
+            groups.setdefault(key, []).append((sid, _call_label(codes[:user])))
+    calls: dict[int, Func] = {}
+    for (filename, line, entry), members in groups.items():
+        labels = [label for _, label in members if label is not None]
+        name = (
+            max(sorted(set(labels)), key=labels.count)
+            if labels
+            else str(getattr(entry, "co_qualname", entry.co_name))
+        )
+        for sid, _ in members:
+            calls[sid] = (filename, name, line)
+    return calls
+
+
+def _hot_or_ours(stack: tuple[Func, ...]) -> Func:
+    """``hot_frame`` of a stack (our own frame for the runner's work); an empty stack (outside
+    the script, dropped) has none."""
+    return hot_frame(stack) if stack else PROFILER_FRAME
+
+
 @dataclass
 class Sampler:
     """Samples one thread's Python stack at a fixed interval while started."""
@@ -119,7 +179,7 @@ class Sampler:
     native_id: int = field(default_factory=threading.get_native_id)
     _times: array = field(default_factory=lambda: array("q"))
     _stack_ids: array = field(default_factory=lambda: array("i"))
-    _stacks: dict[tuple[CodeType, ...], int] = field(default_factory=dict)
+    _stacks: dict[tuple[tuple[CodeType, ...], tuple[int, ...]], int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -140,10 +200,12 @@ class Sampler:
         while not self._stop.wait(interval):
             frame: FrameType | None = sys._current_frames().get(tid)
             codes: list[CodeType] = []
+            lines: list[int] = []
             while frame is not None:
                 codes.append(frame.f_code)
+                lines.append(frame.f_lineno or 0)
                 frame = frame.f_back
-            key = tuple(codes)
+            key = (tuple(codes), tuple(lines))
             sid = stacks.get(key)
             if sid is None:
                 sid = stacks[key] = len(stacks)
@@ -160,22 +222,36 @@ class HotSpots:
     times_ns: np.ndarray
     stack_ids: np.ndarray
     stacks: tuple[tuple[Func, ...], ...]  # leaf first, runner frames removed
+    # per stack, the row its "self" time goes to (``_torch_calls``); empty: ``hot_frame``
+    hot: tuple[Func, ...] = ()
+
+    def hot_of(self, sid: int) -> Func:
+        return self.hot[sid] if sid < len(self.hot) else hot_frame(self.stacks[sid])
 
     @classmethod
     def from_samples(cls, sampler: Sampler) -> HotSpots:
         stacks: list[tuple[Func, ...]] = [()] * len(sampler._stacks)
-        for codes, sid in sampler._stacks.items():
-            part = _user_part(codes) if sampler.script_only else codes
-            user = tuple(
-                (c.co_filename, c.co_name, c.co_firstlineno) for c in part if not _skipped(c.co_filename)
-            )
+        entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]] = []
+        for (codes, lines), sid in sampler._stacks.items():
+            n = len(_user_part(codes)) if sampler.script_only else len(codes)
+            kept = [
+                (c, ln) for c, ln in zip(codes[:n], lines[:n], strict=True) if not _skipped(c.co_filename)
+            ]
+            user_codes = tuple(c for c, _ in kept)
+            user = tuple((c.co_filename, c.co_name, c.co_firstlineno) for c in user_codes)
             # the runner's own work inside the script's call (a cycle stopped and saved in the
             # optimizer.step() hook) is named as ours, never charged to the user's frame
-            stacks[sid] = (PROFILER_FRAME, *user) if user and _in_runner_hook(part) else user
+            if user and _in_runner_hook(codes[:n]):
+                stacks[sid] = (PROFILER_FRAME, *user)
+            else:
+                stacks[sid] = user
+                entries.append((sid, user_codes, tuple(ln for _, ln in kept)))
+        calls = _torch_calls(entries)
+        hot = [calls.get(sid) or _hot_or_ours(stack) for sid, stack in enumerate(stacks)]
         interval_ns = int(sampler.interval_s * 1e9)
         times = np.frombuffer(sampler._times, dtype=np.int64).copy()
         ids = np.frombuffer(sampler._stack_ids, dtype=np.int32).copy()
-        _charge_long_gaps(times, ids, stacks, interval_ns)
+        _charge_long_gaps(times, ids, stacks, interval_ns, hot)
         # Samples outside the script (our own start-up, printing its traceback) are not its time.
         inside = np.array([bool(stacks[i]) for i in range(len(stacks))], dtype=bool)
         if inside.size:
@@ -187,6 +263,7 @@ class HotSpots:
             times_ns=times,
             stack_ids=ids,
             stacks=tuple(stacks),
+            hot=tuple(hot),
         )
 
     @property
@@ -229,12 +306,13 @@ class HotSpots:
             if count_stack[sid] == 0 or not stack:
                 continue
             out = float(outside[sid]) if outside is not None else 0.0
-            for func in set(stack):
+            hot = self.hot_of(sid)
+            for func in {*stack, hot}:  # a call row (``_torch_calls``) is not one of the frames
                 row = total.setdefault(func, [0.0, 0.0, 0.0, 0.0])
                 row[0] += ns
                 row[2] += out
                 row[3] += float(count_stack[sid])
-            total[hot_frame(stack)][1] += ns
+            total[hot][1] += ns
         span = float(w.sum()) or 1.0
         rows: list[dict[str, Any]] = []
         for (filename, name, line), (tot, self_, out, count) in total.items():
@@ -257,14 +335,15 @@ class HotSpots:
 
 
 def _charge_long_gaps(
-    times: np.ndarray, ids: np.ndarray, stacks: list[tuple[Func, ...]], interval_ns: int
+    times: np.ndarray, ids: np.ndarray, stacks: list[tuple[Func, ...]], interval_ns: int, hot: list[Func]
 ) -> None:
     """Give a long gap (a C call that held the GIL) to the frames both neighbouring samples share.
 
     The sample before the gap shows the caller about to enter C, the sample after shows where
     Python went next (often the next call, e.g. ``transpose`` after ``nonzero``); the time was
-    spent inside every frame the two stacks have in common, and only there. Edits ``ids``
-    and extends ``stacks`` in place.
+    spent inside every frame the two stacks have in common, and only there (and in the call
+    both made, when they made the same one). Edits ``ids`` and extends ``stacks`` and ``hot``
+    in place.
     """
     if times.size < 2:
         return
@@ -285,6 +364,7 @@ def _charge_long_gaps(
             while n < min(len(sa), len(sb)) and sa[n] == sb[n]:
                 n += 1
             stacks.append(sa[:n][::-1])
+            hot.append(hot[a] if hot[a] == hot[b] else _hot_or_ours(stacks[-1]))
             sid = merged[(a, b)] = len(stacks) - 1
         ids[i] = sid
 

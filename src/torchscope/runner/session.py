@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -400,21 +401,29 @@ class _Recording:
                 self.keep(path)
 
 
+_NO_WARMUP = (
+    "no warmup step (--warmup 0): the first recorded step of each cycle also holds the profiler's "
+    "start-up; --warmup 1 leaves it out"
+)
+
+
 def _schedule(options: RunOptions) -> tuple[Any, str | None]:
     """The profiler's schedule for the run and the sentence that says what it records."""
     if options.record_all:
         return _record_everything, None
     if options.scheduled:
-        return (
-            make_schedule(
+        with warnings.catch_warnings():
+            # torch's "won't be using warmup" warning, with our file's path: the run says it
+            # in its own words (``_NO_WARMUP``) in the summary instead
+            warnings.simplefilter("ignore", UserWarning)
+            chosen = make_schedule(
                 wait=options.wait or 0,
                 warmup=options.warmup or 0,
                 active=options.active or 1,
                 repeat=options.cycles,
                 skip_first=options.skip_first,
-            ),
-            None,
-        )
+            )
+        return chosen, (_NO_WARMUP if not options.warmup else None)
     default = DefaultSchedule()
     return default, default.describe()
 
@@ -487,7 +496,9 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         if prof._started:
             rec._stop_ours()
         rec.copy_script_cycles()
-    if described is not None and hook.count > DefaultSchedule().head and not rec.adopted:
+    # the default schedule's sentence matters once it cut something; no warmup, once a step ran
+    shown_after = 0 if described == _NO_WARMUP else DefaultSchedule().head
+    if described is not None and hook.count > shown_after and not rec.adopted:
         rec.notes.insert(0, described)
     return RunResult(
         setup_s=None if hook.setup_ns is None else hook.setup_ns / 1e9,

@@ -91,9 +91,10 @@ def execute(target: Target) -> Outcome:
     except SystemExit as exc:
         _keep_script_globals(_script_traceback(exc))
         return Outcome(_exit_code(exc.code))
-    except KeyboardInterrupt as exc:
-        _keep_script_globals(_script_traceback(exc))
-        traceback.print_exc()
+    except KeyboardInterrupt as exc:  # Ctrl-C: the script's traceback, as for any raise
+        tb = _script_traceback(exc)
+        _keep_script_globals(tb)
+        traceback.print_exception(type(exc), exc, tb)
         return Outcome(130, "KeyboardInterrupt")
     except BaseException as exc:  # noqa: BLE001 - the script's crash is reported, not ours
         # Print as the interpreter would, without our own frames on top.
