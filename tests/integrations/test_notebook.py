@@ -39,7 +39,7 @@ def test_notebook_renders_reports_inline(tmp_path: Path, traces_dir: Path) -> No
     ).execute()
     out = [_outputs(c) for c in nb.cells]
     assert (
-        "torchscope-summary" in out[1] and "top ops by self time" in out[1]
+        "torchscope-summary" in out[1] and "top ops (by device time, then host time)" in out[1]
     )  # the Trace displays as our summary
     assert "events over" in out[1]
     assert (

@@ -21,7 +21,7 @@ from typing import Any
 FORMATTED_TYPES = (
     ("torchscope.trace.model", "Trace"),
     ("torchscope.trace.model", "TraceSet"),
-    ("torchscope.analysis.key_averages", "KeyAverages"),
+    ("torchscope.compat.averages", "KeyAverages"),
 )
 
 
