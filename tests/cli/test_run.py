@@ -80,6 +80,11 @@ def test_hot_spot_table_names_argwhere_that_the_op_profiler_misses(
     assert argwhere["outside_ops_pct"] > 90.0  # and no ATen op covers it
     forward = next(r for r in hot if r["function"] == "forward" and r["file"].endswith("masking.py"))
     assert forward["total_ns"] >= argwhere["total_ns"]
+    # the page's Flame tab draws the same samples: argwhere's node holds most of the run too
+    flame = _report(out)["hotspots_flame"]
+    node = max((i for i, n in enumerate(flame["name"]) if "argwhere" in flame["names"][n]),
+               key=lambda i: flame["total"][i])
+    assert flame["total"][node] > 0.3 * flame["total"][0]
     assert "argwhere" in capsys.readouterr().err
 
 

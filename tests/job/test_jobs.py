@@ -154,7 +154,12 @@ def test_terminal_and_page_bounded_at_many_ranks(
 
 def test_ray_engine_gives_the_local_json(gloo_job: Path) -> None:
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    except Exception as exc:  # Ray's own start-up gives its raylet 30 s, hard-coded
+        if "timed out during startup" in str(exc):  # a starved machine, not a result of ours
+            pytest.skip(f"Ray could not start its node here: {exc}")
+        raise
     try:
         assert analyse_job(gloo_job, engine="ray") == analyse_job(gloo_job, engine="local:2")
     finally:

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from torchscope.analysis.flame import sampled_flame_json
+from torchscope.render.text import cut_strings
 from torchscope.runner.sampler import HotSpots, covered_by
 from torchscope.runner.session import SETUP_SPAN, TAIL_SPAN, RunOptions, RunResult
 from torchscope.trace.model import Trace, TraceSet
@@ -230,7 +232,13 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
         "report_traces": [str(p) for p in paths],
     }
     placed = place_samples(traces, result)
-    extra = {"run": run_info, "env": result.env, "hotspots": hotspot_rows(placed, result)}
+    extra = {
+        "run": run_info,
+        "env": result.env,
+        "hotspots": hotspot_rows(placed, result),
+        # the Flame tab's "Sampled Python time" (analysis.flame; the page shows it when present)
+        "hotspots_flame": cut_strings(sampled_flame_json(result.hotspots)),
+    }
     title = f"torchscope run {result.target.display}"
     if not traces:
         payload = build_payload(TraceSet({}, source=str(options.out)), title=title, extra=extra)
