@@ -16,8 +16,11 @@ for i in range(steps):
     loss = model(x).square().mean()
     loss.backward()
     if i == 0:
+        # the cap's watchdog looks every 50 ms and measures a cycle from the first look: give it
+        # time to see the cycle before the allocation, and to see the allocation after it
+        time.sleep(1.0)
         kept.append(torch.ones(40_000_000))  # 160 MB, kept for the whole run
-        time.sleep(0.5)  # the cap's watchdog looks every 50 ms
+        time.sleep(1.0)
     opt.step()
     opt.zero_grad()
     time.sleep(0.01)
