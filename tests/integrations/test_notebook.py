@@ -32,6 +32,7 @@ def test_notebook_renders_reports_inline(tmp_path: Path, traces_dir: Path) -> No
         "%%torchscope\nx = torch.randn(64, 64)\nfor _ in range(3):\n    y = (x @ x).relu()",
         "_torchscope.key_averages()",
         "torchscope.show(trace, height=400);",
+        "torchscope.show(trace, height=300)",  # a cell ending in show(): still one dashboard
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(
@@ -48,3 +49,6 @@ def test_notebook_renders_reports_inline(tmp_path: Path, traces_dir: Path) -> No
     assert "<table" in out[4] and "aten::mm" in out[4]  # KeyAverages as an HTML table
     assert '<iframe sandbox="allow-scripts" srcdoc="' in out[5]  # the dashboard inline, offline, sandboxed
     assert "http://" not in out[5].split("srcdoc=")[0]
+    # each shown once: no terminal copy of the summary beside its HTML, one dashboard per show()
+    assert len(nb.cells[1].outputs) == 1 and len(nb.cells[3].outputs) == 1
+    assert len(nb.cells[6].outputs) == 1 and out[6].count("<iframe") == 1

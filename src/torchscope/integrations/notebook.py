@@ -54,7 +54,9 @@ def summary_html(x: Any) -> str:
 
     from torchscope.render.console import print_summary
 
-    console = Console(record=True, width=110, file=io.StringIO(), force_terminal=True)
+    # force_jupyter=False: inside a kernel rich would also send every print to the notebook,
+    # and the summary would appear twice (once as terminal text, once as this HTML)
+    console = Console(record=True, width=110, file=io.StringIO(), force_terminal=True, force_jupyter=False)
     print_summary(_payload(x, with_timeline=False), console)
     body = console.export_html(inline_styles=True, code_format="<pre style='font-size:12px'>{code}</pre>")
     return f"<div class='torchscope-summary'>{body}</div>"
@@ -79,17 +81,23 @@ class InlineDashboard:
         )
 
 
-def show(x: Any, height: int = 720) -> InlineDashboard:
-    """Embed the dashboard of ``x`` in the notebook (offline, sandboxed)."""
+def show(x: Any, height: int = 720) -> InlineDashboard | None:
+    """Embed the dashboard of ``x`` in the notebook (offline, sandboxed).
+
+    In IPython it is displayed here and nothing is returned (as ``plt.show()``), so a cell ending
+    in ``torchscope.show(x)`` shows it once, not twice; outside IPython the object is returned."""
     from torchscope.render.html import render_html
 
     dashboard = InlineDashboard(render_html(_payload(x)), height)
     try:
+        from IPython import get_ipython
         from IPython.display import display
     except ImportError:  # pragma: no cover - outside IPython the object is returned
         return dashboard
+    if get_ipython() is None:
+        return dashboard
     display(dashboard)
-    return dashboard
+    return None
 
 
 def register_formatters(shell: Any) -> None:
