@@ -224,7 +224,7 @@ def test_under_torchrun_each_rank_writes_its_own_run_directory(tmp_path: Path) -
     assert "rank 0 trained" in done.stdout and "rank 1 trained" in done.stdout
     for rank in (0, 1):
         # 6 steps: the default schedule records steps 0-4 (the cycle saved at step 5)
-        assert (out / f"rank-{rank}" / "traces" / f"rank-{rank}.step_5.pt.trace.json").is_file()
+        assert (out / f"rank-{rank}" / "traces" / f"rank-{rank}.step_4.pt.trace.json").is_file()
         assert json.loads((out / f"rank-{rank}" / "run.json").read_text())["optimizer_steps"] == 6
     assert done.stderr.count("where the time goes") == 1  # one summary for the job, rank 0's
     assert f"torchscope report {out}" in " ".join(done.stderr.split())
@@ -280,16 +280,16 @@ def test_default_schedule_records_the_start_and_two_steady_state_cycles_with_one
     err = " ".join(capsys.readouterr().err.split())
     facts = json.loads((out / "run.json").read_text())
     assert [Path(p).name for p in facts["traces"]] == [
-        "step_5.pt.trace.json",
-        "step_23.pt.trace.json",
-        "step_41.pt.trace.json",
+        "step_4.pt.trace.json",
+        "step_22.pt.trace.json",
+        "step_40.pt.trace.json",
     ]
     report = _report(out)
     cycles = report["report"]["ranks"]  # one report per cycle, named as its run
     assert [len(c["steps"]) for c in cycles.values()] == [5, 3, 3]
     assert report["run"]["schedule"]["recorded_steps"] == [[0, 4], [20, 22], [38, 40]]
     assert err.count("where the time goes") == 1  # one block, not one per cycle
-    assert "cycles (3;" in err and "step_23: 3 steps" in err and "step_41: 3 steps" in err
+    assert "cycles (3;" in err and "step_22: 3 steps" in err and "step_40: 3 steps" in err
     assert "default schedule: recorded steps 0–4, 20–22, 38–40" in err and "--all" in err
 
 

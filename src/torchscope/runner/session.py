@@ -315,7 +315,11 @@ class _Recording:
         script has ended (the script waits for Kineto's own work only, and no Trace is held
         while it runs)."""
         steps = self.hook.count if self.hook is not None else 0
-        name = f"step_{prof.step_num}" if steps or self.options.scheduled else "run"
+        # named by the cycle's last step: a cycle the schedule ends is saved inside step(), once
+        # the profiler has already moved on to the next step; one that stop() ends (the cap,
+        # the script's end) is saved at the step it was recording
+        last = prof.step_num - 1 if prof._started else prof.step_num
+        name = f"step_{last}" if steps or self.options.scheduled else "run"
         path = self.export(prof, name)
         prof.free_kineto_results()  # kept for export_memory_timeline, which the runner never calls
         if path is None:
