@@ -114,7 +114,9 @@ def test_crashing_script_keeps_trace_report_and_exit_code(tmp_path: Path) -> Non
     assert len(report["report"]["steps"]) == 2
     # only the script's own frames are hot spots: not our console script, CLI, runner, the
     # traceback we printed, nor torch._dynamo's lazy import that the runner pre-pays
-    files = [r["file"] for r in report["hotspots"]]
+    # (our own profiler's work inside optimizer.step() has its own row, file "<torchscope>",
+    # when a sample lands in it: named as ours, never charged to a frame of ours)
+    files = [r["file"] for r in report["hotspots"] if r["file"] != "<torchscope>"]
     assert files and any(f.endswith("crash.py") for f in files)
     for f in files:
         assert (
