@@ -56,7 +56,7 @@ STRUCTURAL = ("appeared", "vanished", "count_changed")
 @dataclass(frozen=True)
 class Side:
     source: str
-    steps: int  # how many steps the values are averaged over (1 for a whole-trace comparison)
+    steps: int  # how many steps (of one rank) the values are averaged over (a whole trace: 1 per cycle)
     step_ns: float
     breakdown_ns: dict[str, float]
     host_breakdown_ns: dict[str, float]
@@ -198,7 +198,7 @@ def _side(t: Trace | TraceSet, steps: tuple[int, ...], ranks: Ranks | None = Non
     kept = _steps_of(first_rank)
     return Side(
         source,
-        rows_first if steps else 1,
+        rows_first,  # without ProfilerSteps: one whole-trace step per cycle
         step_ns,
         br,
         hb,
@@ -206,7 +206,7 @@ def _side(t: Trace | TraceSet, steps: tuple[int, ...], ranks: Ranks | None = Non
         total(kers),
         steps,
         cycles=cycles_first,
-        kept=len(kept) if kept and steps else (rows_first if steps else 1),
+        kept=len(kept) if kept and steps else rows_first,
         ranks=len(ranks),
     )
 
