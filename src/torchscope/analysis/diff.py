@@ -15,7 +15,10 @@ every value is per step. A run without ``ProfilerStep`` annotations is one whole
 so is the other side then (steps cannot be matched with nothing). Op time is self time (host +
 device), so a parent does not repeat its children's change; HTA sums each op's inclusive
 duration instead (``tests/analysis/test_diff.py`` shows both). Either side may be a ``TraceSet``:
-the step set is the steps every rank kept, and ranks are averaged.
+a directory is read as ``report`` reads it (``job.discover``: runs, ranks, cycles), so each
+rank's steps are those of all its cycles (the same step number in two cycles counts twice), the
+step set is the steps every rank kept, and ranks are averaged (the ranks both sides have, when
+they share any). A cycle file is never a rank, nor a whole cycle one step.
 
 The categories are the report's: the device breakdown when either run has device work, else the
 host breakdown (Operators, Communication, Optimizer, Python outside ops, ...), so the same time
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -52,27 +56,63 @@ STRUCTURAL = ("appeared", "vanished", "count_changed")
 @dataclass(frozen=True)
 class Side:
     source: str
-    steps: int  # how many steps the values are averaged over (1 for a whole-trace comparison)
+    steps: int  # how many steps (of one rank) the values are averaged over (a whole trace: 1 per cycle)
     step_ns: float
     breakdown_ns: dict[str, float]
     host_breakdown_ns: dict[str, float]
     ops: pl.DataFrame  # name, calls, ns (per step; host self + device self)
     kernels: pl.DataFrame  # name, calls, ns (per step)
     step_numbers: tuple[int, ...] = ()  # the ProfilerStep numbers compared; () for the whole trace
+    cycles: int = 1  # cycle files (of one rank) the compared steps came from
+    kept: int = 0  # steps the side kept in all (of one rank): more than ``steps`` when some were left out
+    ranks: int = 1
 
 
-def _traces(t: Trace | TraceSet) -> list[Trace]:
-    return list(t.values()) if isinstance(t, TraceSet) else [t]
+Ranks = dict[str, list[Trace]]  # rank -> its cycles in the order they were written
 
 
-def _kept_steps(t: Trace | TraceSet) -> list[int] | None:
-    """The step numbers every trace of the side kept (in order), or None when any has none."""
-    kept: list[int] | None = None
-    for tr in _traces(t):
+def ranks_of(t: Trace | TraceSet) -> Ranks:
+    """The side's ranks and each rank's cycles. A directory is grouped as ``report`` groups it
+    (``job.discover``); a set whose files discovery cannot name (a saved store) keeps one trace
+    per rank, as before."""
+    if isinstance(t, Trace):
+        return {"0": [t]}
+    traces = list(t.values())
+    root = Path(t.source)
+    if root.is_dir():
+        from torchscope.job.discover import discover
+
+        by_file = {Path(tr.meta.source).resolve(): tr for tr in traces}
+        found = discover(root).rank_files
+        grouped: Ranks = {}
+        for rf in found:
+            cycles = [by_file[f.resolve()] for f in rf.files if f.resolve() in by_file]
+            key = str(rf.rank) if len({r.run for r in found}) == 1 else f"{rf.run}/{rf.rank}"
+            if cycles:
+                grouped[key] = cycles
+        if sum(map(len, grouped.values())) == len(traces):
+            return grouped
+    return {k: [tr] for k, tr in t.items()}
+
+
+def _steps_of(cycles: list[Trace]) -> list[int] | None:
+    """A rank's step numbers over all its cycles, in order, or None when a cycle has none."""
+    mine: list[int] = []
+    for tr in cycles:
         ov = overview(tr)
         if not ov.steps_from_trace or ov.steps.height == 0:
             return None
-        mine = [int(s) for s in ov.steps["step"].to_list()]
+        mine += [int(s) for s in ov.steps["step"].to_list() if int(s) not in mine]
+    return mine
+
+
+def _kept_steps(ranks: Ranks) -> list[int] | None:
+    """The step numbers every rank of the side kept (in order), or None when any has none."""
+    kept: list[int] | None = None
+    for cycles in ranks.values():
+        mine = _steps_of(cycles)
+        if mine is None:
+            return None
         kept = mine if kept is None else [s for s in kept if s in set(mine)]
     return kept
 
@@ -85,7 +125,7 @@ def choose_steps(
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The steps each side is measured over (see the module docstring); ``()`` means the whole
     trace. A step asked for that a side did not keep is a ``ValueError`` naming it."""
-    ka, kb = _kept_steps(a), _kept_steps(b)
+    ka, kb = _kept_steps(_as_ranks(a)), _kept_steps(_as_ranks(b))
     if steps_a is not None or steps_b is not None:
         want_a = list(steps_a if steps_a is not None else steps_b or [])
         want_b = list(steps_b if steps_b is not None else want_a)
@@ -104,46 +144,50 @@ def choose_steps(
     return tuple(ka[:n]), tuple(kb[:n])
 
 
-def _side(t: Trace | TraceSet, steps: tuple[int, ...]) -> Side:
-    traces = _traces(t)
+def _as_ranks(t: Trace | TraceSet | Ranks) -> Ranks:
+    return t if isinstance(t, dict) else ranks_of(t)
+
+
+def _common_ranks(a: Ranks, b: Ranks) -> tuple[Ranks, Ranks]:
+    """The ranks both sides have, when they share any; else every rank of each. A single trace
+    (its rank unknown here) is compared with every rank of the other side."""
+    if len(a) == 1 or len(b) == 1:
+        return a, b
+    both = [k for k in a if k in b]
+    return ({k: a[k] for k in both}, {k: b[k] for k in both}) if both else (a, b)
+
+
+def _side(t: Trace | TraceSet, steps: tuple[int, ...], ranks: Ranks | None = None) -> Side:
+    """Per-step means over ``steps`` of each rank (all its cycles), averaged over ranks."""
+    ranks = _as_ranks(t) if ranks is None else ranks
     source = t.source if isinstance(t, TraceSet) else t.meta.source
-    n_tr = max(len(traces), 1)
-    n = max(len(steps), 1)
-    ops, kers, step_ns = [], [], 0.0
+    n_tr = max(len(ranks), 1)
+    ops: list[pl.DataFrame] = []
+    kers: list[pl.DataFrame] = []
+    step_ns = 0.0
     br = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
     hb = dict.fromkeys(HOST_CATEGORIES, 0.0)
-    for tr in traces:
-        ov = overview(tr)
-        win = ov.steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.steps
-        hwin = ov.host_steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.host_steps
-        w = max(win.height, 1) if steps else 1  # whole trace: all its steps are one
-        step_ns += float(win["dur_ns"].sum()) / w / n_tr
-        for c in BREAKDOWN_CATEGORIES:
-            br[c] += float(win[c].sum()) / w / n_tr
-        for c in HOST_CATEGORIES:
-            hb[c] += float(hwin[c].sum()) / w / n_tr
-        in_steps = pl.col("step").is_in(list(steps)) if steps else pl.lit(True)
-        self_dev, _ = _device_time_per_row(tr)
-        o = kinds(tr, "cpu_op").filter(in_steps & ~names.PROFILER_STEP)
-        o = o.with_columns(pl.Series("device_self_ns", self_dev[o["id"].to_numpy()]))
-        ops.append(
-            o.group_by(pl.col("name").cast(pl.String)).agg(
-                (pl.len().cast(pl.Float64) / n / n_tr).alias("calls"),
-                ((pl.col("self_ns") + pl.col("device_self_ns")).sum().cast(pl.Float64) / n / n_tr).alias(
-                    "ns"
-                ),
-            )
-        )
-        # a kernel belongs to a step through its launch (HTA's rule); one whose launch is not in
-        # the file (queued before the profiler started) is in no step, whenever it ran
-        launched = (pl.col("launcher") >= 0) | (pl.col("op") >= 0)
-        k = kinds(tr, "kernel").filter(in_steps & launched if steps else in_steps)
-        kers.append(
-            k.group_by(pl.col("name").cast(pl.String)).agg(
-                (pl.len().cast(pl.Float64) / n / n_tr).alias("calls"),
-                (pl.col("dur_ns").sum().cast(pl.Float64) / n / n_tr).alias("ns"),
-            )
-        )
+    first_rank = next(iter(ranks.values()), [])
+    rows_first, cycles_first = 0, 0
+    for cycles in ranks.values():
+        wins = []
+        for tr in cycles:
+            ov = overview(tr)
+            win = ov.steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.steps
+            hwin = ov.host_steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.host_steps
+            wins.append((tr, win, hwin))
+        # the rank's step count: matched step rows over all cycles (a whole trace is one step)
+        n = max(sum(w.height for _, w, _ in wins), 1) if steps else max(len(cycles), 1)
+        if cycles is first_rank:
+            rows_first = n
+            cycles_first = sum(1 for _, w, _ in wins if w.height or not steps)
+        for tr, win, hwin in wins:
+            step_ns += float(win["dur_ns"].sum()) / n / n_tr
+            for c in BREAKDOWN_CATEGORIES:
+                br[c] += float(win[c].sum()) / n / n_tr
+            for c in HOST_CATEGORIES:
+                hb[c] += float(hwin[c].sum()) / n / n_tr
+            _rank_rows(tr, steps, n * n_tr, ops, kers)
 
     def total(frames: list[pl.DataFrame]) -> pl.DataFrame:
         if not frames:
@@ -151,7 +195,46 @@ def _side(t: Trace | TraceSet, steps: tuple[int, ...]) -> Side:
         both = pl.concat([f.select(pl.col(c).cast(dt) for c, dt in _TABLE.items()) for f in frames])
         return both.group_by("name").agg(pl.col("calls").sum(), pl.col("ns").sum())
 
-    return Side(source, len(steps) if steps else 1, step_ns, br, hb, total(ops), total(kers), steps)
+    kept = _steps_of(first_rank)
+    return Side(
+        source,
+        rows_first,  # without ProfilerSteps: one whole-trace step per cycle
+        step_ns,
+        br,
+        hb,
+        total(ops),
+        total(kers),
+        steps,
+        cycles=cycles_first,
+        kept=len(kept) if kept and steps else rows_first,
+        ranks=len(ranks),
+    )
+
+
+def _rank_rows(
+    tr: Trace, steps: tuple[int, ...], div: int, ops: list[pl.DataFrame], kers: list[pl.DataFrame]
+) -> None:
+    """One cycle's ops and kernels in ``steps``, each divided by ``div`` (steps x ranks)."""
+    in_steps = pl.col("step").is_in(list(steps)) if steps else pl.lit(True)
+    self_dev, _ = _device_time_per_row(tr)
+    o = kinds(tr, "cpu_op").filter(in_steps & ~names.PROFILER_STEP)
+    o = o.with_columns(pl.Series("device_self_ns", self_dev[o["id"].to_numpy()]))
+    ops.append(
+        o.group_by(pl.col("name").cast(pl.String)).agg(
+            (pl.len().cast(pl.Float64) / div).alias("calls"),
+            ((pl.col("self_ns") + pl.col("device_self_ns")).sum().cast(pl.Float64) / div).alias("ns"),
+        )
+    )
+    # a kernel belongs to a step through its launch (HTA's rule); one whose launch is not in
+    # the file (queued before the profiler started) is in no step, whenever it ran
+    launched = (pl.col("launcher") >= 0) | (pl.col("op") >= 0)
+    k = kinds(tr, "kernel").filter(in_steps & launched if steps else in_steps)
+    kers.append(
+        k.group_by(pl.col("name").cast(pl.String)).agg(
+            (pl.len().cast(pl.Float64) / div).alias("calls"),
+            (pl.col("dur_ns").sum().cast(pl.Float64) / div).alias("ns"),
+        )
+    )
 
 
 def _compare(a: pl.DataFrame, b: pl.DataFrame, what: str) -> pl.DataFrame:
@@ -243,8 +326,8 @@ class TraceDiff:
         a, b = self.a, self.b
         return {
             K.VERSION: K.REPORT_VERSION,
-            K.DIFF_A: {"source": a.source, "steps": a.steps, "step_numbers": list(a.step_numbers)},
-            K.DIFF_B: {"source": b.source, "steps": b.steps, "step_numbers": list(b.step_numbers)},
+            K.DIFF_A: _side_dict(a),
+            K.DIFF_B: _side_dict(b),
             K.DIFF_STEP: {
                 "a": a.step_ns / 1e3,
                 "b": b.step_ns / 1e3,
@@ -262,6 +345,19 @@ class TraceDiff:
         }
 
 
+def _side_dict(s: Side) -> dict[str, Any]:
+    """What a side's numbers are over: ``steps`` compared (per rank) out of ``kept``, from
+    ``cycles`` cycle files, averaged over ``ranks``."""
+    return {
+        "source": s.source,
+        "steps": s.steps,
+        "step_numbers": list(s.step_numbers),
+        "kept": s.kept,
+        "cycles": s.cycles,
+        "ranks": s.ranks,
+    }
+
+
 DiffResult = TraceDiff  # the name the report's renderers know it by
 
 
@@ -274,6 +370,7 @@ def diff_traces(
     """Compare baseline ``a`` with ``b`` over the same steps: step time, breakdown, ops and
     kernels per step. ``steps_a``/``steps_b`` pick the ``ProfilerStep`` numbers of each side
     (one given: the same numbers on both)."""
-    ia, ib = choose_steps(a, b, steps_a, steps_b)
-    sa, sb = _side(a, ia), _side(b, ib)
+    ra, rb = _common_ranks(ranks_of(a), ranks_of(b))
+    ia, ib = choose_steps(ra, rb, steps_a, steps_b)  # type: ignore[arg-type]
+    sa, sb = _side(a, ia, ra), _side(b, ib, rb)
     return TraceDiff(sa, sb, _compare(sa.ops, sb.ops, "operator"), _compare(sa.kernels, sb.kernels, "kernel"))

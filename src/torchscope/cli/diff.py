@@ -25,7 +25,7 @@ class DiffCommand:
   torchscope diff before.json.gz after.json.gz
   torchscope diff before.json.gz after.json.gz --html diff.html
   torchscope diff before.json.gz after.json.gz --json
-  torchscope diff run_a/ run_b/ --json          # directories of ranks: averaged over ranks"""
+  torchscope diff run_a/ run_b/                 # run directories: ranks averaged, each rank's cycles per step"""
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("a", metavar="A", help="the baseline trace")
@@ -40,7 +40,7 @@ class DiffCommand:
         if args.html and (one_a is None or one_b is None):
             print(
                 "torchscope diff: error: --html draws the diff of two single traces; for runs of "
-                "several ranks use --json or the table",
+                "several ranks or cycles use --json or the table",
                 file=sys.stderr,
             )
             return EXIT_BAD_INPUT
@@ -64,8 +64,7 @@ class DiffCommand:
         from torchscope.render.console import terminal
 
         console = terminal(sys.stdout)
-        averaged = one_a is None or one_b is None
-        print_diff(diff, console, *distinct_labels(args.a, args.b), top=args.top, averaged=averaged)
+        print_diff(diff, console, *distinct_labels(args.a, args.b), top=args.top)
         if args.html:
             console.print(f"dashboard: {args.html}")
         return EXIT_OK
@@ -84,8 +83,12 @@ def print_diff(
         return "–" if us is None else ("+" if us > 0 else "") + fmt_us(us)
 
     step = diff[K.DIFF_STEP]
-    sides = f"A {_esc(name_a)} ({diff[K.DIFF_A]['steps']} steps) · B {_esc(name_b)} ({diff[K.DIFF_B]['steps']} steps)"
-    console.print(sides + (" · per step, averaged over ranks" if averaged else ""))
+    da, db = diff[K.DIFF_A], diff[K.DIFF_B]
+    sides = f"A {_esc(name_a)} ({da['steps']} steps) · B {_esc(name_b)} ({db['steps']} steps)"
+    ranks = max(da.get("ranks", 1), db.get("ranks", 1))
+    console.print(sides + (" · per step, averaged over ranks" if ranks > 1 or averaged else ""))
+    for line in compared_lines(da, db):
+        console.print(_esc(line))
     console.print(
         f"[bold]step time[/bold] {fmt_us(step['a'])} → {fmt_us(step['b'])} ({signed(step['delta'])}"
         + (f", ×{step['ratio']:.2f}" if step.get("ratio") else "")
@@ -122,6 +125,36 @@ def print_diff(
     console.print(t)
 
 
+def compared_lines(da: dict[str, Any], db: dict[str, Any]) -> list[str]:
+    """What was compared, when it is not simply one trace's steps against another's: the cycles
+    each side's steps came from, and the steps a side kept that were left out (the other run
+    lacks their numbers, or numbered its steps differently: then the first ``min(n_a, n_b)``)."""
+    lines = []
+    if max(da.get("cycles", 1), db.get("cycles", 1)) > 1:
+        lines.append(
+            "compared per step: {} steps in {} cycles vs {} steps in {} cycles{}".format(
+                da["steps"],
+                da["cycles"],
+                db["steps"],
+                db["cycles"],
+                " (of each rank)" if max(da.get("ranks", 1), db.get("ranks", 1)) > 1 else "",
+            )
+        )
+    left = [(n, d) for n, d in (("A", da), ("B", db)) if d.get("kept", 0) > d["steps"] and d["step_numbers"]]
+    if left:
+        same = da["step_numbers"] == db["step_numbers"]
+        why = (
+            "the steps both kept"
+            if same
+            else "the first {} of each (their step numbers differ)".format(min(da["steps"], db["steps"]))
+        )
+        lines.append(
+            f"only {why} compared: "
+            + "; ".join(f"{n} kept {d['kept']}, {d['kept'] - d['steps']} left out" for n, d in left)
+        )
+    return lines
+
+
 def distinct_labels(a: str, b: str) -> tuple[str, str]:
     """Short names that tell A and B apart: the file names, or when those are equal (two runs'
     ``traces/step_8.pt.trace.json``) the shortest path suffixes that differ (``base/traces/...``
@@ -135,7 +168,7 @@ def distinct_labels(a: str, b: str) -> tuple[str, str]:
 
 
 def _one(loaded: Trace | TraceSet) -> Trace | None:
-    """The trace, when there is one (a directory of one trace counts); None for several ranks."""
+    """The trace, when there is one (a directory of one trace counts); None for several ranks or cycles."""
     if isinstance(loaded, TraceSet):
         return next(iter(loaded.values())) if len(loaded) == 1 else None
     return loaded

@@ -1,0 +1,87 @@
+"""`torchscope diff` on two `torchscope run` directories: ranks are ranks, cycles are cycles.
+
+A run directory holds one file per profiling cycle of each rank. Read as a set of ranks (each
+cycle a "rank", each whole cycle one "step") the diff compared a cycle of A with a cycle of B,
+so identical scripts whose cycles held different step counts showed ×0.5. These runs are real:
+the same training script, profiled with different step counts so the cycle counts differ.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torchscope.analysis.diff import diff_traces
+from torchscope.cli.main import main
+from torchscope.trace.loader import load
+
+SCRIPT = Path(__file__).parent / "scripts" / "linear_steps.py"
+
+
+def _run(out: Path, steps: int, active: int, repeat: int) -> Path:
+    args = ["--wait", "1", "--warmup", "1", "--active", str(active), "--repeat", str(repeat)]
+    code = main(["run", "--out", str(out), "--no-summary", *args, str(SCRIPT), str(steps)])
+    assert code == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("diffdirs")
+    a = _run(root / "a", 14, 2, 3)  # three cycles: steps 2,3 · 6,7 · 10,11
+    b = _run(root / "b", 20, 2, 2)  # two cycles: steps 2,3 · 6,7
+    c = _run(root / "c", 8, 3, 1)  # one cycle of three steps: 2,3,4
+    return a, b, c
+
+
+def _cycles(run: Path) -> list[Path]:
+    return sorted((run / "traces").glob("*.json"), key=lambda p: int(p.name.split("_")[1].split(".")[0]))
+
+
+def _diff_json(a: Path, b: Path, capsys: pytest.CaptureFixture[str]) -> dict:
+    assert main(["diff", str(a), str(b), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_run_directories_compare_the_steps_of_all_cycles(
+    runs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b, _ = runs
+    assert [len(_cycles(a)), len(_cycles(b))] == [3, 2]
+    d = _diff_json(a, b, capsys)
+    # the steps both runs kept, over the cycles that hold them; one rank on each side
+    for side, kept in (("a", 6), ("b", 4)):
+        assert d[side]["step_numbers"] == [2, 3, 6, 7]
+        assert d[side]["steps"] == 4 and d[side]["cycles"] == 2
+        assert d[side]["kept"] == kept and d[side]["ranks"] == 1
+    # per step, the two Linear layers ran once each on both sides (a cycle taken as one step: 4)
+    full = diff_traces(load(a), load(b)).operators
+    addmm = full.filter(full["name"] == "aten::addmm").row(0, named=True)
+    assert (addmm["a_calls"], addmm["b_calls"]) == (2.0, 2.0)
+    assert not [r for r in d["changes"] if r["status"] == "count_changed"]
+    # the directory's step time is the mean of the file-level diffs of the same steps
+    pairs = zip(_cycles(a)[:2], _cycles(b), strict=True)
+    per_cycle = [diff_traces(load(fa), load(fb)).to_dict()["step_us"] for fa, fb in pairs]
+    for side in ("a", "b"):
+        assert d["step_us"][side] == pytest.approx(sum(p[side] for p in per_cycle) / 2, rel=1e-9)
+
+    assert main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "A a (4 steps) · B b (4 steps)\n" in out  # one rank: nothing "averaged over ranks"
+    assert "compared per step: 4 steps in 2 cycles vs 4 steps in 2 cycles" in out
+    assert "only the steps both kept compared: A kept 6, 2 left out" in out
+
+
+def test_files_numbered_differently_say_that_a_is_cut_to_bs_count(
+    runs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, _, c = runs
+    three, two = _cycles(c)[0], _cycles(a)[1]  # steps 2,3,4 vs 6,7
+    d = _diff_json(three, two, capsys)
+    assert d["a"]["step_numbers"] == [2, 3] and d["b"]["step_numbers"] == [6, 7]
+    assert main(["diff", str(three), str(two)]) == 0
+    out = capsys.readouterr().out
+    assert "only the first 2 of each (their step numbers differ) compared: A kept 3, 1 left out" in out
+    assert "cycles" not in out  # two single files: no cycle line
