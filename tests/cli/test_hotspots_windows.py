@@ -24,11 +24,14 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def _recorded_ns(report: dict) -> tuple[float, float]:
     """The recorded windows' wall time (the cycles' steps plus the setup before the first) and
-    the time the trace's breakdown found no op running in those steps, both in ns."""
+    the most time the trace's breakdown leaves to Python outside ops in those steps, both in ns."""
     cycles = report["report"]["ranks"].values()
     assert len(cycles) == 3  # the default schedule: steps 0-4, 20-22, 38-40
     steps_ns = sum(s["dur_us"] for c in cycles for s in c["steps"]) * 1e3
-    outside_ns = sum(c["host_breakdown_us"]["Python outside ops"] for c in cycles) * 1e3
+    # the sampler's "no op running" also holds the optimizer's and the DataLoader's Python
+    # between their ops, which the breakdown puts in their own categories
+    kinds = ("Python outside ops", "Optimizer", "DataLoader")
+    outside_ns = sum(c["host_breakdown_us"][k] for c in cycles for k in kinds) * 1e3
     return steps_ns + report["run"]["setup_s"] * 1e9, outside_ns
 
 
@@ -74,9 +77,11 @@ def test_sampled_flame_keeps_our_cycle_stop_out_of_the_users_frames(report: dict
     under_user = [labels[i] for i in range(len(labels)) if user in ancestors(i)]
     assert under_user  # the training loop's frames are there
     # before the fix: polars' select/filter/join (frame.py, engine.py, expr.py), Kineto's stop
-    # (torch.profiler's __exit__, _prepare_trace) and the trace file's write, under opt.step()
+    # (torch.profiler's _prepare_trace) and the trace file's write, under opt.step()
     ours_markers = (PROFILER_ROW, "(frame.py:", "(engine.py:", "(expr.py:", "(series.py:", "(pathlib.py:")
-    ours_markers += ("__exit__ (profiler.py:", "_prepare_trace (profiler.py:")
+    # (torch.profiler's __exit__ shares its file name with the optimizer's record_function, a
+    # frame the user's opt.step() does open: the markers name only what is ours alone)
+    ours_markers += ("_prepare_trace (profiler.py:", "export_chrome_trace (profiler.py:")
     assert not [x for x in under_user if any(m in x for m in ours_markers)]
     ours = [i for i, label in enumerate(labels) if label.startswith(PROFILER_ROW)]
     for i in ours:  # one node at the top, nothing below it
