@@ -249,3 +249,23 @@ def test_sampled_flame_agrees_with_the_hot_spot_table() -> None:
     row = next(r for r in hs.table(None, limit=1000) if r["function"] == "spin")
     assert int(f.total[nodes[0]]) == pytest.approx(row["total_ns"], abs=len(hs.stacks))
     assert "test_sampled_flame_agrees_with_the_hot_spot_table" in f.label(int(f.parent[nodes[0]]))
+
+
+def test_sampled_flame_gives_our_cycle_stop_one_node_of_its_own() -> None:
+    """The runner's cycle stop and save runs inside the user's optimizer.step(): the flame graph
+    shows it as one top-level node, as the hot-spot table's row, never polars' frames under
+    the user's call path."""
+    from torchscope.runner.sampler import PROFILER_FRAME, HotSpots
+
+    ms = 1_000_000
+    user = (("train.py", "step", 12), ("train.py", "<module>", 1))
+    save = (PROFILER_FRAME, ("/x/site-packages/polars/dataframe/frame.py", "select", 10587), *user)
+    hs = HotSpots(
+        ms, 0, np.arange(1, 11, dtype=np.int64) * ms, np.array([0] * 6 + [1] * 4, np.int32), (user, save)
+    )
+    f = sampled_flame(hs)
+    assert_well_formed(f)
+    ours = f.find(f"{PROFILER_FRAME[1]} (<torchscope>:0)")
+    assert ours > 0 and int(f.total[ours]) == 4 * ms and int(f.self_[ours]) == 4 * ms
+    assert not [f.path(i) for i in range(1, f.size) if "select" in f.label(i)]
+    assert int(f.total[f.find("<module> (train.py:1)")]) == 6 * ms

@@ -115,3 +115,26 @@ def test_a_module_level_training_loop_charges_self_time_to_the_calls_into_torch(
     assert abs(sum(r["self_ns"] for r in rows) - module["total_ns"]) <= len(rows)
     for r in rows:
         assert r["self_ns"] <= r["total_ns"]
+
+
+def test_a_sample_after_an_unrecorded_gap_weighs_only_its_own_interval() -> None:
+    """Two recorded windows with unrecorded time between them (the default schedule): the
+    sampler keeps sampling in the gap, so the first sample of the second window weighs one
+    interval, not the whole gap as when the gaps were recomputed after dropping the gap's samples."""
+    from torchscope.runner.sampler import HotSpots
+
+    ms = 1_000_000
+    user = (("train.py", "<module>", 1),)
+    loader = (("train.py", "load", 5), *user)
+    # 1 ms samples: 0..9 in window A (load), 10..499 unrecorded (load), 500..509 in window B
+    times = np.arange(510, dtype=np.int64) * ms + ms
+    ids = np.zeros(510, dtype=np.int32)
+    ids[500] = 1  # the first sample of window B is in load()
+    hs = HotSpots(ms, 0, times, ids, (user, loader))
+    recorded = (times <= 10 * ms) | (times > 500 * ms)
+    rows = {r["function"]: r for r in hs.windowed(recorded, hs.weights_ns).table()}
+    assert rows["<module>"]["total_ns"] == 20 * ms
+    assert rows["load"]["total_ns"] == 1 * ms and rows["load"]["samples"] == 1
+    # the old way (gaps recomputed among the recorded samples only) gave load() the gap: 491 ms
+    old = HotSpots(ms, 0, times[recorded], ids[recorded], (user, loader))
+    assert {r["function"]: r["total_ns"] for r in old.table()}["load"] == 491 * ms

@@ -351,6 +351,8 @@ def sampled_flame(hotspots: HotSpots) -> Flame:
     Built from the distinct stacks the sampler interned (one row per frame of each), never
     from the samples one by one: a stack's weight is the summed time of its samples.
     """
+    from torchscope.runner.sampler import PROFILER_FRAME
+
     b = _Builder("Sampled Python time")
     if hotspots.samples == 0:
         return b.finish(np.zeros(1, np.int64), 0)
@@ -363,6 +365,10 @@ def sampled_flame(hotspots: HotSpots) -> Flame:
     for sid, stack in enumerate(hotspots.stacks):
         if not stack or weight[sid] <= 0:
             continue
+        if stack[0] == PROFILER_FRAME:
+            # our cycle stop and save ran inside the user's optimizer.step(): one node of its
+            # own, as the hot-spot table's row, never frames (polars, Kineto) under the user's
+            stack = (PROFILER_FRAME,)
         for depth, (filename, func, line) in enumerate(reversed(stack)):  # root first
             parent.append(len(labels) - 1 if depth else -1)
             labels.append(f"{func} ({filename.rsplit('/', 1)[-1]}:{line})")

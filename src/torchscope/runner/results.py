@@ -78,17 +78,27 @@ def hotspot_rows(placed: list[Placed], result: RunResult, limit: int = 30) -> li
         return []
     covered = np.zeros(hs.samples, dtype=bool)
     known = np.zeros(hs.samples, dtype=bool)
-    for _, (_, inside, covered_here) in placed:
+    weights = hs.weights_ns
+    spans = np.zeros(hs.samples, dtype=np.int64)
+    for trace, (t, inside, covered_here) in placed:
         known |= inside
         covered |= covered_here
+        spans[inside] = _clipped_spans(trace, t, weights)[inside]
     if not known.any():
         return hs.table(None, limit)
-    # Only samples inside a recorded window say anything about coverage.
-    window = HotSpots(
-        hs.interval_ns, hs.native_id, hs.times_ns[known], hs.stack_ids[known], hs.stacks, hs.hot
-    )
-    rows = window.table(covered[known], limit)
-    return rows
+    # Only samples inside a recorded window say anything about coverage, and only for the part
+    # of their time inside it: a sample after a long GIL-holding call (or a gap the sampler
+    # slept through) that began before the window must not bring the unrecorded time along.
+    return hs.windowed(known, spans).table(covered[known], limit)
+
+
+def _clipped_spans(trace: Trace, t: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Each sample's span (midpoint ``t`` on the trace's clock, length ``weights``) clipped to
+    the trace's first and last event: the part of its time the trace recorded."""
+    lo = int(trace.events["start_ns"].min())  # type: ignore[arg-type]
+    hi = int((trace.events["start_ns"] + trace.events["dur_ns"]).max())  # type: ignore[arg-type]
+    end = t + weights // 2
+    return np.clip(np.minimum(end, hi) - np.maximum(end - weights, lo), 0, None)
 
 
 def _region_windows(trace: Trace, region: str, tid: int) -> tuple[np.ndarray, np.ndarray]:

@@ -224,6 +224,9 @@ class HotSpots:
     stacks: tuple[tuple[Func, ...], ...]  # leaf first, runner frames removed
     # per stack, the row its "self" time goes to (``_torch_calls``); empty: ``hot_frame``
     hot: tuple[Func, ...] = ()
+    # each sample's weight when already known (clipped to a recorded window: ``windowed``);
+    # None: the time since the previous sample
+    spans_ns: np.ndarray | None = None
 
     def hot_of(self, sid: int) -> Func:
         return self.hot[sid] if sid < len(self.hot) else hot_frame(self.stacks[sid])
@@ -272,10 +275,26 @@ class HotSpots:
 
     @property
     def weights_ns(self) -> np.ndarray:
-        """Time each sample stands for: the gap since the previous sample."""
+        """Time each sample stands for: the gap since the previous sample (or ``spans_ns``)."""
+        if self.spans_ns is not None:
+            return self.spans_ns
         if self.samples == 0:
             return np.zeros(0, dtype=np.int64)
         return np.diff(self.times_ns, prepend=self.times_ns[0] - self.interval_ns)
+
+    def windowed(self, keep: np.ndarray, spans_ns: np.ndarray) -> HotSpots:
+        """The samples ``keep`` selects, each weighing ``spans_ns`` (computed on the whole
+        stream, then clipped to its window): recomputing the gaps after the selection would give
+        the first sample of each recorded window the whole unrecorded time before it."""
+        return HotSpots(
+            self.interval_ns,
+            self.native_id,
+            self.times_ns[keep],
+            self.stack_ids[keep],
+            self.stacks,
+            self.hot,
+            spans_ns[keep].astype(np.int64),
+        )
 
     @property
     def midpoints_ns(self) -> np.ndarray:
