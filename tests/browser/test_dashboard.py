@@ -293,3 +293,16 @@ def test_views_show_the_json_rows(
     assert "The trace" in text and "Step time by category" in text and '"report_version"' not in text
     assert fmt(rep["meta"]["span_us"], "us") in text
     assert page.errors == []
+
+
+def test_a_run_of_several_cycles_opens_on_the_latest(tmp_path: Path, page: Any) -> None:
+    """The terminal shows the latest cycle in full; the page used to open on the first (setup)."""
+    out = tmp_path / "cycles"
+    script = Path(__file__).resolve().parents[1] / "cli" / "scripts" / "linear_steps.py"
+    assert main(["run", "--out", str(out), "--no-summary", "--sample-ms", "0", str(script), "45"]) == 0
+    page.goto((out / "report.html").resolve().as_uri())
+    page.wait_for_selector("#view[data-rendered=overview]")
+    names = page.eval_on_selector_all("#run-select option", "os => os.map(o => o.textContent)")
+    assert names == ["step_4", "step_22", "step_40"]
+    assert page.eval_on_selector("#run-select", "s => s.options[s.selectedIndex].textContent") == "step_40"
+    assert page.errors == []

@@ -626,6 +626,9 @@
     sel.parentElement.hidden = names.length < 2;
   }
   function showPayload(P) {
+    // a torchscope run of several cycles opens on the latest, the one its terminal shows in full
+    // (the first holds the setup); a later payload (serve) keeps the user's choice
+    if (state.payload === null && P.run && (P.runs || []).length > 1) state.run = P.runs.length - 1;
     state.payload = P;
     if (P.job && location.hash.length <= 1) state.view = "job";  // a job opens on its summary
     if (state.run >= (P.runs || []).length) state.run = 0;
