@@ -113,7 +113,6 @@ class RecordingCap:
         self._due: float | None = None  # growth in MB, once the cap is reached
         self._rebase = False  # set on the main thread at the first optimizer step
         self._stepped = False
-        self.fired = False
         # the callback object must outlive the pending call
         self._callback = _PENDING_CALL(self._on_main_thread)
 
@@ -163,5 +162,4 @@ class RecordingCap:
         if self._due is None:
             return
         due, self._due = self._due, None
-        self.fired = True
         self._stop(due)
