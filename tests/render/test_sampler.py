@@ -138,3 +138,26 @@ def test_a_sample_after_an_unrecorded_gap_weighs_only_its_own_interval() -> None
     # the old way (gaps recomputed among the recorded samples only) gave load() the gap: 491 ms
     old = HotSpots(ms, 0, times[recorded], ids[recorded], (user, loader))
     assert {r["function"]: r["total_ns"] for r in old.table()}["load"] == 491 * ms
+
+
+def test_a_long_gap_goes_to_the_frames_both_samples_share_even_through_a_hook_wrapper() -> None:
+    from torchscope.runner.sampler import _charge_long_gaps
+
+    module = ("/home/me/masking.py", "<module>", 1)
+    call_impl = ("/x/site-packages/torch/nn/modules/module.py", "_call_impl", 1782)
+    inner = ("/x/site-packages/torch/nn/modules/module.py", "inner", 1830)  # only with hooks
+    forward = ("/home/me/masking.py", "forward", 13)
+    argwhere = ("/x/site-packages/numpy/_core/numeric.py", "argwhere", 624)
+    nonzero = ("/x/site-packages/numpy/_core/fromnumeric.py", "nonzero", 2000)
+    transpose = ("/x/site-packages/numpy/_core/fromnumeric.py", "transpose", 604)
+    stacks = [
+        (nonzero, argwhere, forward, call_impl, module),
+        (transpose, argwhere, forward, inner, call_impl, module),
+    ]
+    hot = [hot_frame(s) for s in stacks]
+    times = np.array([0, 1_000_000, 60_000_000], dtype=np.int64)  # a 59 ms gap before the third sample
+    ids = np.array([0, 0, 1], dtype=np.int32)
+    _charge_long_gaps(times, ids, stacks, 1_000_000, hot)
+    merged = stacks[int(ids[2])]
+    # the gap was inside argwhere, called by forward: the caller keeps at least its callee's time
+    assert merged == (argwhere, forward, call_impl, module) and hot[int(ids[2])] == argwhere

@@ -360,7 +360,8 @@ def _charge_long_gaps(
 
     The sample before the gap shows the caller about to enter C, the sample after shows where
     Python went next (often the next call, e.g. ``transpose`` after ``nonzero``); the time was
-    spent inside every frame the two stacks have in common, and only there (and in the call
+    spent inside every frame the two stacks have in common (by function: the same call may
+    pass through a hook wrapper in one and not the other), and only there (and in the call
     both made, when they made the same one). Edits ``ids`` and extends ``stacks`` and ``hot``
     in place.
     """
@@ -378,11 +379,11 @@ def _charge_long_gaps(
             continue
         sid = merged.get((a, b))
         if sid is None:
-            sa, sb = stacks[a][::-1], stacks[b][::-1]  # root first
-            n = 0
-            while n < min(len(sa), len(sb)) and sa[n] == sb[n]:
-                n += 1
-            stacks.append(sa[:n][::-1])
+            # the frames both stacks hold, not only their common root: a module call with hooks
+            # passes through torch's ``inner`` between ``_call_impl`` and ``forward``, one
+            # without does not, and the forward both were inside must still get the gap
+            in_b = set(stacks[b])
+            stacks.append(tuple(f for f in stacks[a] if f in in_b))
             hot.append(hot[a] if hot[a] == hot[b] else _hot_or_ours(stacks[-1]))
             sid = merged[(a, b)] = len(stacks) - 1
         ids[i] = sid
