@@ -31,12 +31,27 @@ def typecheck_js() -> int:
     )
 
 
+def warm_first_import_caches() -> None:
+    """Import, once and alone, the test dependencies that write a cache on their first import.
+
+    yapf (mmengine's config formatter) pickles its grammar to ~/.cache/YAPF on first import
+    without a lock; two pytest workers collecting tests/integrations/test_mmengine.py at once on
+    a fresh machine then read a half-written pickle (EOFError at collection, a failed run).
+    """
+    subprocess.run(
+        [PY, "-c", "import importlib.util as u\nif u.find_spec('mmengine'): import mmengine"],
+        check=False,
+        capture_output=True,
+    )
+
+
 def main() -> int:
     failed = 0
     failed |= run(PY, "-m", "ruff", "check", "src", "tests", "benchmarks", "scripts")
     failed |= run(PY, "-m", "mypy")
     failed |= typecheck_js()
     workers = os.environ.get("TORCHSCOPE_TEST_WORKERS", "2")
+    warm_first_import_caches()
     failed |= run(PY, "-m", "pytest", "-q", "-n", workers, *sys.argv[1:])
     return 1 if failed else 0
 
