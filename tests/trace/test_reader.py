@@ -268,9 +268,40 @@ def test_large_files_read_in_pieces_give_the_same_trace(
 
     whole = read_once(traces_dir / name)
     monkeypatch.setattr(reader, "CHUNK_BYTES", 200_000)  # dozens of pieces
-    pieces = read_chrome(traces_dir / name)
-    assert pieces.equals(whole)
-    assert pieces.meta.extra == whole.meta.extra
+    for threads in (1, 3):  # scanned one after another, or several at once and taken in order
+        monkeypatch.setattr(reader, "SCAN_THREADS", threads)
+        pieces = read_chrome(traces_dir / name)
+        assert pieces.equals(whole)
+        assert pieces.meta.extra == whole.meta.extra
+
+
+def test_pieces_the_scanner_declines_keep_their_place_when_scanned_in_parallel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torchscope.trace import reader
+
+    # every 97th event has a duration written as a string: the scanner declines its piece,
+    # msgspec reads it (with a warning), and the event order must still be the file's
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i}",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10 * i,
+            "dur": str(5) if i % 97 == 0 else 5,
+        }
+        for i in range(3000)
+    ]
+    text = ('{\n  "traceEvents": [\n  ' + ",\n  ".join(json.dumps(e) for e in events) + "\n]}").encode()
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 4096)  # ~40 pieces, some declined
+    got = {}
+    for threads in (1, 4):
+        monkeypatch.setattr(reader, "SCAN_THREADS", threads)
+        got[threads] = reader.read_chrome_document(text, "t.json")
+    assert got[4].equals(got[1]) and got[4].meta.warnings == got[1].meta.warnings
+    assert got[4].events.sort("start_ns")["name"].to_list() == [f"op{i}" for i in range(3000)]
 
 
 def test_device_clock_offset_is_warned() -> None:

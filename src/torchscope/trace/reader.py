@@ -23,7 +23,9 @@ import re
 import stat
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -73,6 +75,9 @@ except ImportError:  # pragma: no cover - depends on the build
 
 # Tests turn this off to compare the scanner with the msgspec path on the same input.
 SCANNER_ENABLED = True
+# threads that scan a large file's pieces at once (the scanner releases the GIL): the cores
+# this process may use
+SCAN_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event], strict=False)
 _DOC_DECODER = msgspec.json.Decoder(Document, strict=False)
@@ -430,17 +435,51 @@ def _scanned_batches(
         return None  # not a trace, or JSON the scanner does not take: msgspec says what is wrong
     lo, hi, keys = doc
     _top_values(data, keys, top, source, warnings)
-    pieces = _pieces(lo, _cut_points(data, lo, hi), hi)
+    return _scan_pieces(data, _pieces(lo, _cut_points(data, lo, hi), hi), source, warnings)
 
-    def batches() -> Iterator[pl.DataFrame]:
+
+def _scan_piece(data: Text, begin: int, end: int) -> pl.DataFrame | None:
+    """One piece scanned into its batch (None: the scanner declined it). Runs on a worker
+    thread: the scan itself releases the GIL, and so does most of building the columns."""
+    got = _scan.scan_events(data, begin, end)
+    return None if got is None else raw.from_scan(got)  # which empties ``got``
+
+
+def _scan_pieces(
+    data: Text, pieces: list[tuple[int, int]], source: str, warnings: list[str]
+) -> Iterator[pl.DataFrame]:
+    """The pieces' batches in file order, scanned on every core (``SCAN_THREADS``).
+
+    At most one piece per thread, plus the one being consumed, is scanned ahead, so memory
+    stays that of a few pieces whatever the file's size; a piece the scanner declines is
+    decoded by msgspec here, on the consuming thread, with its repairs and warnings.
+    """
+    threads = min(SCAN_THREADS, len(pieces))
+    if threads <= 1:
         for begin, end in pieces:
-            got = _scan.scan_events(data, begin, end)
-            if got is None:
-                yield raw.from_events(_decode_piece(data, begin, end, source, warnings))
-                continue
-            yield raw.from_scan(got)  # which empties ``got``: no buffer outlives its column
+            yield _or_decoded(_scan_piece(data, begin, end), data, begin, end, source, warnings)
+        return
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="torchscope-scan") as pool:
+        ahead: deque[tuple[int, int, Future[pl.DataFrame | None]]] = deque()
+        try:
+            for begin, end in pieces:
+                ahead.append((begin, end, pool.submit(_scan_piece, data, begin, end)))
+                if len(ahead) > threads:
+                    begin, end, future = ahead.popleft()
+                    yield _or_decoded(future.result(), data, begin, end, source, warnings)
+            while ahead:
+                begin, end, future = ahead.popleft()
+                yield _or_decoded(future.result(), data, begin, end, source, warnings)
+        finally:  # the consumer stopped early (an error): do not scan what nobody will read
+            for _, _, future in ahead:
+                future.cancel()
 
-    return batches()
+
+def _or_decoded(
+    got: pl.DataFrame | None, data: Text, begin: int, end: int, source: str, warnings: list[str]
+) -> pl.DataFrame:
+    """The scanned batch, or the piece decoded by msgspec when the scanner declined it."""
+    return got if got is not None else raw.from_events(_decode_piece(data, begin, end, source, warnings))
 
 
 # The top-level keys we keep (``Document``'s), whichever decoder read them; absent = null.
