@@ -41,7 +41,7 @@ _LAZY: dict[str, str] = {
     "ExecutionTraceObserver": "torchscope.capture.profiler",
     "DeviceType": "torchscope.capture.profiler",
     "kineto_available": "torchscope.capture.profiler",
-    "load": "torchscope.trace.loader",
+    "load": "torchscope.trace",
     "Trace": "torchscope.trace.model",
     "TraceSet": "torchscope.trace.model",
     "TraceMeta": "torchscope.trace.model",

@@ -38,7 +38,7 @@ def progress(message: str) -> Iterator[None]:
 
 def load_input(path: str | Path) -> Trace | TraceSet:
     """``torchscope.load`` with progress; a missing path is bad input (exit code 2)."""
-    from torchscope.trace.loader import load
+    from torchscope.trace import load
 
     p = Path(path)
     if not p.exists():

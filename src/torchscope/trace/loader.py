@@ -23,6 +23,7 @@ from pathlib import Path
 
 from torchscope.errors import TraceError
 from torchscope.job.discover import natural, rank_in_name, scan
+from torchscope.trace.files import Prefetch
 from torchscope.trace.model import Trace, TraceSet
 from torchscope.trace.progress import LoadProgress
 from torchscope.trace.reader import read_chrome
@@ -31,11 +32,14 @@ from torchscope.trace.reader import read_chrome
 _PROCESS_THRESHOLD = 128 * 1024 * 1024
 
 
-def load(path: str | Path, *, progress: bool | None = None) -> Trace | TraceSet:
+def load(
+    path: str | Path, *, progress: bool | None = None, early: Prefetch | None = None
+) -> Trace | TraceSet:
     """Open a trace file, our store directory, or a directory of traces (one per rank/worker).
 
     ``progress``: show a progress bar on stderr when loading takes more than a second
-    (default: only when stderr is a terminal).
+    (default: only when stderr is a terminal). ``early``: the file already being read
+    (``torchscope.load`` starts that before importing this module).
     """
     p = Path(path).expanduser()
     if not p.exists():
@@ -47,7 +51,7 @@ def load(path: str | Path, *, progress: bool | None = None) -> Trace | TraceSet:
             return load_trace(p)
         return load_dir(p, progress=progress)
     with LoadProgress(p.name, enabled=progress) as bar:
-        return read_chrome(p, on_phase=bar.phase)
+        return read_chrome(p, on_phase=bar.phase, early=early)
 
 
 def is_store(path: Path) -> bool:

@@ -1,0 +1,159 @@
+"""A trace file's bytes: only a regular file, inflated when gzip, read early when it helps.
+
+``torchscope.load`` starts reading and inflating the file (``Prefetch``) on a thread before it
+imports the reader and its columnar stack: inflating releases the GIL, and importing polars and
+NumPy (~0.15 s) holds it while doing little else, so the two overlap instead of adding up. This
+module therefore imports nothing beyond the standard library and our error type.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import stat
+import threading
+import zlib
+from pathlib import Path
+
+from torchscope.errors import TraceError
+
+
+def read_bytes(path: str | Path, warnings: list[str] | None = None) -> bytes:
+    """The JSON text of ``path``, inflated when it is gzip (by magic number, not by name).
+
+    Only a regular file is read: a FIFO or a device is refused at once (opened without
+    blocking, checked on the descriptor), never waited on. A gzip stream cut short (a copy
+    interrupted, a writer killed) or followed by bytes that are not gzip is an error, unless
+    ``warnings`` is given: then what inflates is returned and a warning says what was lost.
+    """
+    p = Path(path)
+    raw = _read_regular(p)
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = _gunzip(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            salvaged = _inflate_salvage(raw) if warnings is not None else None
+            if salvaged is None or warnings is None:
+                raise TraceError(str(p), f"corrupt or truncated gzip ({exc})") from None
+            raw, problem = salvaged
+            warnings.append(problem)
+    # a UTF-8 byte order mark, as Windows editors and PowerShell's Out-File write: not JSON
+    # text, but nothing is lost by reading past it (a copy, on this rare path only)
+    return raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw
+
+
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_regular(p: Path) -> bytes:
+    """The bytes of the regular file ``p``; a one-line TraceError for anything else."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise TraceError(str(p), "is a directory; use torchscope.load() for log directories") from None
+    except OSError as exc:
+        raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
+    with open(fd, "rb", closefd=True) as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise TraceError(str(p), "is a directory; use torchscope.load() for log directories")
+        if not stat.S_ISREG(mode):
+            what = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+            raise TraceError(str(p), f"is {what}, not a trace file")
+        try:
+            return f.read()
+        except OSError as exc:
+            raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
+
+
+def _gunzip(raw: bytes) -> bytes:
+    """Inflate gzip into one buffer sized from the trailer, so no growing copies (peak memory).
+
+    The trailer's ISIZE is the length of the last member mod 2**32; a file of several members
+    (or over 4 GB, or truncated) does not match it and goes through ``gzip.decompress``.
+    """
+    size = int.from_bytes(raw[-4:], "little")
+    if not 0 < size <= 100 * len(raw):  # a truncated file's "trailer" is compressed data
+        return gzip.decompress(raw)
+    text = zlib.decompress(raw, wbits=31, bufsize=size)
+    if len(text) != size:
+        return gzip.decompress(raw)
+    return text
+
+
+def _inflate_salvage(raw: bytes) -> tuple[bytes, str] | None:
+    """What a damaged gzip file inflates to, and a warning saying what was lost: a stream that
+    ends early, or gzip members followed by bytes that are not gzip (a file appended to, a
+    copy padded). None when not even the first member inflates."""
+    parts: list[bytes] = []
+    rest = raw
+    while True:
+        stream = zlib.decompressobj(wbits=31)
+        try:
+            parts.append(stream.decompress(rest))
+        except zlib.error:
+            if not parts:
+                return None
+            problem = f"the gzip stream is followed by {len(rest):,} bytes that do not inflate"
+            break
+        if not stream.eof:
+            if not any(parts):
+                return None
+            problem = "the gzip stream is truncated"
+            break
+        rest = stream.unused_data
+        if not rest.strip(b"\x00"):  # padding with zeros (as tar and some copiers write)
+            return b"".join(parts), f"the gzip stream is followed by {len(rest):,} zero bytes of padding"
+        if rest[:2] != b"\x1f\x8b":
+            problem = f"the gzip stream is followed by {len(rest):,} bytes that are not gzip"
+            break
+    text = b"".join(parts)
+    return text, f"{problem}: read the {len(text):,} bytes it inflates to"
+
+
+class Prefetch:
+    """``read_bytes(path)`` running on a thread from construction; ``take`` waits for it.
+
+    The warnings it collects (a damaged gzip stream) and any error it raised are the caller's:
+    ``take`` returns the first and re-raises the second, on the caller's thread.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.warnings: list[str] = []
+        self._text: bytes | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._read, name="torchscope-read", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            self._text = read_bytes(self.path, self.warnings)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread by take()
+            self._error = exc
+
+    def take(self) -> tuple[bytes, list[str]]:
+        """The file's text and the warnings reading it gave (once: the text is handed over)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        text, self._text = self._text, None
+        if text is None:
+            raise RuntimeError("Prefetch.take() called twice")
+        return text, self.warnings
+
+
+def prefetch(path: str | Path) -> Prefetch | None:
+    """A ``Prefetch`` of ``path`` when it is a regular file; None for anything else (a
+    directory, a store, a missing path: the loader says what it is)."""
+    p = Path(path).expanduser()
+    try:
+        regular = stat.S_ISREG(os.stat(p).st_mode)
+    except OSError:
+        return None
+    return Prefetch(p) if regular else None

@@ -1,0 +1,68 @@
+"""``torchscope.load`` reads and inflates a file on a thread while the reader's modules import.
+
+The early read must change nothing a user sees: the same Trace, the same warnings for a
+damaged gzip stream, the same one-line errors; and the modules it needs first must really be
+light (if they imported polars, there would be nothing left to overlap).
+"""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import torchscope
+from torchscope.errors import TraceError
+from torchscope.trace import read_chrome
+from torchscope.trace.files import Prefetch, prefetch
+
+from .conftest import TRACES
+
+SMALL = TRACES / "cuda" / "nccl_rank0_of_2.json.gz"
+
+
+def test_the_early_read_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, torchscope.trace.files as f, torchscope.trace as t\n"
+        "heavy = sorted(m for m in ('polars', 'numpy', 'msgspec', 'torch') if m in sys.modules)\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_load_gives_the_same_trace_and_warnings_as_reading_the_file_directly(tmp_path: Path) -> None:
+    assert torchscope.load(SMALL).equals(read_chrome(SMALL))
+    # a copy cut short: what inflates is read, and the warning says what was lost
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(SMALL.read_bytes()[: SMALL.stat().st_size // 2])
+    early, direct = torchscope.load(cut), read_chrome(cut)
+    assert early.equals(direct)
+    assert early.meta.warnings == direct.meta.warnings
+    assert any("the gzip stream is truncated" in w for w in early.meta.warnings)
+
+
+def test_an_unreadable_file_is_the_same_one_line_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"\x1f\x8b" + b"\x00" * 40)  # gzip magic, nothing that inflates
+    with pytest.raises(TraceError) as early:
+        torchscope.load(bad)
+    with pytest.raises(TraceError) as direct:
+        read_chrome(bad)
+    assert str(early.value) == str(direct.value) and str(early.value).startswith(
+        f"{bad}: corrupt or truncated gzip"
+    )
+
+
+def test_only_a_regular_file_is_read_early(tmp_path: Path) -> None:
+    assert prefetch(tmp_path) is None and prefetch(tmp_path / "missing.json") is None
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    early = prefetch(path)
+    assert isinstance(early, Prefetch)
+    assert early.take() == (b'{"traceEvents": []}', [])
+    with pytest.raises(RuntimeError, match="twice"):
+        early.take()
