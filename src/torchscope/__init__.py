@@ -29,6 +29,7 @@ def load_ipython_extension(shell: Any) -> None:
     """``%load_ext torchscope``: rich display and the ``%%torchscope`` cell magic."""
     importlib.import_module("torchscope.integrations.notebook").load_ipython_extension(shell)
 
+
 # public name -> module that defines it
 _LAZY: dict[str, str] = {
     "profile": "torchscope.capture.profiler",

@@ -95,7 +95,7 @@ def _fmt(v: Any) -> str:
 
 
 def non_finite(w: TensorMetrics) -> str | None:
-    """"62 of 4,096 outputs inf (reference 0)": NaN/Inf counts in words, when there are any.
+    """ "62 of 4,096 outputs inf (reference 0)": NaN/Inf counts in words, when there are any.
 
     They come first: cosine and max_abs are computed on the finite elements only, so an fp16
     overflow reads "cosine=1 max_abs=14.8" while its outputs are infinite."""
@@ -120,7 +120,7 @@ _SHORT_DIRECTION = {"forward": "fwd", "backward": "bwd"}  # the usual abbreviati
 
 
 def _specials_note(w: TensorMetrics | None) -> str:
-    """" (62 inf)" for the status column: the table's metrics are of the finite outputs."""
+    """ " (62 inf)" for the status column: the table's metrics are of the finite outputs."""
     if w is None:
         return ""
     parts = [f"{n:,} {what}" for what, n in (("NaN", w.nan), ("inf", w.inf)) if n]
@@ -147,9 +147,7 @@ def _top_table(title: str, records: list[OpResult]) -> Any:
             _fmt(w.max_rel_error if w else None),
             _fmt(w.rel_l2_error if w else None),
             _fmt(w.cosine if w else None),
-            o.status
-            + (" (cascade)" if o.cascade else "")
-            + _specials_note(w),
+            o.status + (" (cascade)" if o.cascade else "") + _specials_note(w),
         )
     return table
 

@@ -119,7 +119,9 @@ JOB_BACKEND = "backend"
 JOB_CYCLES = "cycles"  # most cycles any rank has
 JOB_STEP_NS = "step_ns"  # {min, median, max, min_rank, max_rank} over the ranks' median steps
 JOB_STEPS_NS = "steps_ns"  # {count, min, median, max, max_rank, max_cycle} over every step of the run
-JOB_CATEGORIES = "categories"  # the breakdown's categories: the device ones, or the host ones on CPU-only runs
+JOB_CATEGORIES = (
+    "categories"  # the breakdown's categories: the device ones, or the host ones on CPU-only runs
+)
 JOB_MEDIAN_RANK = "median_rank"
 JOB_OUTLIERS = "outliers"  # [{rank, step_ns, vs_median_pct, by_category_ns}]
 JOB_MEDIAN_BREAKDOWN_NS = "median_breakdown_ns"

@@ -66,7 +66,13 @@ def plain(value: Any) -> Any:
     if isinstance(value, msgspec.Struct):
         omit = value.__struct_config__.omit_defaults
         defaults = (
-            dict(zip(value.__struct_fields__[-len(value.__struct_defaults__) :], value.__struct_defaults__, strict=True))
+            dict(
+                zip(
+                    value.__struct_fields__[-len(value.__struct_defaults__) :],
+                    value.__struct_defaults__,
+                    strict=True,
+                )
+            )
             if value.__struct_defaults__
             else {}
         )  # noqa: E501

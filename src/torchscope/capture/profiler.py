@@ -68,8 +68,7 @@ _DEVICE_ACTIVITIES = ("CUDA", "XPU", "MTIA", "HPU", "PrivateUse1")
 _RECORDING: list[profile] = []  # the profiler currently recording, if any
 PROFILER_STEP_NAME = "ProfilerStep"  # torch's requester name in KinetoStepTracker
 TRACE_ONLY_EVENTS = (
-    "events() is not available when trace_only=True in ExperimentalConfig. "
-    "Use export_chrome_trace() instead."
+    "events() is not available when trace_only=True in ExperimentalConfig. Use export_chrome_trace() instead."
 )
 # torch's post-processing logger: a timeout's warning goes where torch's goes
 log = logging.getLogger("torch.autograd.profiler")

@@ -14,10 +14,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchscope.errors import TraceError
-from torchscope.trace.model import Trace, TraceSet
+
+if TYPE_CHECKING:  # imported when used: a command starts reading its trace before polars imports
+    from torchscope.trace.files import Prefetch
+    from torchscope.trace.model import Trace, TraceSet
 
 
 def stderr_is_tty() -> bool:
@@ -36,19 +39,22 @@ def progress(message: str) -> Iterator[None]:
         yield
 
 
-def load_input(path: str | Path) -> Trace | TraceSet:
-    """``torchscope.load`` with progress; a missing path is bad input (exit code 2)."""
+def load_input(path: str | Path, early: Prefetch | None = None) -> Trace | TraceSet:
+    """``torchscope.load`` with progress; a missing path is bad input (exit code 2). ``early``:
+    the file's read, started by the command before its imports (``trace.files.prefetch``)."""
     from torchscope.trace import load
 
     p = Path(path)
     if not p.exists():
         raise TraceError(str(path), "no such file or directory")
     with progress(f"reading {p.name}"):
-        return load(p)
+        return load(p, early=early)
 
 
 def load_single(path: str | Path) -> Trace:
     """One trace; a directory holding exactly one trace is accepted too."""
+    from torchscope.trace.model import TraceSet
+
     loaded = load_input(path)
     if isinstance(loaded, TraceSet):
         if len(loaded) != 1:

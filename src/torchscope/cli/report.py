@@ -52,6 +52,9 @@ class ReportCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from torchscope.trace.files import prefetch
+
+        early = prefetch(args.path)  # a file inflates while the analysis modules below import
         from torchscope.job.cli import job_directory, report_job
         from torchscope.render.html import write_html
         from torchscope.render.payload import build_payload
@@ -59,7 +62,7 @@ class ReportCommand:
         found = job_directory(args.path)
         if found is not None:  # several runs, ranks or cycles: the job path (docs/jobs.md)
             return report_job(args, found)
-        subject = load_input(args.path)
+        subject = load_input(args.path, early)
         want_html = not args.no_html and bool(args.html or not args.json or args.open)
         with progress("analysing"):
             payload = build_payload(subject, with_timeline=want_html)

@@ -186,7 +186,10 @@ class _StepHook:
 
         action = self.prof.schedule(step)
         before = self.prof.schedule(step - 1) if step > 0 else ProfilerAction.NONE
-        return action != ProfilerAction.NONE and before in (ProfilerAction.NONE, ProfilerAction.RECORD_AND_SAVE)
+        return action != ProfilerAction.NONE and before in (
+            ProfilerAction.NONE,
+            ProfilerAction.RECORD_AND_SAVE,
+        )
 
     def _restart(self) -> None:
         """Record the schedule's next cycle after the cap ended the previous one: the profiler

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from torchscope.trace.files import Prefetch
     from torchscope.trace.model import Trace, TraceMeta, TraceSet
     from torchscope.trace.reader import read_chrome, read_chrome_document
 
@@ -28,16 +29,19 @@ _LAZY = {
 }
 
 
-def load(path: str | Path, *, progress: bool | None = None) -> Trace | TraceSet:
+def load(
+    path: str | Path, *, progress: bool | None = None, early: Prefetch | None = None
+) -> Trace | TraceSet:
     """Open a trace file, our store directory, or a directory of traces (one per rank/worker).
 
     A file starts inflating on a thread first, while the reader's modules import (the two
     overlap: see ``files``). ``progress``: show a progress bar on stderr when loading takes
-    more than a second (default: only when stderr is a terminal).
+    more than a second (default: only when stderr is a terminal). ``early``: a read the caller
+    started itself, before its own imports (``files.prefetch``).
     """
     from torchscope.trace.files import prefetch
 
-    early = prefetch(path)
+    early = early or prefetch(path)
     from torchscope.trace.loader import load as load_path
 
     return load_path(path, progress=progress, early=early)

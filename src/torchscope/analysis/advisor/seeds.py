@@ -139,11 +139,19 @@ def host_device_sync(ctx: Context) -> list[Finding]:
     per_step = mine.height / steps if steps else None
     parts = []
     if mine.height:
-        where = f"{per_step:.1f} times per step" if per_step is not None else f"{mine.height} times in the profiled window"
-        parts.append(f"The host waits for the device {where} ({', '.join(f'{n} x{c}' for n, c in by_name[:3])})")
+        where = (
+            f"{per_step:.1f} times per step"
+            if per_step is not None
+            else f"{mine.height} times in the profiled window"
+        )
+        parts.append(
+            f"The host waits for the device {where} ({', '.join(f'{n} x{c}' for n, c in by_name[:3])})"
+        )
     if lib.height:
         inside = ", ".join(f"{n} x{c}" for n, c in by_library[:3])
-        parts.append(("and" if mine.height else "The host waits for the device") + f" inside library calls: {inside}")
+        parts.append(
+            ("and" if mine.height else "The host waits for the device") + f" inside library calls: {inside}"
+        )
     user_frame = ctx.user_frame_of(int(first["id"]))
     message = " ".join(parts) + (f"; first at {user_frame}." if user_frame else ".")
     fix = (
