@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 # the page's view modules, inlined before app.js in this order
-VIEW_MODULES = ("charts.js", "flame.js", "timeline.js")
+VIEW_MODULES = ("charts.js", "flame.js", "timeline.js", "chain.js")
 
 
 @cache

@@ -332,23 +332,38 @@
     col("device_self_us", "device self"), col("device_total_us", "device total")];
   // a drill-down panel: the report's rows of `key` whose `field` is `value`, as a table
   function drillRows(title, key, field, value, cols, id, none) {
-    const rows = (rep()[key] || []).filter((x) => x[field] === value);
-    return [h("h4", {}, title), rows.length ? table(cols, rows, { id }) : h("div", { class: "muted", "data-testid": id }, none || "none in the report")];
+    return drillTable(title, (rep()[key] || []).filter((x) => x[field] === value), cols, id, none);
   }
+  function drillTable(title, rows, cols, id, none, opts) {
+    return [h("h4", {}, title), rows.length ? table(cols, rows, Object.assign({ id }, opts || {})) : h("div", { class: "muted", "data-testid": id }, none || "none in the report")];
+  }
+  const C = TorchscopeChain;
   function viewOperators() {
     const ops = rep().operators || [];
     if (!ops.length) return [h("h2", {}, "Operators"), empty("No host operators in this trace.")];
     const device = ops.some((o) => o.device_total_us);
     const by = device ? "device_total_us" : "host_total_us";
-    const drill = h("div", { class: "drill", "data-testid": "op-drill" }, h("span", { class: "muted" }, "Click an operator for its input shapes, call stacks and the kernels it launched."));
+    const drill = h("div", { class: "drill", "data-testid": "op-drill" }, h("span", { class: "muted" }, "Click an operator for its input shapes, then a shape for its call stacks and the kernels it launched."));
+    // op -> its input-shape rows -> (click one) its call stacks and the device work it launched
+    const openShape = (o, box) => {
+      const ks = C.kernels(rep(), o.name, o.input_dims), sum = C.sumUs(ks, "total_us");
+      box.replaceChildren(h("h4", {}, `${o.name} · input shapes ${o.input_dims ?? DASH}`),
+        ...drillTable("Python call stacks", C.stacks(rep(), o.name, o.input_dims), [nameCol("stack", "stack (innermost first)"), col("calls", "calls"),
+          col("host_total_us", "host total"), col("host_self_us", "host self")], "drill-stacks", "none in the report (record with with_stack=True)"),
+        ...drillTable("Kernels launched (by this op or the ops it calls)", ks, [nameCol("name", "kernel"), col("count", "calls"), col("total_us", "total"),
+          col("op_share_pct", "share of the op"), col("self_total_us", "launched itself"), col("mean_us", "mean")], "drill-kernels",
+          o.device_total_us ? null : "no device time"),
+        ks.length ? h("div", { class: "muted", "data-testid": "drill-kernels-sum" }, `sum ${fmtUs(sum)} = the shape's device total ${fmtUs(o.device_total_us)}` +
+          (ks.some((k) => k.name === C.OTHER) ? ` (the top kernels, then ${C.OTHER})` : "")) : null);
+    };
     const open = (o) => {
+      const rows = C.shapes(rep(), o.name);
+      const box = h("div", { class: "drill", "data-testid": "shape-drill" }, h("span", { class: "muted" }, rows.length ? "Click an input shape for its call stacks and the kernels it launched." : ""));
       drill.replaceChildren(h("h3", {}, o.name),
-        ...drillRows("By input shape", "operators_by_shape", "name", o.name, [nameCol("input_dims", "input shapes"), col("calls", "calls"),
-          col("host_total_us", "host total"), col("host_avg_us", "host avg"), col("device_total_us", "device total")], "drill-shapes"),
-        ...drillRows("Python call stacks", "call_stacks", "name", o.name, [nameCol("stack", "stack (innermost first)"), col("calls", "calls"),
-          col("host_total_us", "host total"), col("host_self_us", "host self")], "drill-stacks"),
-        ...drillRows("Kernels launched", "kernels_by_op", "op_name", o.name, [nameCol("name", "kernel"), col("count", "calls"), col("total_us", "total"),
-          col("mean_us", "mean")], "drill-kernels", o.device_total_us ? "none launched by this op itself: the ops it calls launch its device time (drill into them)" : null));
+        ...drillTable("By input shape", rows, [nameCol("input_dims", "input shapes"), col("calls", "calls"),
+          col("host_total_us", "host total"), col("host_avg_us", "host avg"), col("device_self_us", "device self"), col("device_total_us", "device total")],
+          "drill-shapes", "none in the report (its shapes are past the report's top rows)", { onRow: (x) => openShape(x, box) }), box);
+      if (rows.length === 1) openShape(rows[0], box);
       drill.scrollIntoView({ block: "nearest" });
     };
     return [h("h2", {}, "Operators"), h("div", { class: "muted" }, (device ? "By device time (with the ops they call), then host time." : "By host time.") + " Click a row to drill down."),
@@ -366,9 +381,10 @@
       table([nameCol("name", "name"), col("count", "calls"), col("total_us", "total"), col("share_pct", "share"), col("mean_us", "mean"),
         col("min_us", "min"), col("max_us", "max"), col("occupancy_pct", "est. occupancy"), col("blocks_per_sm", "blocks per SM"),
         { key: "tensor_core", label: "Tensor Cores", fmt: (v) => (v ? "yes" : "no") }], ks, { id: "kernels-table", onRow: (k) => drill.replaceChildren(h("h3", {}, k.name),
-        ...drillRows("Launched by", "kernels_by_op", "name", k.name, [nameCol("op_name", "launching op"), col("count", "calls"), col("total_us", "total"), col("mean_us", "mean")], "drill-launchers")) }),
+        ...drillTable("Launched by (the innermost op)", C.launchers(rep(), k.name), [nameCol("op_name", "launching op"), col("count", "calls"), col("total_us", "total"),
+          col("shapes", "input shapes")], "drill-launchers", "none of the op rows the report keeps lists it among its top kernels")) }),
       drill,
-      ...reportPart("Kernels by launching op", "kernels_by_op"), ...reportPart("Kernel types", "kernel_types"),
+      ...reportPart("Kernels by op and input shape (with the ops each calls)", "kernels_by_op"), ...reportPart("Kernel types", "kernel_types"),
       ...reportPart("Time on the device", "temporal_breakdown"), ...reportPart("Launches", "launch_stats"),
       ...reportPart("Idle time per stream", "idle_time"), ...reportPart("Queue length per stream", "queue_length")];
   }
@@ -491,7 +507,7 @@
   const TITLES = { meta: "The trace", steps: "Steps", breakdown_us: "Step time by category (average per step)",
     host_breakdown_us: "Host time by category (average per step)", devices: "Devices", comm_overlap: "Computation and communication (average per step)",
     operators: "Operators", operators_by_shape: "Operators by input shape", call_stacks: "Python call stacks", flops: "FLOPs",
-    kernels: "Kernels", kernels_by_op: "Kernels by launching op", kernel_types: "Kernel types", temporal_breakdown: "Time on the device",
+    kernels: "Kernels", kernels_by_op: "Kernels by op and input shape", kernel_types: "Kernel types", temporal_breakdown: "Time on the device",
     comm_comp_overlap: "Communication hidden behind computation", launch_stats: "Launches", idle_time: "Idle time per stream",
     queue_length: "Queue length per stream", memory: "Memory", modules: "Modules", module_ops: "Ops by module", recommendations: "Recommendations",
     distributed: "Distributed", warnings: "Warnings", steps_count: "Steps" };
