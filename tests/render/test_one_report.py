@@ -205,39 +205,14 @@ def test_memory_leak_addresses_are_hex(tmp_path: Path) -> None:
     events: list[dict[str, Any]] = []
     for step in range(4):
         t0 = 100.0 * step
-        events.append(
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{step}",
-                "pid": 1,
-                "tid": 1,
-                "ts": t0,
-                "dur": 90.0,
-            }
-        )
-        events.append(
-            {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": t0 + 1, "dur": 10.0}
-        )
-        events.append(
-            {
-                "ph": "i",
-                "s": "t",
-                "cat": "cpu_instant_event",
-                "name": "[memory]",
-                "pid": 1,
-                "tid": 1,
-                "ts": t0 + 2,
-                "args": {
-                    "Device Type": 0,
-                    "Device Id": -1,
-                    "Addr": 0x7F0000 + 0x1000 * step,
-                    "Bytes": 4096,
-                    "Total Allocated": 4096 * (step + 1),
-                    "Total Reserved": 0,
-                },
-            }
-        )
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1,
+                       "tid": 1, "ts": t0, "dur": 90.0})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1,
+                       "ts": t0 + 1, "dur": 10.0})
+        events.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1,
+                       "tid": 1, "ts": t0 + 2, "args": {"Device Type": 0, "Device Id": -1,
+                       "Addr": 0x7F0000 + 0x1000 * step, "Bytes": 4096,
+                       "Total Allocated": 4096 * (step + 1), "Total Reserved": 0}})
     path = tmp_path / "grow.json"
     path.write_text(json.dumps({"traceEvents": events}))
     payload = build_payload(torchscope.load(path), with_timeline=False)
@@ -258,10 +233,8 @@ def test_units_format_by_the_declared_unit() -> None:
 
 def test_the_page_reads_only_keys_that_analysis_keys_defines() -> None:
     """The page's JS cannot import analysis.keys: every report section it reads must be one of them."""
-    js = "\n".join(
-        p.read_text(encoding="utf-8")
-        for p in (Path(torchscope.__file__).parent / "render" / "html").glob("*.js")
-    )
+    html = Path(torchscope.__file__).parent / "render" / "html"
+    js = "\n".join(p.read_text(encoding="utf-8") for p in sorted(html.glob("*.js")))
     read = set(re.findall(r"(?:rep\(\)|\bR|\bD)\.([a-z_]+)", js))
     read |= set(re.findall(r'reportPart\("[^"]+", "([a-z_]+)"', js))
     defined = {v for k, v in vars(K).items() if k.isupper() and isinstance(v, str)}

@@ -19,6 +19,7 @@ from torchscope.analysis.frames import kinds, memo
 from torchscope.trace.model import Trace
 
 OP_KINDS = ["cpu_op", "user_annotation"]
+DEVICE_WORK = ["kernel", "memcpy", "memset"]  # what an op's device time is made of
 
 
 def _device_time_per_row(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -29,7 +30,7 @@ def _device_time_per_row(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def _device_time_uncached(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     ev = trace.events
     n = ev.height
-    dev = kinds(trace, "kernel", "memcpy", "memset").filter(pl.col("op") >= 0)
+    dev = kinds(trace, *DEVICE_WORK).filter(pl.col("op") >= 0)
     self_ns = np.zeros(n, np.int64)
     total_ns = np.zeros(n, np.int64)
     if dev.height == 0:
@@ -301,9 +302,6 @@ def flops(trace: Trace) -> pl.DataFrame:
         .select("name", "input_dims", "calls", "flops", "time_ns", "flops_per_s")
         .sort(["flops", "name", "input_dims"], descending=[True, False, False], nulls_last=True)
     )
-
-
-DEVICE_WORK = ["kernel", "memcpy", "memset"]
 
 
 def kernels_by_op(trace: Trace) -> pl.DataFrame:

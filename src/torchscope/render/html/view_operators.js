@@ -3,7 +3,7 @@
 // The page inlines this file before app.js; it defines one global, viewOperators.
 
 const viewOperators = (() => {
-  const { DASH, fmtUs } = TorchscopeFormat;
+  const { fmtUs } = TorchscopeFormat;
   const { h, empty } = TorchscopeDom;
   const { table } = TorchscopeTable;
   const { rep, col, nameCol, drillTable, reportPart } = TorchscopePage;
@@ -12,6 +12,7 @@ const viewOperators = (() => {
     col("host_self_us", "host self"), col("host_total_us", "host total"), col("host_avg_us", "host avg"), col("host_max_us", "host max"),
     col("device_self_us", "device self"), col("device_total_us", "device total")];
   const C = TorchscopeChain;
+  const NO_SHAPES = "(not recorded: record_shapes=True)";
   function viewOperators() {
     const ops = rep().operators || [];
     if (!ops.length) return [h("h2", {}, "Operators"), empty("No host operators in this trace.")];
@@ -21,7 +22,7 @@ const viewOperators = (() => {
     // op -> its input-shape rows -> (click one) its call stacks and the device work it launched
     const openShape = (/** @type {Obj} */ o, /** @type {HTMLElement} */ box) => {
       const ks = C.kernels(rep(), o.name, o.input_dims), sum = C.sumUs(ks, "total_us");
-      box.replaceChildren(h("h4", {}, `${o.name} · input shapes ${o.input_dims ?? DASH}`),
+      box.replaceChildren(h("h4", {}, `${o.name} · input shapes ${o.input_dims ?? NO_SHAPES}`),
         ...drillTable("Python call stacks", C.stacks(rep(), o.name, o.input_dims), [nameCol("stack", "stack (innermost first)"), col("calls", "calls"),
           col("host_total_us", "host total"), col("host_self_us", "host self")], "drill-stacks", "none in the report (record with with_stack=True)"),
         ...drillTable("Kernels launched (by this op or the ops it calls)", ks, [nameCol("name", "kernel"), col("count", "calls"), col("total_us", "total"),
@@ -34,7 +35,7 @@ const viewOperators = (() => {
       const rows = C.shapes(rep(), o.name);
       const box = h("div", { class: "drill", "data-testid": "shape-drill" }, h("span", { class: "muted" }, rows.length ? "Click an input shape for its call stacks and the kernels it launched." : ""));
       drill.replaceChildren(h("h3", {}, o.name),
-        ...drillTable("By input shape", rows, [nameCol("input_dims", "input shapes"), col("calls", "calls"),
+        ...drillTable("By input shape", rows, [{ ...nameCol("input_dims", "input shapes"), fmt: (/** @type {string | null} */ v) => v ?? NO_SHAPES }, col("calls", "calls"),
           col("host_total_us", "host total"), col("host_avg_us", "host avg"), col("device_self_us", "device self"), col("device_total_us", "device total")],
           "drill-shapes", "none in the report (its shapes are past the report's top rows)", { onRow: (x) => openShape(x, box) }), box);
       if (rows.length === 1) openShape(rows[0], box);
