@@ -50,6 +50,11 @@ def test_op_to_shape_to_its_kernels_adding_up(pages: dict[str, dict[str, Any]], 
     # the third shape row: its kernels, and their sum is the row's device total
     shape = shapes[2]
     page.click("[data-testid=drill-shapes] tbody tr:nth-child(3)")
+    # the picked shape stays marked, and only it
+    picked = page.eval_on_selector_all(
+        "[data-testid=drill-shapes] tr.picked", "r => r.map(x => x.cells[0].textContent)"
+    )
+    assert picked == [shape["input_dims"]]
     kernels = [
         r for r in report["kernels_by_op"] if r["op_name"] == name and r["input_dims"] == shape["input_dims"]
     ]

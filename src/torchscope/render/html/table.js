@@ -33,6 +33,8 @@ const TorchscopeTable = (() => {
   function table(cols, rows, opts) {
     const o = opts || {};
     let sortKey = o.sort || null, desc = true, filter = "";
+    /** @type {Row | null} */
+    let picked = null;
     const box = h("div", { class: "tablebox" });
     const count = h("span", { class: "muted" });
     const input = h("input", { class: "filter", placeholder: "filter by name…", "data-testid": "filter",
@@ -45,7 +47,14 @@ const TorchscopeTable = (() => {
         onclick: () => { if (sortKey === c.key) desc = !desc; else { sortKey = c.key; desc = !!c.num; } draw(); },
       }, c.label)));
       const onRow = o.onRow;
-      const body = r.slice(0, o.limit || 1000).map((x) => h("tr", onRow ? { class: "clickable", onclick: () => onRow(x) } : {}, cols.map((c) => {
+      // a clicked row stays marked (the drill-down below it is that row's)
+      const pick = (/** @type {Event} */ e, /** @type {Row} */ x) => {
+        picked = x;
+        box.querySelectorAll("tr.picked").forEach((tr) => tr.classList.remove("picked"));
+        /** @type {HTMLElement} */ (e.currentTarget).classList.add("picked");
+        if (onRow) onRow(x);
+      };
+      const body = r.slice(0, o.limit || 1000).map((x) => h("tr", onRow ? { class: x === picked ? "clickable picked" : "clickable", onclick: (/** @type {Event} */ e) => pick(e, x) } : {}, cols.map((c) => {
         const v = x[c.key];
         return h("td", { class: c.num ? "num" : (c.cls || null) }, c.fmt ? c.fmt(v, x) : (v ?? "–"));
       })));
