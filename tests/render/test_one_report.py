@@ -232,8 +232,9 @@ def test_units_format_by_the_declared_unit() -> None:
 
 
 def test_the_page_reads_only_keys_that_analysis_keys_defines() -> None:
-    """app.js cannot import analysis.keys: every report section it reads must be one of them."""
-    js = (Path(torchscope.__file__).parent / "render" / "html" / "app.js").read_text(encoding="utf-8")
+    """The page's JS cannot import analysis.keys: every report section it reads must be one of them."""
+    html = Path(torchscope.__file__).parent / "render" / "html"
+    js = "\n".join(p.read_text(encoding="utf-8") for p in sorted(html.glob("*.js")))
     read = set(re.findall(r"(?:rep\(\)|\bR|\bD)\.([a-z_]+)", js))
     read |= set(re.findall(r'reportPart\("[^"]+", "([a-z_]+)"', js))
     defined = {v for k, v in vars(K).items() if k.isupper() and isinstance(v, str)}

@@ -9,7 +9,7 @@ Bump ``REPORT_VERSION`` when a key changes meaning; adding keys does not bump it
 
 from __future__ import annotations
 
-REPORT_VERSION = 2  # 2: typed report, units map, exact µs, hex addresses
+REPORT_VERSION = 3  # 2: typed report, units map, exact µs, hex addresses; 3: chain kernels_by_op
 
 # -- report: one trace ----------------------------------------------------------------------
 VERSION = "report_version"

@@ -19,6 +19,7 @@ from torchscope.analysis.frames import kinds, memo
 from torchscope.trace.model import Trace
 
 OP_KINDS = ["cpu_op", "user_annotation"]
+DEVICE_WORK = ["kernel", "memcpy", "memset"]  # what an op's device time is made of
 
 
 def _device_time_per_row(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -29,7 +30,7 @@ def _device_time_per_row(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def _device_time_uncached(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     ev = trace.events
     n = ev.height
-    dev = kinds(trace, "kernel", "memcpy", "memset").filter(pl.col("op") >= 0)
+    dev = kinds(trace, *DEVICE_WORK).filter(pl.col("op") >= 0)
     self_ns = np.zeros(n, np.int64)
     total_ns = np.zeros(n, np.int64)
     if dev.height == 0:
@@ -92,8 +93,10 @@ def operators(trace: Trace, by_input_shape: bool = False) -> pl.DataFrame:
 
 
 def call_stacks(trace: Trace, op_name: str | None = None, depth: int = 8) -> pl.DataFrame:
-    """Python call stacks leading to ops (needs ``with_stack``): name, stack, calls, host ns.
+    """Python call stacks leading to ops (needs ``with_stack``): name, input_dims, stack, calls, host ns.
 
+    One row per op name, input shape (as ``operators(by_input_shape=True)`` groups them) and
+    stack, so a shape row of the operators view drills down to the code that called it.
     ``stack`` is the innermost ``depth`` Python frames, innermost first, joined by " <- ".
     """
     ev = trace.events
@@ -104,6 +107,7 @@ def call_stacks(trace: Trace, op_name: str | None = None, depth: int = 8) -> pl.
         return pl.DataFrame(
             schema={
                 "name": pl.String,
+                "input_dims": pl.String,
                 "stack": pl.String,
                 "calls": pl.UInt32,
                 "host_total_ns": pl.Int64,
@@ -130,16 +134,20 @@ def call_stacks(trace: Trace, op_name: str | None = None, depth: int = 8) -> pl.
         cur = parent[cur]
     stacks = [" <- ".join(f) for f in frames]
     return (
-        rows.select(pl.col("name").cast(pl.String), "dur_ns", "self_ns")
+        rows.select(pl.col("name").cast(pl.String), "input_dims", "dur_ns", "self_ns")
         .with_columns(pl.Series("stack", stacks, dtype=pl.String))
         .filter(pl.col("stack") != "")
-        .group_by("name", "stack")
+        .group_by("name", "input_dims", "stack")
         .agg(
             pl.len().alias("calls"),
             pl.col("dur_ns").sum().alias("host_total_ns"),
             pl.col("self_ns").sum().alias("host_self_ns"),
         )
-        .sort(["host_total_ns", "name", "stack"], descending=[True, False, False])
+        .sort(
+            ["host_total_ns", "name", "input_dims", "stack"],
+            descending=[True, False, False, False],
+            nulls_last=True,
+        )
     )
 
 
@@ -293,4 +301,77 @@ def flops(trace: Trace) -> pl.DataFrame:
         .with_columns((pl.col("flops") / (pl.col("time_ns") / 1e9)).alias("flops_per_s"))
         .select("name", "input_dims", "calls", "flops", "time_ns", "flops_per_s")
         .sort(["flops", "name", "input_dims"], descending=[True, False, False], nulls_last=True)
+    )
+
+
+def kernels_by_op(trace: Trace) -> pl.DataFrame:
+    """Device work by op name, input shape and kernel name: the plugin's "kernel by op", inclusive.
+
+    A kernel (or memcpy/memset) is credited to the op that launched it and to every op enclosing
+    that one on its thread, as the device total of ``operators`` counts it: so for each (name,
+    input_dims) the rows' ``total_ns`` add up to that op row's ``device_total_ns`` and their
+    ``self_total_ns`` (the part launched by the op itself, innermost) to its ``device_self_ns``.
+    An op that calls itself (``aten::div`` -> ``aten::div``) is credited at each level, as torch's
+    ``key_averages`` device total and ``operators`` count it, so the rows still add up to the op row.
+    """
+    return memo(trace, "kernels_by_op_chain", lambda: _kernels_by_op(trace))
+
+
+def _kernels_by_op(trace: Trace) -> pl.DataFrame:
+    ev = trace.events
+    dev = kinds(trace, *DEVICE_WORK).filter(pl.col("op") >= 0)
+    schema = {
+        "name": pl.String,
+        "input_dims": pl.String,
+        "kernel": pl.String,
+        "count": pl.UInt32,
+        "total_ns": pl.Int64,
+        "min_ns": pl.Int64,
+        "max_ns": pl.Int64,
+        "self_count": pl.UInt32,
+        "self_total_ns": pl.Int64,
+    }
+    if dev.height == 0:
+        return pl.DataFrame(schema=schema)
+    is_op = np.zeros(ev.height, bool)
+    op_rows = kinds(trace, *OP_KINDS).filter(~names.PROFILER_STEP & ~names.TORCHSCOPE_SPAN)
+    is_op[op_rows["id"].to_numpy()] = True
+    parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    launcher = dev["op"].to_numpy().astype(np.int64)
+    # (device event, enclosing op row, is the launcher) for every op on the launching stack
+    which, rows, innermost = [], [], []
+    d = np.arange(dev.height)
+    cur = launcher
+    for level in range(512):  # deeper than any real stack
+        hit = is_op[cur]
+        which.append(d[hit])
+        rows.append(cur[hit])
+        innermost.append(np.full(int(hit.sum()), level == 0))
+        cur = parent[cur]
+        keep = cur >= 0
+        if not keep.any():
+            break
+        d, cur = d[keep], cur[keep]
+    pairs = pl.DataFrame(
+        {"dev": np.concatenate(which), "row": np.concatenate(rows), "innermost": np.concatenate(innermost)}
+    )
+    key = ev.select(pl.col("name").cast(pl.String), "input_dims")
+    info = dev.select(pl.col("name").cast(pl.String).alias("kernel"), "dur_ns")
+    pairs = pl.concat([pairs, key[pairs["row"]], info[pairs["dev"]]], how="horizontal")
+    return (
+        pairs.group_by("name", "input_dims", "kernel")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("total_ns"),
+            pl.col("dur_ns").min().alias("min_ns"),
+            pl.col("dur_ns").max().alias("max_ns"),
+            pl.col("innermost").sum().cast(pl.UInt32).alias("self_count"),
+            pl.col("dur_ns").filter(pl.col("innermost")).sum().alias("self_total_ns"),
+        )
+        .cast(schema)  # type: ignore[arg-type]
+        .sort(
+            ["total_ns", "name", "input_dims", "kernel"],
+            descending=[True, False, False, False],
+            nulls_last=True,
+        )
     )

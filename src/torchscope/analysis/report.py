@@ -29,7 +29,7 @@ from torchscope.analysis.kernels import (
 )
 from torchscope.analysis.memory import allocations_by_op, leak_candidates, memory_peaks
 from torchscope.analysis.modules import module_ops, module_tree
-from torchscope.analysis.operators import call_stacks, flops, operators
+from torchscope.analysis.operators import call_stacks, flops, kernels_by_op, operators
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, Overview
 from torchscope.trace.model import Trace, TraceSet
 
@@ -92,18 +92,74 @@ def _steps(ov: Overview) -> list[M.Step]:
     return out
 
 
-def _kernels(trace: Trace, top: int) -> tuple[list[M.Kernel], list[M.KernelByOp]]:
-    """Kernels and kernels by launching op, each with its share of all kernel time."""
+def _kernels(trace: Trace, top: int) -> list[M.Kernel]:
+    """Kernels, each with its share of all kernel time."""
     ks = kernel_stats(trace)
     total = float(ks["total_ns"].sum()) if ks.height else 0.0
-
-    def share(df: pl.DataFrame) -> pl.DataFrame:
-        return df.with_columns((100.0 * pl.col("total_ns") / (total or 1.0)).alias("share_pct"))
-
-    return (
-        M.Kernel.from_frame(share(ks), top),
-        M.KernelByOp.from_frame(share(kernel_stats(trace, by_op=True)), top),
+    return M.Kernel.from_frame(
+        ks.with_columns((100.0 * pl.col("total_ns") / (total or 1.0)).alias("share_pct")), top
     )
+
+
+KERNELS_PER_OP = 8  # kernels_by_op: the top kernels of each op row, then one OTHER_KERNELS row
+
+
+def _op_chain(trace: Trace, shapes: pl.DataFrame) -> tuple[list[M.KernelByOp], list[M.CallStack]]:
+    """The drill-down below the op rows the report keeps (``shapes``): the device work each
+    launched, its top ``KERNELS_PER_OP`` kernels plus the rest as one row, so the rows of an op
+    row always add up to its device total; and its Python call stacks, the top few."""
+    keys = ["name", "input_dims"]
+    order = shapes.select(*keys).with_row_index("row")
+    k = kernels_by_op(trace).join(order, on=keys, how="inner", nulls_equal=True)
+    k = k.sort(["row", "total_ns", "kernel"], descending=[False, True, False]).with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).over("row").alias("rank")
+    )
+    rest = (
+        k.filter(pl.col("rank") >= KERNELS_PER_OP)
+        .group_by("row", *keys)
+        .agg(
+            pl.lit(M.OTHER_KERNELS).alias("kernel"),
+            pl.col("count").sum(),
+            pl.col("total_ns").sum(),
+            pl.col("min_ns").min(),
+            pl.col("max_ns").max(),
+            pl.col("self_count").sum(),
+            pl.col("self_total_ns").sum(),
+            pl.lit(KERNELS_PER_OP, pl.Int64).alias("rank"),
+        )
+    )
+    device = shapes.select(*keys, "device_total_ns")
+    chain = (
+        pl.concat([k.filter(pl.col("rank") < KERNELS_PER_OP), rest.select(k.columns)])
+        .join(device, on=keys, how="left", nulls_equal=True)
+        .sort("row", "rank")
+        .select(
+            pl.col("name").alias("op_name"),
+            "input_dims",
+            pl.col("kernel").alias("name"),
+            "count",
+            "total_ns",
+            (pl.col("total_ns") / pl.col("count")).alias("mean_ns"),
+            "min_ns",
+            "max_ns",
+            "self_count",
+            "self_total_ns",
+            (100.0 * pl.col("total_ns") / pl.col("device_total_ns")).alias("op_share_pct"),
+        )
+    )
+    stacks = (
+        call_stacks(trace)
+        .join(order, on=keys, how="inner", nulls_equal=True)
+        .sort(["row", "host_total_ns", "stack"], descending=[False, True, False])
+        .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("row").alias("rank"))
+        .filter(pl.col("rank") < STACKS_PER_OP)
+        .sort("row", "rank")
+        .drop("row", "rank")
+    )
+    return M.KernelByOp.from_frame(chain), M.CallStack.from_frame(stacks)
+
+
+STACKS_PER_OP = 5  # call_stacks: the top stacks (by host time) of each op row the report keeps
 
 
 def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
@@ -113,7 +169,9 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
     tb = temporal_breakdown(trace)
     ls = ctx.launch
     n = max(ov.comm_overlap.height, 1)
-    kernels, kernels_by_op = _kernels(trace, top)
+    kernels = _kernels(trace, top)
+    shapes = operators(trace, by_input_shape=True).head(top)
+    kernels_by_op, stacks = _op_chain(trace, shapes)
     recs = [M.Finding(**f.to_dict()) for f in advise(trace, ctx=ctx)]
     temporal = {
         "idle_us": M.us_of(tb.idle_ns),
@@ -157,8 +215,8 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
         ],
         comm_overlap=comm,  # type: ignore[arg-type]
         operators=M.Operator.from_frame(ctx.operators, top),
-        operators_by_shape=M.OperatorByShape.from_frame(operators(trace, by_input_shape=True), top),
-        call_stacks=M.CallStack.from_frame(call_stacks(trace), top),
+        operators_by_shape=M.OperatorByShape.from_frame(shapes),
+        call_stacks=stacks,
         flops=M.Flops.from_frame(flops(trace), top),
         kernels=kernels,
         kernels_by_op=kernels_by_op,

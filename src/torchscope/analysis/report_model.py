@@ -176,6 +176,7 @@ class OperatorByShape(Operator, kw_only=True):
 
 class CallStack(Row, kw_only=True):
     name: str
+    input_dims: str | None
     stack: str
     calls: int
     host_total_us: float
@@ -204,8 +205,25 @@ class Kernel(Row, kw_only=True):
     share_pct: float = 0.0  # of all kernel time
 
 
-class KernelByOp(Kernel, kw_only=True):
-    op_name: str | None
+OTHER_KERNELS = "(other kernels)"  # a kernels_by_op row: the op row's kernels past the top few
+
+
+class KernelByOp(Row, kw_only=True):
+    """Device work (kernels, memcpy, memset) an op row launched, itself or through the ops it
+    calls: for each (op_name, input_dims) the rows' ``total_us`` add up to that op row's
+    ``device_total_us`` and their ``self_total_us`` to its ``device_self_us``."""
+
+    op_name: str
+    input_dims: str | None
+    name: str  # the kernel, or OTHER_KERNELS: the rest of this op row's device work
+    count: int
+    total_us: float
+    mean_us: float
+    min_us: float
+    max_us: float
+    self_count: int  # launched by this op itself (the innermost op)
+    self_total_us: float
+    op_share_pct: float | None  # of the op row's device total
 
 
 class KernelType(Row, kw_only=True):

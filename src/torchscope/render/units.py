@@ -1,6 +1,6 @@
 """Numbers as text, by the unit the report declares (``report["units"]``), for every renderer.
 
-The terminal uses these functions and ``app.js`` has their twins (``fmt`` there), written to
+The terminal uses these functions and the page has their twins (``fmt`` in ``format.js``), written to
 give the same text for the same number: rounding is half-up on integers (not Python's
 half-even or ``toFixed``'s binary ties), so "1.0625 ms" reads the same in both. Timestamps
 are shown relative to the trace's start ("+32.425 ms"), never as an absolute clock value.

@@ -20,7 +20,28 @@ from pathlib import Path
 from typing import Any
 
 # the page's view modules, inlined before app.js in this order
-VIEW_MODULES = ("charts.js", "flame.js", "timeline.js")
+VIEW_MODULES = (
+    "charts.js",
+    "flame.js",
+    "timeline.js",
+    "chain.js",
+    "format.js",
+    "dom.js",
+    "table.js",
+    "plots.js",
+    "page.js",
+    "view_overview.js",
+    "view_operators.js",
+    "view_kernels.js",
+    "view_memory.js",
+    "view_modules.js",
+    "view_distributed.js",
+    "view_diff.js",
+    "view_accuracy.js",
+    "view_report.js",
+    "view_timeline.js",
+    "view_job.js",
+)
 
 
 @cache

@@ -1,0 +1,60 @@
+// The operators chain (chain.js) on reports of real traces that tests/render/test_js.py writes
+// (TORCHSCOPE_REPORTS, paths joined by the platform's delimiter), and on a hand-made case.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { delimiter } from "node:path";
+import { page } from "./page.mjs";
+
+const C = page().TorchscopeChain;
+// plain values of this realm (the modules run in their own context, as in the page)
+const plain = (x) => JSON.parse(JSON.stringify(x));
+const reports = (process.env.TORCHSCOPE_REPORTS || "").split(delimiter).filter(Boolean)
+  .map((p) => JSON.parse(readFileSync(p, "utf8")));
+
+test("each shape row's kernels add up to its device total, to the nanosecond", (t) => {
+  if (!reports.length) return t.skip("TORCHSCOPE_REPORTS unset: tests/render/test_js.py writes real reports");
+  let rows = 0;
+  for (const r of reports) {
+    for (const o of r.operators_by_shape) {
+      const ks = C.kernels(r, o.name, o.input_dims);
+      assert.equal(C.sumUs(ks, "total_us"), o.device_total_us, `${o.name} ${o.input_dims}`);
+      assert.equal(C.sumUs(ks, "self_total_us"), o.device_self_us, `${o.name} ${o.input_dims}`);
+      rows += ks.length ? 1 : 0;
+    }
+  }
+  assert.ok(rows > 20);
+});
+
+test("an op's shapes, then a shape's stacks and kernels, are exactly its rows", (t) => {
+  if (!reports.length) return t.skip("TORCHSCOPE_REPORTS unset");
+  for (const r of reports) {
+    for (const op of new Set(r.operators_by_shape.map((o) => o.name))) {
+      const shapes = C.shapes(r, op);
+      assert.ok(shapes.length && shapes.every((o) => o.name === op));
+      for (const o of shapes) {
+        assert.ok(C.stacks(r, op, o.input_dims).every((s) => s.name === op && s.input_dims === o.input_dims));
+        assert.ok(C.kernels(r, op, o.input_dims).every((k) => k.op_name === op && k.input_dims === o.input_dims));
+      }
+    }
+  }
+});
+
+test("a kernel's launchers: the ops that launched it themselves, summed over their shapes", () => {
+  const r = {
+    kernels_by_op: [
+      { op_name: "aten::linear", input_dims: "[[4, 16]]", name: "sgemm", count: 3, total_us: 30, self_count: 0, self_total_us: 0 },
+      { op_name: "aten::addmm", input_dims: "[[4, 16]]", name: "sgemm", count: 3, total_us: 30, self_count: 3, self_total_us: 30 },
+      { op_name: "aten::addmm", input_dims: "[[2, 32]]", name: "sgemm", count: 1, total_us: 12.001, self_count: 1, self_total_us: 12.001 },
+      { op_name: "aten::mm", input_dims: null, name: "sgemm", count: 2, total_us: 50, self_count: 2, self_total_us: 50 },
+      { op_name: "aten::mm", input_dims: null, name: "(other kernels)", count: 9, total_us: 5, self_count: 9, self_total_us: 5 },
+    ],
+  };
+  assert.deepEqual(plain(C.launchers(r, "sgemm")), [
+    { op_name: "aten::mm", count: 2, total_us: 50, shapes: 1 },
+    { op_name: "aten::addmm", count: 4, total_us: 42.001, shapes: 2 },
+  ]);
+  assert.deepEqual(plain(C.launchers(r, "nothing")), []);
+  // null and undefined shapes are the same shape (a report row without recorded shapes)
+  assert.equal(C.kernels(r, "aten::mm", undefined).length, 2);
+});

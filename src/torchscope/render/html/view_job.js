@@ -1,0 +1,65 @@
+// @ts-check
+// Job (torchscope.job): one summary for many runs, ranks and cycles.
+// The page inlines this file before app.js; it defines one global, viewJob.
+
+const viewJob = (() => {
+  const { fmtNs } = TorchscopeFormat;
+  const { h, card } = TorchscopeDom;
+  const { table } = TorchscopeTable;
+  const { state, recCard } = TorchscopePage;
+  // -- job view (torchscope.job): one summary for many runs, ranks and cycles ------------------
+  // Self-contained: reads only payload.job (job.render.job_section); per-rank full views are
+  // sibling HTML files named in job.runs[i].per_rank[j].views.
+  function viewJob() {
+    const J = state.payload.job || { runs: [] };
+    /** @type {Node[]} */
+    const out = [h("h2", {}, "Job")];
+    J.runs.forEach((/** @type {Obj} */ R) => {
+      const st = R.step_ns || {};
+      out.push(h("h3", { "data-testid": "job-run" }, `${R.run}: ${R.ranks} rank(s), ${R.cycles} cycle(s)` + (R.backend ? `, ${R.backend}` : "")));
+      // the steps themselves (over every rank and cycle): the longest step is the real one, never a median
+      const ev = R.steps_ns || { count: 0 };
+      const at = [R.ranks > 1 && ev.max_rank !== null ? `rank ${ev.max_rank}` : "", R.cycles > 1 && ev.max_cycle !== null ? `cycle ${ev.max_cycle}` : ""].filter(Boolean).join(", ");
+      const stepCards = [card("shortest step", fmtNs(ev.min)), card(`median step (${ev.count} steps)`, fmtNs(ev.median)),
+        card("longest step", fmtNs(ev.max) + (at ? ` (${at})` : ""))];
+      // with several ranks, also each rank's median step as a distribution (who is fast, who is slow)
+      const rankCards = R.ranks > 1 ? [card("fastest rank (its median step)", fmtNs(st.min) + (st.min_rank !== null ? ` (rank ${st.min_rank})` : "")),
+        card("slowest rank (its median step)", fmtNs(st.max) + (st.max_rank !== null ? ` (rank ${st.max_rank})` : ""))] : [];
+      out.push(h("div", { class: "cards" }, [...stepCards, ...rankCards,
+        card("straggler", R.straggler ? `rank ${R.straggler.rank}` : "none"),
+        card("wait per step", R.straggler ? fmtNs(R.straggler.wait_per_step_ns) : "–")]));
+      if (R.straggler) {
+        out.push(h("h4", {}, `Rank ${R.straggler.rank} arrives last at ${R.straggler.last} of ${R.straggler.matched} collectives; it spends more on`));
+        out.push(table([{ key: "name", label: "op / kernel / category", cls: "name" }, { key: "rank_ns", label: "on the straggler", num: true, fmt: fmtNs },
+          { key: "median_ns", label: "other ranks' median", num: true, fmt: fmtNs }, { key: "excess_ns", label: "excess per step", num: true, fmt: fmtNs }],
+          [...R.straggler.ops, ...R.straggler.kernels, ...R.straggler.categories], { id: "job-straggler", sort: "excess_ns" }));
+      }
+      if ((R.collectives || []).length) {
+        out.push(h("h4", {}, "Collectives (aligned across ranks)"));
+        out.push(table([{ key: "group", label: "group", cls: "name" }, { key: "name", label: "collective", cls: "name" }, { key: "count", label: "count", num: true },
+          { key: "median_duration_ns", label: "median duration", num: true, fmt: fmtNs }, { key: "mean_skew_ns", label: "mean arrival skew", num: true, fmt: fmtNs },
+          { key: "max_skew_ns", label: "max skew", num: true, fmt: fmtNs }, { key: "mean_wait_ns", label: "mean wait", num: true, fmt: fmtNs }], R.collectives, { id: "job-collectives" }));
+      }
+      const waits = Object.fromEntries((R.rank_waits || []).map((/** @type {Obj} */ w) => [w.rank, w]));
+      out.push(h("h4", {}, "Ranks"));
+      out.push(table([{ key: "rank", label: "rank", num: true }, { key: "steps", label: "steps", num: true }, { key: "step_ns", label: "median step", num: true, fmt: fmtNs },
+        { key: "last", label: "arrived last", num: true }, { key: "wait_ns", label: "waited", num: true, fmt: fmtNs },
+        { key: "findings", label: "findings", cls: "name" }, { key: "view", label: "full view", cls: "name" }],
+        (R.per_rank || []).map((/** @type {Obj} */ p) => ({ ...p, last: (waits[p.rank] || {}).last, wait_ns: (waits[p.rank] || {}).wait_ns, findings: (p.findings || []).join(", "),
+          view: (p.views || []).length ? h("span", {}, p.views.map((/** @type {any} */ v) => h("a", { href: v }, v + " "))) : "" })), { id: "job-ranks", sort: "rank" }));
+      if ((R.cycle_table || []).length > 1) {
+        out.push(h("h4", {}, "Cycles"));
+        out.push(table([{ key: "cycle", label: "cycle", num: true }, { key: "ranks", label: "ranks", num: true }, { key: "steps", label: "steps", num: true },
+          { key: "min_step_ns", label: "shortest step", num: true, fmt: fmtNs }, { key: "median_step_ns", label: "median step", num: true, fmt: fmtNs },
+          { key: "max_step_ns", label: "longest step", num: true, fmt: fmtNs }, { key: "slowest_rank", label: "rank of the longest", num: true }], R.cycle_table, { id: "job-cycles" }));
+      }
+      out.push(h("h4", {}, "Recommendations"));
+      out.push((R.recommendations || []).length ? h("div", { "data-testid": "job-recommendations" }, R.recommendations.map((/** @type {Obj} */ f) =>
+        recCard({ rule: `${f.rule} (on ${f.on_ranks} of ${f.of_ranks} ranks; worst: rank ${f.worst_rank})`, message: f.message, fix: f.fix, evidence: f.evidence })))
+        : h("div", { class: "muted" }, "No recommendations."));
+    });
+    return out;
+  }
+
+  return viewJob;
+})();

@@ -1,0 +1,59 @@
+// @ts-check
+// The Overview: cards, the step-time breakdown, recommendations, hot spots.
+// The page inlines this file before app.js; it defines one global, viewOverview.
+
+const viewOverview = (() => {
+  const { none, fmtUs, fmtNs, fmtPct, fmtCount, fmt } = TorchscopeFormat;
+  const { h, card, empty } = TorchscopeDom;
+  const { table } = TorchscopeTable;
+  const { state, report, rep, col, nameCol, generic, recCard, warningsBox } = TorchscopePage;
+  const { stackedBars } = TorchscopePlots;
+  const DEVICE_CATS = ["Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other"];
+  const HOST_CATS = ["Operators", "Communication", "DataLoader", "Optimizer", "Python outside ops", "Other"];
+
+  function viewOverview() {
+    const r = rep(), m = r.meta || {}, P = state.payload, steps = r.steps || [];
+    /** @type {Node[]} */
+    const out = [h("h2", {}, "Overview"), ...warningsBox()];
+    const cards = [card("time span", fmtUs(m.span_us)), card("events", fmtCount(m.events)), card("steps", fmtCount(steps.length))];
+    if (r.breakdown_us && r.breakdown_us.Total) cards.push(card("avg step", fmtUs(r.breakdown_us.Total)));
+    (r.devices || []).forEach((/** @type {Obj} */ d) => {
+      cards.push(card(`device ${d.device} utilization`, fmt(d.utilization, "fraction")));
+      if (!none(d.sm_efficiency)) cards.push(card(`device ${d.device} est. SM efficiency`, fmt(d.sm_efficiency, "fraction")));
+      if (!none(d.achieved_occupancy)) cards.push(card(`device ${d.device} est. occupancy`, fmt(d.achieved_occupancy, "fraction")));
+    });
+    if (!none(m.rank)) cards.push(card("rank", `${m.rank} of ${m.world_size ?? "?"}`));
+    if (P.run) cards.push(card("exit code", String(P.run.exit_code)));
+    if (P.run && !none(P.run.setup_s)) cards.push(card("setup (before step 0)", fmtUs(P.run.setup_s * 1e6)));
+    out.push(h("div", { class: "cards", "data-testid": "overview-cards" }, cards));
+    const hasDevice = steps.some((/** @type {Obj} */ x) => (x.breakdown_us.Kernel || 0) + (x.breakdown_us.Memcpy || 0) + (x.breakdown_us.Memset || 0) > 0);
+    const cats = hasDevice ? DEVICE_CATS : HOST_CATS;
+    const part = hasDevice ? "breakdown_us" : "host_breakdown_us";
+    if (steps.length) {
+      out.push(h("h3", {}, hasDevice ? "Step time breakdown" : "Step time breakdown (host)"));
+      out.push(stackedBars(steps.map((/** @type {Obj} */ x) => ({ step: x.step, ...x[part] })), cats, "step", { id: "step-chart", fmt: fmtUs }));
+      const avg = r[part] || {};
+      out.push(table([nameCol("cat", "category"), { key: "us", label: "avg per step", num: true, fmt: fmtUs }, { key: "pct", label: "share", num: true, fmt: fmtPct }],
+        cats.map((c) => ({ cat: c, us: avg[c] || 0, pct: avg.Total ? (100 * (avg[c] || 0)) / avg.Total : null })), { id: "breakdown-table" }));
+      if (m.steps_from_trace) {
+        out.push(h("h3", {}, "Steps (start: time since the trace's first event)"));
+        out.push(table([col("step", "step"), col("start_us", "start"), col("dur_us", "duration")], steps, { id: "steps-table" }));
+      }
+    } else out.push(empty("No step information in this trace."));
+    const recs = (report() || {}).recommendations || [];
+    out.push(h("h3", {}, "Recommendations"));
+    out.push(recs.length ? h("div", { "data-testid": "recommendations" }, recs.map(recCard)) : h("div", { class: "muted", "data-testid": "recommendations" }, "No recommendations."));
+    if (P.hotspots && P.hotspots.length) {
+      out.push(h("h3", {}, "Python hot spots (sampled; “outside ops” is time the op profiler does not see)"));
+      out.push(table([
+        { key: "function", label: "function", cls: "name" }, { key: "location", label: "location", cls: "name" },
+        { key: "self_ns", label: "self", num: true, fmt: fmtNs }, { key: "total_ns", label: "total", num: true, fmt: fmtNs },
+        { key: "total_pct", label: "total %", num: true, fmt: fmtPct }, { key: "outside_ops_pct", label: "outside ops", num: true, fmt: fmtPct },
+      ], P.hotspots, { id: "hotspots-table", sort: "self_ns" }));
+    }
+    if (P.env) { out.push(h("h3", {}, "Environment")); out.push(generic(P.env, "env")); }
+    return out;
+  }
+
+  return viewOverview;
+})();

@@ -1,0 +1,131 @@
+"""The operators drill-down as a chain: op -> input shape -> call stacks -> device work launched.
+
+``kernels_by_op`` credits a kernel to the op that launched it and to every op enclosing it, so
+for each op row (name, input shape) its kernels add up to the row's device total, as torch's
+``key_averages`` counts device time; the report keeps that true under its row limits.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from torchscope.analysis import report_model as M
+from torchscope.analysis.operators import call_stacks, kernels_by_op, operators
+from torchscope.analysis.report import KERNELS_PER_OP, STACKS_PER_OP, report_model
+from torchscope.trace.model import Trace
+
+CUDA = [
+    "cuda/nccl_rank1_of_2_profile_memory.json.gz",
+    "cuda/diff_control_rank3_of_8.json.gz",
+    "cuda/rank0_ns_resolution.pt.trace.json.gz",
+    "cuda/alexnet_benchmark.json.gz",
+    "other_devices/mtia_training_large.json.gz",
+]
+KEYS = ["name", "input_dims"]
+
+
+def _ns(us: float) -> int:
+    return round(us * 1000)
+
+
+@pytest.mark.parametrize("rel", CUDA)
+def test_each_op_rows_kernels_add_up_to_its_device_time(load_trace: Callable[[str], Trace], rel: str) -> None:
+    trace = load_trace(rel)
+    ops = operators(trace, by_input_shape=True)
+    sums = kernels_by_op(trace).group_by(KEYS).agg(pl.col("total_ns").sum(), pl.col("self_total_ns").sum())
+    both = ops.join(sums, on=KEYS, how="left", nulls_equal=True).with_columns(
+        pl.col("total_ns", "self_total_ns").fill_null(0)
+    )
+    assert both.height == ops.height and (both["device_total_ns"] > 0).sum() > 0
+    assert (both["total_ns"] == both["device_total_ns"]).all()
+    assert (both["self_total_ns"] == both["device_self_ns"]).all()
+
+
+@pytest.mark.parametrize("rel", CUDA)
+def test_the_reports_chain_adds_up_under_its_row_limits(load_trace: Callable[[str], Trace], rel: str) -> None:
+    r = report_model(load_trace(rel))
+    kept = {(o.name, o.input_dims): o for o in r.operators_by_shape}
+    rows: dict[tuple[str, str | None], list[M.KernelByOp]] = {}
+    for k in r.kernels_by_op:
+        rows.setdefault((k.op_name, k.input_dims), []).append(k)
+    assert set(rows) <= set(kept)  # only the op rows the report keeps
+    for key, o in kept.items():
+        ks = rows.get(key, [])
+        assert sum(_ns(k.total_us) for k in ks) == _ns(o.device_total_us), key
+        assert sum(_ns(k.self_total_us) for k in ks) == _ns(o.device_self_us), key
+        # the top kernels by time, then one row for the rest, only when there is a rest
+        assert len(ks) <= KERNELS_PER_OP + 1
+        others = [k for k in ks if k.name == M.OTHER_KERNELS]
+        assert len(others) == (len(ks) == KERNELS_PER_OP + 1) and (not others or ks[-1] is others[0])
+        named = [k.total_us for k in ks if k.name != M.OTHER_KERNELS]
+        assert named == sorted(named, reverse=True)
+
+
+def test_a_kernel_counts_in_the_op_that_launched_it_and_every_op_above(
+    load_trace: Callable[[str], Trace],
+) -> None:
+    k = kernels_by_op(load_trace("cuda/nccl_rank1_of_2_profile_memory.json.gz"))
+    sgemm = {
+        r["name"]: r for r in k.filter(pl.col("kernel") == "volta_sgemm_128x64_nn").iter_rows(named=True)
+    }
+    # aten::mm launched all 225 itself; the backward function around it launched none itself
+    assert (sgemm["aten::mm"]["count"], sgemm["aten::mm"]["self_count"]) == (225, 225)
+    assert sgemm["aten::mm"]["self_total_ns"] == sgemm["aten::mm"]["total_ns"] == 55_313_000
+    outer = sgemm["CompiledFunctionBackward"]
+    assert (outer["count"], outer["self_count"], outer["total_ns"]) == (225, 0, 55_313_000)
+
+
+def test_an_op_that_calls_itself_credits_its_kernels_at_each_level(
+    load_trace: Callable[[str], Trace],
+) -> None:
+    """``aten::div`` -> ``aten::div``: torch's device total (and our op row) counts the inner
+    kernel once per level; the chain does the same so it adds up to the row it explains."""
+    trace = load_trace("cuda/rank0_ns_resolution.pt.trace.json.gz")
+    div = kernels_by_op(trace).filter(pl.col("name") == "aten::div")
+    (row,) = operators(trace, by_input_shape=True).filter(pl.col("name") == "aten::div").iter_rows(named=True)
+    assert div["total_ns"].sum() == row["device_total_ns"] == 248_000
+    assert div["self_total_ns"].sum() == row["device_self_ns"] == 124_000
+    assert div["count"].to_list() == [2 * n for n in div["self_count"].to_list()]
+
+
+def test_call_stacks_per_input_shape_agree_with_torch(tmp_path: Path) -> None:
+    """Stacks by op name and input shape: the calls of each (name, shape) add up to torch's
+    ``key_averages(group_by_input_shape=True)`` count for it, and the report keeps the top few."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    import torchscope
+
+    small, wide = torch.nn.Linear(16, 8), torch.nn.Linear(32, 8)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, record_shapes=True) as prof:
+        for _ in range(3):
+            small(torch.randn(4, 16))
+        wide(torch.randn(2, 32))
+    path = tmp_path / "linear.json"
+    prof.export_chrome_trace(str(path))
+    trace = torchscope.load(path)
+    assert isinstance(trace, Trace)
+    theirs = Counter(
+        {
+            (r.key, str(r.input_shapes)): r.count
+            for r in prof.key_averages(group_by_input_shape=True)
+            if r.key == "aten::addmm"
+        }
+    )
+    stacks = call_stacks(trace, "aten::addmm")
+    ours = Counter[tuple[str, str]]()
+    for r in stacks.iter_rows(named=True):
+        ours[(r["name"], r["input_dims"].replace(" ", ""))] += r["calls"]
+    assert ours == Counter({(k, s.replace(" ", "")): n for (k, s), n in theirs.items()})
+    assert sorted(ours.values()) == [1, 3]
+    assert stacks["stack"].str.contains("test_call_stacks_per_input_shape_agree_with_torch").all()
+    report = report_model(trace)
+    kept = {(o.name, o.input_dims) for o in report.operators_by_shape}
+    assert {(s.name, s.input_dims) for s in report.call_stacks} <= kept
+    per_row = Counter((s.name, s.input_dims) for s in report.call_stacks)
+    assert per_row and max(per_row.values()) <= STACKS_PER_OP

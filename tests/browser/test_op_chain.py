@@ -1,0 +1,118 @@
+"""The operators drill-down as a chain in the page, on real CUDA traces: op -> its input-shape
+rows -> a shape's call stacks and the kernels it launched (adding up to the shape's device
+total); kernel -> the ops that launched it. Every name stays text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import torchscope
+from torchscope.analysis import report_model as M
+from torchscope.render.html import write_html
+from torchscope.render.payload import build_payload
+from torchscope.render.units import fmt
+
+RESNET = "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz"
+NCCL = "cuda/nccl_rank1_of_2_profile_memory.json.gz"
+
+
+@pytest.fixture(scope="module")
+def pages(traces_dir: Path, tmp_path_factory: Any) -> dict[str, dict[str, Any]]:
+    out = {}
+    for rel in (RESNET, NCCL):
+        payload = build_payload(torchscope.load(traces_dir / rel), with_timeline=False)
+        html = write_html(payload, tmp_path_factory.mktemp("chain") / "page.html")
+        out[rel] = {"report": payload["report"], "url": html.as_uri()}
+    return out
+
+
+def texts(page: Any, sel: str, cell: int = 0) -> list[str]:
+    return page.eval_on_selector_all(f"{sel} tbody tr", f"r => r.map(x => x.cells[{cell}].textContent)")
+
+
+def open_op(page: Any, url: str, name: str) -> None:
+    page.goto(url)
+    page.click("#tabs button[data-view=operators]")
+    page.fill("[data-testid=filter]", name)
+    page.click(f"[data-testid=ops-table] tbody tr:has(td:text-is('{name}'))")
+
+
+def test_op_to_shape_to_its_kernels_adding_up(pages: dict[str, dict[str, Any]], page: Any) -> None:
+    report, url = pages[RESNET]["report"], pages[RESNET]["url"]
+    name = "aten::cudnn_convolution"
+    open_op(page, url, name)
+    shapes = [r for r in report["operators_by_shape"] if r["name"] == name]
+    assert len(shapes) > 1
+    assert texts(page, "[data-testid=drill-shapes]") == [r["input_dims"] for r in shapes]
+    # the third shape row: its kernels, and their sum is the row's device total
+    shape = shapes[2]
+    page.click("[data-testid=drill-shapes] tbody tr:nth-child(3)")
+    # the picked shape stays marked, and only it
+    picked = page.eval_on_selector_all(
+        "[data-testid=drill-shapes] tr.picked", "r => r.map(x => x.cells[0].textContent)"
+    )
+    assert picked == [shape["input_dims"]]
+    kernels = [
+        r for r in report["kernels_by_op"] if r["op_name"] == name and r["input_dims"] == shape["input_dims"]
+    ]
+    assert kernels and texts(page, "[data-testid=drill-kernels]") == [r["name"] for r in kernels]
+    assert texts(page, "[data-testid=drill-kernels]", 2) == [fmt(r["total_us"], "us") for r in kernels]
+    total = sum(round(r["total_us"] * 1000) for r in kernels)
+    assert total == round(shape["device_total_us"] * 1000) > 0
+    assert page.inner_text("[data-testid=drill-kernels-sum]") == (
+        f"sum {fmt(total / 1000, 'us')} = the shape's device total {fmt(shape['device_total_us'], 'us')}"
+    )
+    assert page.inner_text("[data-testid=shape-drill] h4") == f"{name} · input shapes {shape['input_dims']}"
+    assert page.errors == []
+
+
+def test_an_op_with_many_kernels_ends_with_the_rest(pages: dict[str, dict[str, Any]], page: Any) -> None:
+    """One shape row opens by itself; its top kernels then "(other kernels)" add up to it."""
+    report, url = pages[NCCL]["report"], pages[NCCL]["url"]
+    name = "CompiledFunctionBackward"
+    open_op(page, url, name)
+    (shape,) = [r for r in report["operators_by_shape"] if r["name"] == name]
+    got = texts(page, "[data-testid=drill-kernels]")
+    rows = [r for r in report["kernels_by_op"] if r["op_name"] == name]
+    assert got == [r["name"] for r in rows] and got[-1] == M.OTHER_KERNELS and len(got) == 9
+    # an enclosing op: the kernels were launched by the ops it calls, none by itself
+    assert set(texts(page, "[data-testid=drill-kernels]", 4)) == {fmt(0, "us")}
+    assert page.inner_text("[data-testid=drill-kernels-sum]").endswith(
+        f"= the shape's device total {fmt(shape['device_total_us'], 'us')} (the top kernels, then {M.OTHER_KERNELS})"
+    )
+    assert page.errors == []
+
+
+def test_kernel_to_the_ops_that_launched_it(pages: dict[str, dict[str, Any]], page: Any) -> None:
+    report, url = pages[NCCL]["report"], pages[NCCL]["url"]
+    page.goto(url)
+    page.click("#tabs button[data-view=kernels]")
+    kernel = "volta_sgemm_128x64_nn"
+    page.fill("[data-testid=filter]", kernel)
+    page.click(f"[data-testid=kernels-table] tbody tr:has(td:text-is('{kernel}'))")
+    own = [r for r in report["kernels_by_op"] if r["name"] == kernel and r["self_count"]]
+    assert {r["op_name"] for r in own} == {"aten::mm"}
+    assert texts(page, "[data-testid=drill-launchers]") == ["aten::mm"]
+    assert texts(page, "[data-testid=drill-launchers]", 1) == [fmt(225, "count")]
+    assert texts(page, "[data-testid=drill-launchers]", 2) == [
+        fmt(sum(r["self_total_us"] for r in own), "us")
+    ]
+    assert page.errors == []
+
+
+def test_hostile_op_names_stay_text_along_the_chain(tmp_path: Path, page: Any) -> None:
+    data = Path(__file__).resolve().parents[1] / "data"
+    payload = build_payload(torchscope.load(data / "hostile_names.pt.trace.json"), with_timeline=False)
+    hostile = next(r for r in payload["report"]["operators"] if "<" in r["name"])
+    page.on("dialog", lambda d: d.dismiss())
+    page.goto(write_html(payload, tmp_path / "h.html").as_uri())
+    page.click("#tabs button[data-view=operators]")
+    row = texts(page, "[data-testid=ops-table]").index(hostile["name"])
+    page.click(f"[data-testid=ops-table] tbody tr:nth-child({row + 1})")
+    assert page.inner_text("[data-testid=op-drill] h3") == hostile["name"]
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.query_selector("#view script, #view img") is None
+    assert page.errors == []
