@@ -34,8 +34,23 @@ def test_the_early_read_imports_nothing_heavy() -> None:
     assert out.stdout.strip() == ""
 
 
-def test_load_gives_the_same_trace_and_warnings_as_reading_the_file_directly(tmp_path: Path) -> None:
-    assert torchscope.load(SMALL).equals(read_chrome(SMALL))
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cuda/nccl_rank0_of_2.json.gz",  # scanned whole on the early thread
+        "other_devices/mtia_training_large.json.gz",  # its layout found there, its pieces later
+    ],
+)
+def test_load_gives_the_same_trace_as_reading_the_file_directly(name: str) -> None:
+    early = prefetch(TRACES / name)
+    assert early is not None
+    early.take()
+    assert early.scanned is not None and early.scanned[1] is not None  # the scanner ran early
+    got, direct = torchscope.load(TRACES / name), read_chrome(TRACES / name)
+    assert got.equals(direct) and got.meta == direct.meta
+
+
+def test_a_damaged_file_gives_the_same_warnings_through_load(tmp_path: Path) -> None:
     # a copy cut short: what inflates is read, and the warning says what was lost
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(SMALL.read_bytes()[: SMALL.stat().st_size // 2])

@@ -1,9 +1,11 @@
 """A trace file's bytes: only a regular file, inflated when gzip, read early when it helps.
 
-``torchscope.load`` starts reading and inflating the file (``Prefetch``) on a thread before it
-imports the reader and its columnar stack: inflating releases the GIL, and importing polars and
-NumPy (~0.15 s) holds it while doing little else, so the two overlap instead of adding up. This
-module therefore imports nothing beyond the standard library and our error type.
+``torchscope.load`` starts reading, inflating and scanning the file (``Prefetch``) on a thread
+before it imports the reader and its columnar stack: inflating and our C scanner release the
+GIL, and importing polars and NumPy (~0.15 s) holds it while doing little else, so they overlap
+instead of adding up. The scanner needs no polars (it returns plain buffers); the reader turns
+them into columns once its imports are done. This module therefore imports nothing beyond the
+standard library, our error type and the scanner.
 """
 
 from __future__ import annotations
@@ -14,8 +16,18 @@ import stat
 import threading
 import zlib
 from pathlib import Path
+from typing import Any
 
 from torchscope.errors import TraceError
+
+try:  # our C scanner (optional: without a compiler the reader decodes with msgspec)
+    from torchscope.trace import _scan
+except ImportError:  # pragma: no cover - depends on the build
+    _scan = None  # type: ignore[assignment]
+
+# Texts up to this size are scanned whole, in one pass; larger ones in pieces (the reader's
+# ``_read_whole``, which decides: a scan made for the other case is not used).
+WHOLE_BYTES = 64 * 1024 * 1024
 
 
 def read_bytes(path: str | Path, warnings: list[str] | None = None) -> bytes:
@@ -123,9 +135,13 @@ class Prefetch:
     ``take`` returns the first and re-raises the second, on the caller's thread.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, scan: bool = True) -> None:
         self.path = path
         self.warnings: list[str] = []
+        # what the scanner made of the text, for the reader to use or ignore: ("trace", the
+        # whole file's ``scan_trace``) or ("document", ``scan_document``: a large file's layout)
+        self.scanned: tuple[str, Any] | None = None
+        self._scan = scan and _scan is not None
         self._text: bytes | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._read, name="torchscope-read", daemon=True)
@@ -133,12 +149,18 @@ class Prefetch:
 
     def _read(self) -> None:
         try:
-            self._text = read_bytes(self.path, self.warnings)
+            self._text = text = read_bytes(self.path, self.warnings)
+            if self._scan:
+                if len(text) <= WHOLE_BYTES:
+                    self.scanned = ("trace", _scan.scan_trace(text))
+                else:
+                    self.scanned = ("document", _scan.scan_document(text))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread by take()
             self._error = exc
 
     def take(self) -> tuple[bytes, list[str]]:
-        """The file's text and the warnings reading it gave (once: the text is handed over)."""
+        """The file's text and the warnings reading it gave (once: the text is handed over);
+        ``scanned`` is final once this returns."""
         self._thread.join()
         if self._error is not None:
             raise self._error

@@ -135,14 +135,16 @@ def read_chrome(
     """
     timings = Timings(on_phase)
     warnings: list[str] = []
+    scanned = None
     if early is not None:
         text, warnings = early.take()
+        scanned, early.scanned = early.scanned, None
     else:
         text = read_bytes(path, warnings)
     box: list[Text] = [text]  # handed over: the text is freed once decoded
     del text
     timings.mark("inflate")
-    trace = _read(box, str(path), timings, warnings)
+    trace = _read(box, str(path), timings, warnings, scanned)
     if trace.events.height == 0 and trace.memory.height == 0:
         # a file that yields nothing to analyse is not a trace: say so rather than print empty
         # tables and exit 0 (a live document may be empty: an empty profiled region is fine)
@@ -180,13 +182,20 @@ def read_chrome_document(
 
 
 # -- decoding ---------------------------------------------------------------------------------
-def _read(box: list[Text], source: str, timings: Timings, warnings: list[str] | None = None) -> Trace:
+def _read(
+    box: list[Text],
+    source: str,
+    timings: Timings,
+    warnings: list[str] | None = None,
+    scanned: tuple[str, Any] | None = None,
+) -> Trace:
     """Read the JSON text in ``box`` (taken out of it, so that it can be freed early);
-    ``warnings`` may hold what reading the file already found."""
+    ``warnings`` may hold what reading the file already found, ``scanned`` what the scanner
+    already made of the text (``files.Prefetch``)."""
     warnings = [] if warnings is None else warnings
     top: dict[str, Any] = {}
     try:
-        trace = _build(box, top, warnings, timings, source)
+        trace = _build(box, top, warnings, timings, source, scanned)
     except RecursionError:
         raise TraceError(source, "JSON nested too deeply to be a trace") from None
     LAST_TIMINGS.clear()
@@ -320,7 +329,7 @@ def _as_bytes(data: Text) -> bytes:
 
 
 def _scanned_batches(
-    data: Text, source: str, warnings: list[str], top: dict[str, Any]
+    data: Text, source: str, warnings: list[str], top: dict[str, Any], scanned: tuple[str, Any] | None = None
 ) -> Iterator[pl.DataFrame] | None:
     """The batches our C scanner reads, or None when it is not built or declines the document.
 
@@ -328,17 +337,20 @@ def _scanned_batches(
     declines anything in them (a value outside the exactly-typed subset it handles, such as a
     duration written as a string), msgspec reads the whole file instead, with its repairs.
     Larger files are scanned in pieces, and a declined piece is decoded by msgspec alone.
+    ``scanned``: a scan of ``data`` already made (``files.Prefetch``), used when it is the one
+    this text calls for.
     """
     if _scan is None or not SCANNER_ENABLED:
         return None
+    kind, done = scanned if scanned is not None else ("", None)
     if _read_whole(data):  # the document and its events in one pass
-        whole = _scan.scan_trace(data)
+        whole = done if kind == "trace" else _scan.scan_trace(data)
         if whole is None:
             return None  # msgspec reads it, with its repairs, or says what is wrong
         (_, _, keys), columns = whole
         _top_values(data, keys, top, source, warnings)
         return iter([raw.from_scan(columns)])
-    doc = _scan.scan_document(data)
+    doc = done if kind == "document" else _scan.scan_document(data)
     if doc is None or doc[0] < 0:
         return None  # not a trace, or JSON the scanner does not take: msgspec says what is wrong
     lo, hi, keys = doc
@@ -570,10 +582,17 @@ _ARGS_DECODER = msgspec.json.Decoder(Args, strict=False)
 
 
 # -- columns ------------------------------------------------------------------------------------
-def _build(box: list[Text], top: dict[str, Any], warnings: list[str], timings: Timings, source: str) -> Trace:
+def _build(
+    box: list[Text],
+    top: dict[str, Any],
+    warnings: list[str],
+    timings: Timings,
+    source: str,
+    scanned: tuple[str, Any] | None = None,
+) -> Trace:
     data = box.pop()
     timings.starting("decode")
-    chunks: Iterator[pl.DataFrame] | None = _scanned_batches(data, source, warnings, top)
+    chunks: Iterator[pl.DataFrame] | None = _scanned_batches(data, source, warnings, top, scanned)
     if chunks is None:
         data = _as_bytes(data)
         chunks = (raw.from_events(events) for events in _decode_chunks(data, source, warnings, top))
