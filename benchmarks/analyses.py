@@ -37,16 +37,21 @@ SPLIT: dict[str, float] = {}
 
 
 def run_ours(path: Path) -> None:
+    # in the order ``torchscope report FILE --json`` runs: the file starts inflating and scanning
+    # before the reader's and the analyses' modules import (``trace.files.prefetch``), so
+    # "load" includes the reader's imports and "import" is the analyses' alone
     t0 = time.perf_counter()
     import torchscope
-    from torchscope.analysis.report import build_report
 
     t1 = time.perf_counter()
     trace = torchscope.load(path)
     t2 = time.perf_counter()
-    json.dumps(build_report(trace))
+    from torchscope.analysis.report import build_report
+
     t3 = time.perf_counter()
-    SPLIT.update({"import": t1 - t0, "load": t2 - t1, "report": t3 - t2})
+    json.dumps(build_report(trace))
+    t4 = time.perf_counter()
+    SPLIT.update({"import": (t1 - t0) + (t3 - t2), "load": t2 - t1, "report": t4 - t3})
 
 
 def run_hta(path: Path) -> None:
