@@ -21,6 +21,7 @@ from torchscope.analysis.diff import diff_traces
 from torchscope.analysis.overview import overview
 from torchscope.models import mlp, resnet18
 from torchscope.trace.model import Trace
+from torchscope.trace.reader import read_chrome_document
 
 torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
@@ -200,7 +201,44 @@ def test_single_process_dataloader_is_the_bottleneck(tmp_path: Path) -> None:
     found = _loader_findings(tmp_path, num_workers=0, dataset=_SlowDataset())
     dl = found["dataloader_bottleneck"]
     assert dl.evidence["loader"] == "main process" and "Set num_workers > 0" in dl.fix
-    assert "dataloader_num_workers" in found
+    assert "dataloader_num_workers" not in found  # one finding for one cause, with its share
+
+
+def test_a_cheap_main_process_dataloader_gets_the_pattern_finding_alone() -> None:
+    """Under the bottleneck's 5% the loader costs little yet: only the pattern rule speaks."""
+    steps = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"ProfilerStep#{i}",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000 * i,
+            "dur": 1000,
+        }
+        for i in range(3)
+    ]
+    loads = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000 * i + 1,
+            "dur": 20,
+            "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        }
+        for i in range(3)
+    ]
+    work = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000 * i + 30, "dur": 900}
+        for i in range(3)
+    ]
+    trace = read_chrome_document({"traceEvents": steps + loads + work})
+    found = {f.rule: f for f in advise(trace, min_share=0)}
+    assert overview(trace).breakdown_ns["DataLoader"] == 20_000  # per step: 2% of it
+    assert "dataloader_bottleneck" not in found
+    assert found["dataloader_num_workers"].evidence == {"batches": 3}
 
 
 def test_workers_that_do_not_keep_up_get_advice_for_workers(tmp_path: Path) -> None:

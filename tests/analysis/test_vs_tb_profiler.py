@@ -74,7 +74,8 @@ def test_same_recommendations_as_the_plugin(pair: tuple[str, Trace, Any]) -> Non
     assert ("enable_amp" in rules) == ("Automatic Mixed Precision" in theirs)
     assert ("low_device_utilization" in rules) == ("low utilization" in theirs)
     if name.endswith("num_workers_0.pt.trace.json.gz"):
-        assert "dataloader_bottleneck" in rules and "dataloader_num_workers" in rules
+        # one finding for one cause: the bottleneck's fix already says num_workers > 0
+        assert "dataloader_bottleneck" in rules and "dataloader_num_workers" not in rules
     else:
         assert "dataloader_bottleneck" not in rules and "dataloader_num_workers" not in rules
 

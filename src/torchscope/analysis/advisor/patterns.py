@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 
 from torchscope.analysis.advisor.base import Context, Finding
+from torchscope.analysis.advisor.plugin import DATALOADER_SHARE, dataloader_share
 from torchscope.analysis.frames import kinds
 from torchscope.analysis.kernels import host_wait_ns
 from torchscope.trace.tree import nearest_ancestor
@@ -217,8 +218,10 @@ def cpu_tensor_copied_to_device(ctx: Context) -> list[Finding]:
 
 
 def dataloader_num_workers(ctx: Context) -> list[Finding]:
+    """A main-process DataLoader that does not cost much yet. When it does, ``dataloader_bottleneck``
+    says so with the same fix (num_workers > 0) and its share: one finding, not two about one cause."""
     single = ctx.names.filter(ctx.names.str.contains(r"_SingleProcessDataLoaderIter"))
-    if single.len() == 0:
+    if single.len() == 0 or dataloader_share(ctx) > DATALOADER_SHARE:
         return []
     return [
         Finding(

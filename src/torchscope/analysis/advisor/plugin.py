@@ -20,10 +20,20 @@ def _loader_kind(ctx: Context) -> str:
     return "unknown"
 
 
+# above this share of the step in the DataLoader, the plugin's recommendation fires
+DATALOADER_SHARE = 0.05
+
+
+def dataloader_share(ctx: Context) -> float:
+    """The share of the step time spent in the DataLoader (the plugin's number)."""
+    b = ctx.overview.breakdown_ns
+    return float(b["DataLoader"] / (b["Total"] or 1.0))
+
+
 def dataloader_bottleneck(ctx: Context) -> list[Finding]:
     b = ctx.overview.breakdown_ns
-    share = b["DataLoader"] / (b["Total"] or 1.0)
-    if share <= 0.05:
+    share = dataloader_share(ctx)
+    if share <= DATALOADER_SHARE:
         return []
     loader = _loader_kind(ctx)
     if loader == "workers":  # "set num_workers > 0" would tell the user what they already did
