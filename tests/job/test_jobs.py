@@ -121,6 +121,35 @@ def test_gloo_straggler_named_with_its_extra_op(gloo_job: Path) -> None:
     # the fast rank is the one that waits
     waits = {w["rank"]: w["wait_ns"] for w in run["rank_waits"]}
     assert waits[0] > waits[1] == 0.0
+    # rank 0's "communication" is that wait: said so, pointed at the straggler, ranked after it
+    comm = next(f for f in run["recommendations"] if f["rule"] == "communication_heavy")
+    assert comm["worst_rank"] == 0 and comm["evidence"]["straggler"] == 1
+    assert comm["evidence"]["waiting_for_straggler_share"] > 0.5
+    assert "waiting in the collectives for rank 1, the straggler" in comm["message"]
+    assert comm["fix"].startswith("Even out rank 1's work first")
+    assert comm["impact"] < run["recommendations"][0]["impact"]
+
+
+def test_communication_that_is_not_waiting_keeps_its_words() -> None:
+    from torchscope.job.reduce import _waiting_for
+
+    strag = {"rank": 1}
+    finding = {
+        "rule": "communication_heavy",
+        "worst_rank": 0,
+        "message": "m",
+        "fix": "f",
+        "impact": 0.4,
+        "evidence": {"communication_us_per_step": 1000.0, "share": 0.4},
+    }
+    ranks = [{"rank": 0, "cycles": [{"steps": 10}]}, {"rank": 1, "cycles": [{"steps": 10}]}]
+    # 0.3 ms of waiting per step out of 1 ms of communication: most of it is real communication
+    aligned = {"ranks": [{"rank": 0, "wait_ns": 3_000_000.0}, {"rank": 1, "wait_ns": 0.0}]}
+    assert _waiting_for(strag, finding, aligned, ranks) is finding
+    aligned["ranks"][0]["wait_ns"] = 8_000_000.0  # 0.8 ms of it: the wait explains it
+    reworded = _waiting_for(strag, finding, aligned, ranks)
+    assert reworded["impact"] == pytest.approx(0.4 * 0.2)
+    assert reworded["evidence"]["waiting_for_straggler_share"] == pytest.approx(0.8)
 
 
 def _copy_as_rank(src: Path, dst: Path, rank: int, world: int) -> None:

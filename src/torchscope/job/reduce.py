@@ -143,6 +143,39 @@ def _straggler_finding(s: dict[str, Any], step_ns: float, of_ranks: int) -> dict
     }
 
 
+# a rank's communication is "waiting for the straggler" when its waits in the aligned collectives
+# are at least this share of its communication time
+WAITING_SHARE = 0.5
+
+
+def _waiting_for(
+    strag: dict[str, Any], finding: dict[str, Any], aligned: dict[str, Any], ranks: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """``communication_heavy`` reworded when its rank mostly waits in the collectives for the
+    straggler: that time is the straggler's extra work, which a bucket size or compression hook
+    would not shorten. The finding keeps its share, says how much of it is the wait, points to the
+    straggler first, and ranks by the communication that remains."""
+    rank = finding["worst_rank"]
+    if finding["rule"] != "communication_heavy" or rank == strag["rank"]:
+        return finding
+    wait_ns = next((float(w["wait_ns"]) for w in aligned["ranks"] if w["rank"] == rank), 0.0)
+    steps = next((sum(c["steps"] for c in r["cycles"]) for r in ranks if r["rank"] == rank), 0) or 1
+    comm_ns = float(finding["evidence"].get("communication_us_per_step", 0.0)) * 1e3
+    share = min(1.0, wait_ns / steps / comm_ns) if comm_ns > 0 else 0.0
+    if share < WAITING_SHARE:
+        return finding
+    return {
+        **finding,
+        "message": (
+            f"{finding['message']} {share:.0%} of it is rank {rank} waiting in the collectives for rank "
+            f"{strag['rank']}, the straggler: that time is its extra work, not the communication."
+        ),
+        "fix": f"Even out rank {strag['rank']}'s work first (see straggler); for what remains: {finding['fix']}",
+        "evidence": {**finding["evidence"], "waiting_for_straggler_share": share, "straggler": strag["rank"]},
+        "impact": finding["impact"] * (1.0 - share),
+    }
+
+
 def _top(values: dict[str, float], n: int) -> dict[str, float]:
     return dict(sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:n])
 
@@ -186,6 +219,8 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     strag = straggler(live, aligned, med_step)
     findings = dedupe_findings(live)
     if strag is not None:
+        findings = [_waiting_for(strag, f, aligned, live) for f in findings]
+        findings.sort(key=lambda f: (-f["impact"], -f["on_ranks"], f["rule"]))
         findings.insert(0, _straggler_finding(strag, med_step, len(live)))
     return {
         "run": name,
