@@ -149,4 +149,7 @@ def test_ddp_on_cpu_writes_a_trace_per_rank_and_rank_zero_reports_the_job(tmp_pa
     job = torchscope.load(out)
     assert list(job) == ["rank0", "rank1"] and all(t.steps.height == 3 for t in job.values())
     assert (out / "report.html").is_file()
-    assert "where the time goes (3 steps" in done.stdout + done.stderr
+    # rank 0 prints the job's summary, as `torchscope report DIR` does: both ranks, the collectives
+    printed = done.stdout + done.stderr
+    assert "== torchscope: 2 ranks, 1 cycle, gloo" in printed
+    assert "collectives (matched across ranks by order in their group):" in printed

@@ -265,6 +265,7 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
                 "rank": r["rank"],
                 "cycles": len(r["cycles"]),
                 "steps": sum(c["steps"] for c in r["cycles"]),
+                "events": sum(c.get("events", 0) for c in r["cycles"]),
                 "step_ns": steps.get(r["rank"]),
                 "breakdown_ns": breakdowns.get(r["rank"], {}),
                 "comm_overlap_ns": per_step(r, "comm_overlap_ns") if r["cycles"] else {},

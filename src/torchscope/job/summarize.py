@@ -125,6 +125,7 @@ def summarize_cycle(trace: Trace) -> dict[str, Any]:
     )
     return {
         "steps": ov.steps.height,
+        "events": trace.events.height,
         "categories": list(cats),
         "steps_from_trace": ov.steps_from_trace,
         "step_ns": [int(x) for x in ov.steps["dur_ns"].to_list()],
