@@ -179,7 +179,11 @@ def test_serve_end_to_end_refreshes_as_traces_arrive(tmp_path: Path, traces_dir:
         check_dashboard(page, url)
         assert page.eval_on_selector_all("#run-select option", "os => os.length") == 1
         shutil.copy(traces_dir / "multirank/rank-1.json.gz", logdir / "rank-1.json.gz")
-        page.wait_for_function("document.querySelectorAll('#run-select option').length === 2", timeout=20_000)
+        # the two ranks are one job, listed first, then each file
+        page.wait_for_function("document.querySelectorAll('#run-select option').length === 3", timeout=20_000)
+        page.select_option("#run-select", index=0)
+        page.wait_for_function("document.querySelector('#view').dataset.rendered === 'job'", timeout=60_000)
+        assert "2 ranks" in page.inner_text("#view")
         page.select_option("#run-select", "rank-1.json.gz")
         page.wait_for_function(
             "document.querySelector('#title').textContent === 'rank-1.json.gz'", timeout=60_000

@@ -216,7 +216,13 @@ def test_serve_lists_serves_and_confines_to_logdir(served: tuple[str, Path], tra
     assert _get(url + f"api/file?id={run_id(b'link.json')}")[0] == 404
     # a trace that arrives later is listed on the next poll
     shutil.copy(traces_dir / "multirank/rank-1.json.gz", logdir / "run1" / "worker1.pt.trace.json.gz")
-    assert len(json.loads(_get(url + "api/runs")[1])["runs"]) == 2
+    runs = json.loads(_get(url + "api/runs")[1])["runs"]
+    # the folder now holds a job of two ranks: listed once as a job, first, then each file
+    assert [r["name"] for r in runs] == [
+        "run1 (job: 2 ranks, 1 cycle)",
+        "run1/worker0.pt.trace.json.gz",
+        "run1/worker1.pt.trace.json.gz",
+    ]
 
 
 def test_export_chrome_and_parquet_round_trip(

@@ -28,6 +28,9 @@ def test_job_view_opens_first_and_names_the_straggler(
         assert page.locator("[data-testid=job-ranks] tbody tr").count() == 2
         first = page.locator("[data-testid=job-recommendations] .rec .t").first.inner_text()
         assert first.startswith("straggler (on 1 of 2 ranks")
+        # the page holds the job summary only: no per-trace tab saying "no steps" about a job
+        tabs = page.eval_on_selector_all("#tabs button", "bs => bs.map(b => b.dataset.view)")
+        assert "job" in tabs and not {"overview", "operators", "kernels", "timeline", "flame"} & set(tabs)
     assert errors == []
 
 

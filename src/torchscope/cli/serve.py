@@ -40,11 +40,14 @@ from concurrent.futures import Future
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from torchscope.cli.base import EXIT_BAD_INPUT, EXIT_OK
 from torchscope.errors import TraceError
+
+if TYPE_CHECKING:
+    from torchscope.job.discover import Run
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TRACE_SUFFIXES = (b".json", b".json.gz")
@@ -72,6 +75,17 @@ def rel_of(run: str) -> bytes | None:
         return base64.urlsafe_b64decode(run + "=" * (-len(run) % 4))
     except (binascii.Error, ValueError):
         return None
+
+
+# a run of several ranks or cycles is listed once, as a job: its id is this prefix (outside the
+# base64url alphabet of file ids) and its name in base64url
+JOB_PREFIX = "job~"
+
+
+def job_id(name: str) -> str:
+    return (
+        JOB_PREFIX + base64.urlsafe_b64encode(name.encode("utf-8", "surrogateescape")).rstrip(b"=").decode()
+    )
 
 
 def display_name(raw: bytes) -> str:
@@ -107,6 +121,8 @@ class LogDir:
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._cached_bytes = 0
         self._kinds: dict[bytes, tuple[tuple[int, ...], bool]] = {}  # head verdicts per file version
+        # the runs of several files, found from the listed files (again only when they change)
+        self._jobs: tuple[tuple[tuple[bytes, tuple[int, ...]], ...], dict[str, Run]] = ((), {})
         self._lock = threading.Lock()
         self._builds = threading.BoundedSemaphore(BUILDS)
 
@@ -133,18 +149,51 @@ class LogDir:
                     yield os.path.relpath(os.path.join(top, name), self._root_b)
 
     def runs(self) -> list[dict[str, Any]]:
-        """The traces to list: a config file, ``torchscope run``'s run.json/report.json are no
-        runs (told apart by their first bytes, once per file version)."""
-        out = []
+        """The traces to list: each run of several ranks or cycles once, as a job (as
+        ``torchscope report DIR`` reads it), first; then every trace file on its own. A config
+        file, ``torchscope run``'s run.json/report.json are no runs (told apart by their first
+        bytes, once per file version)."""
+        files = []
+        listed: list[tuple[bytes, tuple[int, ...]]] = []
         for rel in self._walk():
             found = self._stat(rel)
             if found is None or not self._looks_like_trace(rel, *found):
                 continue
             st = found[1]
-            out.append(
+            listed.append((rel, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)))
+            files.append(
                 {"id": run_id(rel), "name": display_name(rel), "size": st.st_size, "mtime": st.st_mtime}
             )
-        return out
+        jobs = []
+        for name, run in self._runs_of(tuple(listed)).items():
+            paths = [f for r in run.ranks for f in r.files]
+            stats = [p.stat() for p in paths if p.exists()]
+            jobs.append(
+                {
+                    "id": job_id(name),
+                    "name": f"{name} (job: {len(run.ranks)} rank{'s' * (len(run.ranks) != 1)}, "
+                    f"{run.cycles} cycle{'s' * (run.cycles != 1)})",
+                    "kind": "job",
+                    "size": sum(st.st_size for st in stats),
+                    "mtime": max((st.st_mtime for st in stats), default=0.0),
+                }
+            )
+        return jobs + files
+
+    def _runs_of(self, listed: tuple[tuple[bytes, tuple[int, ...]], ...]) -> dict[str, Run]:
+        """The runs of more than one file among the listed ones (``job.discover``, on exactly
+        these files: nothing the listing leaves out is read), found again only when they change."""
+        with self._lock:
+            if self._jobs[0] == listed:
+                return self._jobs[1]
+        from torchscope.job.discover import discover
+
+        paths = [self.root / os.fsdecode(rel) for rel, _ in listed]
+        found = discover(self.root, files=paths)
+        jobs = {run.name: run for run in found.runs if sum(len(r.files) for r in run.ranks) > 1}
+        with self._lock:
+            self._jobs = (listed, jobs)
+        return jobs
 
     def _looks_like_trace(self, rel: bytes, real: bytes, st: os.stat_result) -> bool:
         """Whether the file's head could be a trace (``job.discover.read_head``); an unreadable
@@ -208,14 +257,40 @@ class LogDir:
         return os.fdopen(fd, "rb"), st.st_size, os.path.basename(found[0])
 
     def payload(self, run: str) -> bytes:
-        """The dashboard payload of the file ``run`` names, built once per version of the file:
-        concurrent requests for it wait for the one build (or its error)."""
+        """The dashboard payload of the file ``run`` names (or of the job, for a job's id), built
+        once per version of its files: concurrent requests for it wait for the one build (or its
+        error)."""
+        if run.startswith(JOB_PREFIX):
+            return self._job_payload(run)
         rel = rel_of(run)
         found = None if rel is None else self._stat(rel)
         if found is None or rel is None:
             raise FileNotFoundError(run)
         real, st = found
         version = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        path, title = Path(os.fsdecode(real)), display_name(rel)
+        return self._cached(run, version, lambda: self._build(path, title))
+
+    def _job_payload(self, run: str) -> bytes:
+        """The job view of one run of several files, from the listing's discovery (a job id
+        the listing does not hold is not found)."""
+        job = next((j for name, j in self._jobs[1].items() if job_id(name) == run), None)
+        if job is None:  # not listed yet (a page opened on a link): list, then look again
+            self.runs()
+            job = next((j for name, j in self._jobs[1].items() if job_id(name) == run), None)
+        if job is None:
+            raise FileNotFoundError(run)
+        version: tuple[int, ...] = ()
+        for path in (f for r in job.ranks for f in r.files):
+            try:
+                st = path.stat()
+            except OSError:
+                raise FileNotFoundError(run) from None
+            version += (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        return self._cached(run, version, lambda: build_job_bytes(self.root, job))
+
+    def _cached(self, run: str, version: tuple[int, ...], build: Callable[[], bytes]) -> bytes:
+        """``build()``'s bytes for this version of ``run``, built once (see ``payload``)."""
         with self._lock:
             entry = self._cache.get(run)
             mine = entry is None or entry.version != version
@@ -228,13 +303,13 @@ class LogDir:
                 self._cache.move_to_end(run)
         assert entry is not None
         if mine:
-            self._fill(run, entry, Path(os.fsdecode(real)), display_name(rel))
+            self._fill(run, entry, build)
         return entry.future.result()
 
-    def _fill(self, run: str, entry: _Entry, path: Path, title: str) -> None:
+    def _fill(self, run: str, entry: _Entry, build: Callable[[], bytes]) -> None:
         try:
             with self._builds:
-                data = self._build(path, title)
+                data = build()
         except TraceError as exc:  # the same answer for this version until the file changes
             entry.future.set_exception(exc)
             return
@@ -262,6 +337,16 @@ class LogDir:
 
 def _inside(path: bytes, root: bytes) -> bool:
     return os.path.commonpath([path, root]) == root
+
+
+def build_job_bytes(root: Path, run: Run) -> bytes:
+    """The job view of one run (its ranks and cycles), as ``torchscope report DIR`` builds it."""
+    from torchscope.job.discover import Discovery
+    from torchscope.job.pipeline import analyse_job
+    from torchscope.job.render import job_payload
+
+    job = analyse_job(root, progress=False, found=Discovery(root=root, runs=(run,)))
+    return json.dumps(job_payload(job, run.name), allow_nan=False).encode()
 
 
 def build_payload_bytes(path: Path, title: str) -> bytes:

@@ -151,14 +151,15 @@ def json_files(directory: Path) -> list[Path]:
     )
 
 
-def scan(directory: Path) -> tuple[list[tuple[Path, Head]], list[str]]:
+def scan(directory: Path, files: list[Path] | None = None) -> tuple[list[tuple[Path, Head]], list[str]]:
     """The traces under a directory with their heads, and a "skipped FILE: why" line for each
     file left out that looked like a trace. Every ``*.json[.gz]`` is looked at (a trace is never
     dropped because another file's name differs); a config file, ``torchscope run``'s
-    ``run.json``/``report.json`` are told apart by their first bytes and left out silently."""
+    ``run.json``/``report.json`` are told apart by their first bytes and left out silently.
+    ``files``: look only at these (under ``directory``), e.g. the ones ``serve`` lets out."""
     traces: list[tuple[Path, Head]] = []
     skipped: list[str] = []
-    for f in json_files(directory):
+    for f in json_files(directory) if files is None else files:
         try:
             traces.append((f, read_head(f)))
         except NotATrace as exc:
@@ -229,11 +230,12 @@ def natural(key: str) -> tuple[object, ...]:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", key))
 
 
-def discover(root: str | Path) -> Discovery:
-    """Runs, ranks and cycles of a directory, from file names and the first bytes of each file."""
+def discover(root: str | Path, files: list[Path] | None = None) -> Discovery:
+    """Runs, ranks and cycles of a directory, from file names and the first bytes of each file
+    (only of ``files``, when given: paths under ``root``)."""
     root = Path(root)
     groups: dict[tuple[str, int | None, str], list[tuple[Path, Head]]] = defaultdict(list)
-    found, skipped = scan(root)
+    found, skipped = scan(root, files)
     for f, head in found:
         run = _run_of(f, root)
         rank = head.rank if head.rank is not None else rank_in_name(f, root)

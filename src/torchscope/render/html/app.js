@@ -13,18 +13,22 @@
   const { state, run, report, accuracy } = TorchscopePage;
   const { h, empty } = TorchscopeDom;
   /** @typedef {[string, string, () => Node[], () => boolean]} Tab id, label, render, shown */
+  // a job's page holds the job summary only (no trace of its own): the per-trace tabs would say
+  // "no steps", "CPU-only run" about a GPU job, so they are not offered (each rank's full view is
+  // its own page, `report DIR --rank-views`)
+  const trace = () => !state.payload.job;
   /** @type {Tab[]} */
   const VIEWS = [
     ["job", "Job", viewJob, () => !!state.payload.job],
-    ["overview", "Overview", viewOverview, () => true],
-    ["operators", "Operators", viewOperators, () => true],
-    ["kernels", "Kernels", viewKernels, () => true],
-    ["memory", "Memory", viewMemory, () => true],
-    ["modules", "Modules", viewModules, () => true],
-    ["distributed", "Distributed", viewDistributed, () => true],
+    ["overview", "Overview", viewOverview, trace],
+    ["operators", "Operators", viewOperators, trace],
+    ["kernels", "Kernels", viewKernels, trace],
+    ["memory", "Memory", viewMemory, trace],
+    ["modules", "Modules", viewModules, trace],
+    ["distributed", "Distributed", viewDistributed, trace],
     ["diff", "Diff", viewDiff, () => !!state.payload.diff],
-    ["timeline", "Timeline", viewTimeline, () => true],
-    ["flame", "Flame", () => TorchscopeFlame.view(run().flame, state.payload.hotspots_flame, (state.payload.diff || {}).flame), () => true],
+    ["timeline", "Timeline", viewTimeline, trace],
+    ["flame", "Flame", () => TorchscopeFlame.view(run().flame, state.payload.hotspots_flame, (state.payload.diff || {}).flame), trace],
     ["accuracy", "Accuracy", viewAccuracy, () => !!accuracy()],
     ["report", "Report", viewReport, () => !!report()],
   ];
@@ -74,7 +78,9 @@
       const keep = current;
       sel.replaceChildren(...list.runs.map((/** @type {Obj} */ r) => h("option", { value: r.id, selected: r.id === keep ? true : null }, r.name)));
       /** @type {HTMLElement} */ (sel.parentElement).hidden = false;
-      $("#live").textContent = `${list.runs.length} traces in ${list.logdir}` + (before && list.runs.length > before ? " · new traces arrived" : "");
+      const jobs = list.runs.filter((/** @type {Obj} */ r) => r.kind === "job").length;
+      $("#live").textContent = `${list.runs.length - jobs} traces` + (jobs ? ` (${jobs} job${jobs > 1 ? "s" : ""} of several)` : "")
+        + ` in ${list.logdir}` + (before && list.runs.length > before ? " · new traces arrived" : "");
       if (current === null && list.runs.length) await load(list.runs[0].id);
       if (!list.runs.length) $("#view").replaceChildren(empty("No traces yet; this page refreshes as they arrive."));
     }

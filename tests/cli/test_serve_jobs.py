@@ -1,0 +1,63 @@
+"""``torchscope serve`` lists each run of several ranks or cycles once, as a job, and serves
+its job view (what ``torchscope report DIR`` shows), reading only the files it lists."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .test_serve_hostile import Served
+
+SOURCE = "cuda/nccl_rank0_of_2.json.gz"
+
+
+def _as_rank(text: bytes, dst: Path, rank: int) -> None:
+    data = json.loads(text)
+    data["distributedInfo"] = {**data["distributedInfo"], "rank": rank, "world_size": 2}
+    dst.write_text(json.dumps(data))
+
+
+@pytest.fixture()
+def served_job(tmp_path: Path, traces_dir: Path) -> Iterator[Served]:
+    text = gzip.decompress((traces_dir / SOURCE).read_bytes())
+    run = tmp_path / "log" / "ddp"
+    run.mkdir(parents=True)
+    for rank in (0, 1):  # two ranks, two cycles each (tensorboard_trace_handler's names)
+        for stamp in (1, 2):
+            _as_rank(text, run / f"rank{rank}.{stamp}.pt.trace.json", rank)
+    served = Served(tmp_path / "log")
+    yield served
+    served.close()
+
+
+def test_a_run_of_ranks_and_cycles_is_listed_once_as_a_job(served_job: Served) -> None:
+    runs = served_job.runs()
+    assert runs[0]["kind"] == "job" and runs[0]["name"] == "ddp (job: 2 ranks, 2 cycles)"
+    assert [r.get("kind") for r in runs[1:]] == [None] * 4  # each file still on its own
+    status, _, body = served_job.get("/api/payload?id=" + runs[0]["id"])
+    assert status == 200
+    payload = json.loads(body)
+    (run,) = payload["report"]["runs"]
+    assert payload["job"] and payload["runs"] == []
+    assert (run["ranks"], run["cycles"]) == (2, 2) and [r["steps"] for r in run["per_rank"]] == [6, 6]
+
+
+def test_a_job_id_names_only_a_listed_run(served_job: Served, tmp_path: Path) -> None:
+    made_up = "job~" + base64.urlsafe_b64encode(b"../elsewhere").rstrip(b"=").decode()
+    assert served_job.get("/api/payload?id=" + made_up)[0] == 404
+    # a link to a trace outside the log directory is not listed, so never part of a job
+    outside = tmp_path / "outside.pt.trace.json"
+    (tmp_path / "log" / "ddp" / "rank0.1.pt.trace.json").rename(outside)
+    os.symlink(outside, tmp_path / "log" / "ddp" / "rank0.1.pt.trace.json")
+    job = served_job.runs()[0]
+    assert job["name"] == "ddp (job: 2 ranks, 2 cycles)"  # rank 0 keeps 1 cycle, rank 1 has 2
+    status, _, body = served_job.get("/api/payload?id=" + job["id"])
+    assert status == 200
+    (run,) = json.loads(body)["report"]["runs"]
+    assert [r["cycles"] for r in run["per_rank"]] == [1, 2]
