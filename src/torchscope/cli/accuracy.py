@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from torchscope.cli.base import EXIT_OK
+from torchscope.cli.common import at_least_one
 from torchscope.errors import TraceError, UsageError
 
 EXIT_DIVERGED = 1
@@ -42,7 +43,7 @@ def _add_workload(p: argparse.ArgumentParser) -> None:
 
 def _add_output(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the findings as JSON (the dashboard's section)")
-    p.add_argument("--top", type=int, default=10, help="ops in the terminal table (default 10)")
+    p.add_argument("--top", type=at_least_one, default=10, help="ops in the terminal table (default 10)")
     p.add_argument("--check", action="store_true", help="exit with code 1 when a first divergence is found")
     p.add_argument("--html", metavar="FILE", help="also write the dashboard (its Accuracy view) to FILE")
 

@@ -6,6 +6,7 @@ Progress goes to stderr and only when stderr is a terminal, so pipes and ``--jso
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -21,6 +22,37 @@ from torchscope.errors import TraceError
 if TYPE_CHECKING:  # imported when used: a command starts reading its trace before polars imports
     from torchscope.trace.files import Prefetch
     from torchscope.trace.model import Trace, TraceSet
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type for a count of rows: a whole number of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is less than 1")
+    return n
+
+
+def html_target(html: str | Path, *inputs: str | Path) -> Path:
+    """The ``--html`` path, refused when it is one of the inputs: writing the page there would
+    overwrite the trace it was made from."""
+    from torchscope.errors import UsageError
+
+    out = Path(html).expanduser()
+    for given in inputs:
+        try:
+            same = (
+                out.exists() and Path(given).expanduser().exists() and out.samefile(Path(given).expanduser())
+            )
+        except OSError:
+            same = False
+        if same:
+            raise UsageError(
+                f"--html {html} is the input trace {given}: it would be overwritten; name another file"
+            )
+    return out
 
 
 def stderr_is_tty() -> bool:

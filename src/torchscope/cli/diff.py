@@ -14,7 +14,7 @@ from typing import Any
 
 from torchscope.analysis import keys as K
 from torchscope.cli.base import EXIT_BAD_INPUT, EXIT_OK
-from torchscope.cli.common import load_input, print_json, progress
+from torchscope.cli.common import at_least_one, html_target, load_input, print_json, progress
 from torchscope.trace.model import Trace, TraceSet
 
 
@@ -32,9 +32,13 @@ class DiffCommand:
         parser.add_argument("b", metavar="B", help="the trace to compare with it")
         parser.add_argument("--html", metavar="FILE", help="also write the dashboard with its Diff view")
         parser.add_argument("--json", action="store_true", help="print the diff as JSON")
-        parser.add_argument("--top", type=int, default=15, help="rows in the terminal table (default 15)")
+        parser.add_argument(
+            "--top", type=at_least_one, default=15, help="rows in the terminal table (default 15)"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.html:
+            html_target(args.html, args.a, args.b)  # never an input: refused before any work
         a, b = load_input(args.a), load_input(args.b)
         one_a, one_b = _one(a), _one(b)
         if args.html and (one_a is None or one_b is None):

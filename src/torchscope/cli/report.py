@@ -13,7 +13,7 @@ from pathlib import Path
 
 from torchscope.analysis import keys as K
 from torchscope.cli.base import EXIT_OK
-from torchscope.cli.common import load_input, print_json, progress
+from torchscope.cli.common import at_least_one, html_target, load_input, print_json, progress
 
 
 class ReportCommand:
@@ -38,7 +38,9 @@ class ReportCommand:
         )
         parser.add_argument("--open", action="store_true", help="open the dashboard in a browser")
         parser.add_argument("--no-html", action="store_true", help="terminal summary only")
-        parser.add_argument("--top", type=int, default=10, help="rows per terminal table (default 10)")
+        parser.add_argument(
+            "--top", type=at_least_one, default=10, help="rows per terminal table (default 10)"
+        )
         parser.add_argument(
             "--engine",
             default="local",
@@ -54,6 +56,8 @@ class ReportCommand:
     def run(self, args: argparse.Namespace) -> int:
         from torchscope.trace.files import prefetch
 
+        if args.html:
+            html_target(args.html, args.path)  # never the input itself: refused before any work
         early = prefetch(args.path)  # a file inflates while the analysis modules below import
         from torchscope.job.cli import job_directory, report_job
         from torchscope.render.html import write_html

@@ -70,13 +70,16 @@ def _read_regular(p: Path) -> bytes:
         raise TraceError(str(p), "is a directory; use torchscope.load() for log directories") from None
     except OSError as exc:
         raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
-    with open(fd, "rb", closefd=True) as f:
-        mode = os.fstat(fd).st_mode
+    # checked on the descriptor before wrapping it: ``open(fd)`` of a directory raises
+    # IsADirectoryError naming the descriptor number, not the file
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
         if stat.S_ISDIR(mode):
             raise TraceError(str(p), "is a directory; use torchscope.load() for log directories")
-        if not stat.S_ISREG(mode):
-            what = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
-            raise TraceError(str(p), f"is {what}, not a trace file")
+        what = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+        raise TraceError(str(p), f"is {what}, not a trace file")
+    with open(fd, "rb", closefd=True) as f:
         try:
             return f.read()
         except OSError as exc:
