@@ -244,11 +244,12 @@ def test_a_cheap_main_process_dataloader_gets_the_pattern_finding_alone() -> Non
 def test_workers_that_do_not_keep_up_get_advice_for_workers(tmp_path: Path) -> None:
     """With num_workers=2 already, "set num_workers > 0" would be advice the user followed.
 
-    Loading is sleep, not CPU: 320 ms a batch per worker, a batch every ~160 ms from two. The
-    model's step takes ~1 ms, and even ~80 ms on a machine whose cores are all busy (measured
-    beside two CPU burners), so each recorded step waits on the loader however busy the machine
-    is; they start after the batches prefetched at start-up are used up."""
-    found = _loader_findings(tmp_path, num_workers=2, dataset=_SlowDataset(96, 0.04), wait=5)
+    Loading is sleep, not CPU: 800 ms a batch per worker, a batch every ~400 ms from two. The
+    model's step takes ~1 ms, ~80 ms on a machine whose cores are all busy (measured beside two
+    CPU burners) and more beside a browser test and a second worker (a CI run at 160 ms a batch
+    saw the workers keep up), so each recorded step waits on the loader however busy the
+    machine is; they start after the batches prefetched at start-up are used up."""
+    found = _loader_findings(tmp_path, num_workers=2, dataset=_SlowDataset(96, 0.1), wait=5)
     dl = found["dataloader_bottleneck"]
     assert dl.evidence["loader"] == "workers" and "already loads in worker processes" in dl.message
     assert "Set num_workers > 0" not in dl.fix and "raise num_workers" in dl.fix
