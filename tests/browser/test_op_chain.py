@@ -17,12 +17,13 @@ from torchscope.render.units import fmt
 
 RESNET = "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz"
 NCCL = "cuda/nccl_rank1_of_2_profile_memory.json.gz"
+NS = "cuda/rank0_ns_resolution.pt.trace.json.gz"
 
 
 @pytest.fixture(scope="module")
 def pages(traces_dir: Path, tmp_path_factory: Any) -> dict[str, dict[str, Any]]:
     out = {}
-    for rel in (RESNET, NCCL):
+    for rel in (RESNET, NCCL, NS):
         payload = build_payload(torchscope.load(traces_dir / rel), with_timeline=False)
         html = write_html(payload, tmp_path_factory.mktemp("chain") / "page.html")
         out[rel] = {"report": payload["report"], "url": html.as_uri()}
@@ -86,20 +87,22 @@ def test_an_op_with_many_kernels_ends_with_the_rest(pages: dict[str, dict[str, A
     assert page.errors == []
 
 
-def test_kernel_to_the_ops_that_launched_it(pages: dict[str, dict[str, Any]], page: Any) -> None:
-    report, url = pages[NCCL]["report"], pages[NCCL]["url"]
+def test_kernel_to_all_the_ops_that_launched_it(pages: dict[str, dict[str, Any]], page: Any) -> None:
+    """volta_sgemm_128x32_nt: 20 calls; "Launched by" once showed only aten::mm's 5 (the op rows
+    the report kept), not aten::convolution_backward's 15. Its rows now add up to the kernel's."""
+    report, url = pages[NS]["report"], pages[NS]["url"]
     page.goto(url)
     page.click("#tabs button[data-view=kernels]")
-    kernel = "volta_sgemm_128x64_nn"
+    kernel = "volta_sgemm_128x32_nt"
     page.fill("[data-testid=filter]", kernel)
     page.click(f"[data-testid=kernels-table] tbody tr:has(td:text-is('{kernel}'))")
-    own = [r for r in report["kernels_by_op"] if r["name"] == kernel and r["self_count"]]
-    assert {r["op_name"] for r in own} == {"aten::mm"}
-    assert texts(page, "[data-testid=drill-launchers]") == ["aten::mm"]
-    assert texts(page, "[data-testid=drill-launchers]", 1) == [fmt(225, "count")]
-    assert texts(page, "[data-testid=drill-launchers]", 2) == [
-        fmt(sum(r["self_total_us"] for r in own), "us")
-    ]
+    assert texts(page, "[data-testid=drill-launchers]") == ["aten::convolution_backward", "aten::mm"]
+    assert texts(page, "[data-testid=drill-launchers]", 1) == [fmt(15, "count"), fmt(5, "count")]
+    assert texts(page, "[data-testid=drill-launchers]", 2) == [fmt(7173.975, "us"), fmt(98.048, "us")]
+    (k,) = [x for x in report["kernels"] if x["name"] == kernel]
+    assert page.inner_text("[data-testid=drill-launchers-sum]") == (
+        f"sum {fmt(20, 'count')} calls, {fmt(k['total_us'], 'us')} = the kernel's {fmt(20, 'count')} calls, {fmt(k['total_us'], 'us')}"
+    )
     assert page.errors == []
 
 

@@ -101,6 +101,42 @@ def _kernels(trace: Trace, top: int) -> list[M.Kernel]:
     )
 
 
+LAUNCHERS_PER_KERNEL = 8  # kernel_launchers: the top launching ops of each kernel, then one OTHER_OPS row
+
+
+def _kernel_launchers(trace: Trace, kernels: list[M.Kernel]) -> list[M.KernelLauncher]:
+    """For every kernel row the report keeps, the ops that launched it themselves (innermost),
+    all of them: the top ``LAUNCHERS_PER_KERNEL`` by time, then the rest as one OTHER_OPS row,
+    and launches no host op encloses as NO_OP, so each kernel's rows add up to its row exactly."""
+    if not kernels:
+        return []
+    order = pl.DataFrame({"name": [k.name for k in kernels]}).with_row_index("row")
+    by = (
+        kernel_stats(trace, by_op=True)
+        .select("name", pl.col("op_name").fill_null(M.NO_OP), "count", "total_ns")
+        .join(order, on="name", how="inner")
+        .sort(["row", "total_ns", "op_name"], descending=[False, True, False])
+        .with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).over("row").alias("rank"), pl.lit(1).alias("ops")
+        )
+    )
+    top = by.filter(pl.col("rank") < LAUNCHERS_PER_KERNEL)
+    rest = (
+        by.filter(pl.col("rank") >= LAUNCHERS_PER_KERNEL)
+        .group_by("row", "name")
+        .agg(
+            pl.lit(M.OTHER_OPS).alias("op_name"),
+            pl.col("count").sum(),
+            pl.col("total_ns").sum(),
+            pl.lit(LAUNCHERS_PER_KERNEL, pl.Int64).alias("rank"),
+            pl.len().alias("ops"),
+        )
+    )
+    cols = ["row", "name", "op_name", "count", "total_ns", "rank", "ops"]
+    rows = pl.concat([top.select(cols), rest.select(cols)], how="vertical_relaxed").sort("row", "rank")
+    return M.KernelLauncher.from_frame(rows.select("name", "op_name", "count", "total_ns", "ops"))
+
+
 KERNELS_PER_OP = 8  # kernels_by_op: the top kernels of each op row, then one OTHER_KERNELS row
 
 
@@ -219,6 +255,7 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
         call_stacks=stacks,
         flops=M.Flops.from_frame(flops(trace), top),
         kernels=kernels,
+        kernel_launchers=_kernel_launchers(trace, kernels),
         kernels_by_op=kernels_by_op,
         kernel_types=M.KernelType.from_frame(kernel_type_breakdown(trace, include_memory=True)),
         temporal_breakdown=temporal,  # type: ignore[arg-type]

@@ -226,6 +226,21 @@ class KernelByOp(Row, kw_only=True):
     op_share_pct: float | None  # of the op row's device total
 
 
+OTHER_OPS = "(other ops)"  # a kernel_launchers row: the kernel's launchers past the top few
+NO_OP = "(no launching op)"  # a kernel_launchers row: launches no op on the host encloses
+
+
+class KernelLauncher(Row, kw_only=True):
+    """The ops that launched a kernel of ``kernels`` themselves (the innermost op or annotation):
+    for each kernel the rows' ``count`` and ``total_us`` add up to that kernel row's."""
+
+    name: str  # the kernel, as in ``kernels``
+    op_name: str  # the launching op, OTHER_OPS (the rest of this kernel's launchers) or NO_OP
+    count: int
+    total_us: float
+    ops: int  # distinct launching ops this row stands for (1, or more for OTHER_OPS)
+
+
 class KernelType(Row, kw_only=True):
     kernel_type: str
     us: float
@@ -327,6 +342,7 @@ class TraceReport(msgspec.Struct, kw_only=True):
     call_stacks: list[CallStack]
     flops: list[Flops]
     kernels: list[Kernel]
+    kernel_launchers: list[KernelLauncher]
     kernels_by_op: list[KernelByOp]
     kernel_types: list[KernelType]
     temporal_breakdown: dict[str, float]

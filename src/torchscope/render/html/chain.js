@@ -2,17 +2,18 @@
 // The operators drill-down as a chain, from the report's own rows: op -> its input-shape rows
 // (operators_by_shape) -> a shape's call stacks (call_stacks) and the device work it launched
 // (kernels_by_op, inclusive: its rows add up to the shape row's device total); and a kernel ->
-// the ops that launched it themselves (kernels_by_op's self_* part). Pure data shaping, no DOM:
+// the ops that launched it themselves (kernel_launchers: they add up to the kernel row). Pure data shaping, no DOM:
 // the page inlines this file before app.js; it defines one global, TorchscopeChain.
 
 const TorchscopeChain = (() => {
   /** @typedef {{name: string, input_dims: string | null, calls: number, device_total_us: number, device_self_us: number}} ShapeRow */
   /** @typedef {{name: string, input_dims: string | null, stack: string, calls: number, host_total_us: number}} StackRow */
   /** @typedef {{op_name: string, input_dims: string | null, name: string, count: number, total_us: number, self_count: number, self_total_us: number}} KernelRow */
-  /** @typedef {{operators_by_shape?: ShapeRow[], call_stacks?: StackRow[], kernels_by_op?: KernelRow[]}} Report */
-  /** @typedef {{op_name: string, count: number, total_us: number, shapes: number}} Launcher */
+  /** @typedef {{name: string, op_name: string, count: number, total_us: number, ops: number}} Launcher */
+  /** @typedef {{operators_by_shape?: ShapeRow[], call_stacks?: StackRow[], kernels_by_op?: KernelRow[], kernel_launchers?: Launcher[]}} Report */
 
   const OTHER = "(other kernels)";
+  const OTHER_OPS = "(other ops)";
 
   /** The input-shape rows of one op, in the report's order (device, then host time).
    * @param {Report} r @param {string} op @returns {ShapeRow[]} */
@@ -44,24 +45,12 @@ const TorchscopeChain = (() => {
     return ns / 1000;
   }
 
-  /** The ops that launched a kernel themselves (the innermost op), summed over input shapes,
-   * most time first; only the op rows the report keeps (their top kernels) can name it.
+  /** The ops that launched a kernel themselves (the innermost op), from the report's
+   * kernel_launchers: all of them, the top few then "(other ops)", so they add up to the kernel row.
    * @param {Report} r @param {string} kernel @returns {Launcher[]} */
   function launchers(r, kernel) {
-    /** @type {Map<string, {op_name: string, count: number, ns: number, shapes: number}>} */
-    const by = new Map();
-    for (const x of r.kernels_by_op || []) {
-      if (x.name !== kernel || !x.self_count) continue;
-      const a = by.get(x.op_name) || { op_name: x.op_name, count: 0, ns: 0, shapes: 0 };
-      a.count += x.self_count;
-      a.ns += Math.round(x.self_total_us * 1000);
-      a.shapes += 1;
-      by.set(x.op_name, a);
-    }
-    return [...by.values()]
-      .map((a) => ({ op_name: a.op_name, count: a.count, total_us: a.ns / 1000, shapes: a.shapes }))
-      .sort((a, b) => b.total_us - a.total_us || (a.op_name < b.op_name ? -1 : a.op_name > b.op_name ? 1 : 0));
+    return (r.kernel_launchers || []).filter((x) => x.name === kernel);
   }
 
-  return { OTHER, shapes, stacks, kernels, sumUs, launchers };
+  return { OTHER, OTHER_OPS, shapes, stacks, kernels, sumUs, launchers };
 })();
