@@ -67,3 +67,36 @@ test("launchers and kernels pick their own rows", () => {
   // null and undefined shapes are the same shape (a report row without recorded shapes)
   assert.equal(C.kernels(r, "aten::mm", undefined).length, 2);
 });
+
+test("an op's shape rows are its whole set; a list with a remainder says so and never opens by itself", (t) => {
+  if (!reports.length) return t.skip("TORCHSCOPE_REPORTS unset");
+  let cut = 0;
+  for (const r of reports) {
+    for (const op of r.operators) {
+      const rows = C.shapes(r, op.name);
+      assert.equal(rows.reduce((a, x) => a + x.calls, 0), op.calls, op.name);
+      const other = rows.some((x) => x.input_dims === C.OTHER_SHAPES);
+      assert.equal(C.shapeCoverage(rows, op) !== null, other, op.name);
+      if (C.opensAtOnce(rows, op)) assert.ok(rows.length === 1 && !other, op.name);
+      cut += other ? 1 : 0;
+    }
+  }
+  assert.ok(cut > 0);
+});
+
+test("shape coverage, opening and hints on hand-made rows", () => {
+  const rows = [
+    { name: "a", input_dims: "[[1]]", calls: 3, device_total_us: 0, device_self_us: 0, shapes: 1 },
+    { name: "a", input_dims: "(other shapes)", calls: 1200, device_total_us: 0, device_self_us: 0, shapes: 5 },
+  ];
+  assert.equal(C.shapeCoverage(rows, { calls: 1203 }), "the top 1 of 6 input shapes: 3 of 1,203 calls; (other shapes) holds the other 5");
+  assert.equal(C.shapeCoverage(rows.slice(0, 1), { calls: 5 }), "3 of 5 calls: the report keeps only these rows");
+  assert.equal(C.opensAtOnce(rows.slice(0, 1), { calls: 5 }), false);
+  assert.equal(C.opensAtOnce(rows.slice(0, 1), { calls: 3 }), true);
+  assert.equal(C.opensAtOnce(rows.slice(1), { calls: 1200 }), false);
+  assert.equal(C.noShapes({ record_shapes: true }, "user_annotation"), "(none: an annotation has no inputs)");
+  assert.equal(C.noShapes({ record_shapes: false }, "cpu_op"), "(not recorded: profile with record_shapes=True)");
+  assert.equal(C.noShapes({ record_shapes: true }, "cpu_op"), "(none: no tensor inputs recorded)");
+  assert.match(C.noStacks({ with_stack: false }, "cpu_op"), /with_stack=True/);
+  assert.doesNotMatch(C.noStacks({ with_stack: true }, "cpu_op"), /with_stack/);
+});

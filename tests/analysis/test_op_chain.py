@@ -16,7 +16,13 @@ import pytest
 
 from torchscope.analysis import report_model as M
 from torchscope.analysis.operators import call_stacks, kernels_by_op, operators
-from torchscope.analysis.report import KERNELS_PER_OP, LAUNCHERS_PER_KERNEL, STACKS_PER_OP, report_model
+from torchscope.analysis.report import (
+    KERNELS_PER_OP,
+    LAUNCHERS_PER_KERNEL,
+    SHAPES_PER_OP,
+    STACKS_PER_OP,
+    report_model,
+)
 from torchscope.trace.model import Trace
 
 CUDA = [
@@ -171,3 +177,51 @@ def test_launchers_of_a_kernel_match_the_traces_launching_ops(load_trace: Callab
     got = [(x.op_name, x.count, x.total_us) for x in r.kernel_launchers if x.name == name]
     assert got == [("aten::convolution_backward", 15, 7173.975), ("aten::mm", 5, 98.048)]
     assert dict(truth) == {"aten::convolution_backward": 15, "aten::mm": 5}
+
+
+SHAPE_TRACES = [
+    "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz",
+    "cuda/diff_control_rank3_of_8.json.gz",
+    "other_devices/mtia_training_large.json.gz",
+    "cuda/rank0_ns_resolution.pt.trace.json.gz",
+]
+
+
+@pytest.mark.parametrize("rel", SHAPE_TRACES)
+def test_every_kept_op_has_shape_rows_adding_up_to_it(load_trace: Callable[[str], Trace], rel: str) -> None:
+    """operators_by_shape was a global top 200: 54 of resnet50's 79 ops had no shape row, 160 of
+    mtia_training_large's 200. Now each op's top shapes then "(other shapes)" add up to the op."""
+    trace = load_trace(rel)
+    r = report_model(trace)
+    rows: dict[str, list[M.OperatorByShape]] = {}
+    for x in r.operators_by_shape:
+        rows.setdefault(x.name, []).append(x)
+    assert list(rows) == [o.name for o in r.operators]
+    every = operators(trace, by_input_shape=True)
+    for o in r.operators:
+        xs = rows[o.name]
+        assert sum(x.calls for x in xs) == o.calls, o.name
+        for f in ("host_total_us", "host_self_us", "device_total_us", "device_self_us"):
+            assert sum(_ns(getattr(x, f)) for x in xs) == _ns(getattr(o, f)), (o.name, f)
+        assert max(_ns(x.host_max_us) for x in xs) == _ns(o.host_max_us)
+        n = every.filter(pl.col("name") == o.name).height
+        assert sum(x.shapes for x in xs) == n
+        if n <= SHAPES_PER_OP:
+            assert len(xs) == n and all(x.input_dims != M.OTHER_SHAPES for x in xs)
+        else:
+            assert len(xs) == SHAPES_PER_OP + 1 and xs[-1].input_dims == M.OTHER_SHAPES
+            assert xs[-1].shapes == n - SHAPES_PER_OP
+    # the chain below stays on the kept shape rows (the remainder's kernels add up: the test above)
+    kept = {(x.name, x.input_dims) for x in r.operators_by_shape}
+    assert {(s.name, s.input_dims) for s in r.call_stacks} <= kept
+    assert {(k.op_name, k.input_dims) for k in r.kernels_by_op} <= kept
+
+
+def test_relu_on_resnet50_has_its_twelve_shapes(load_trace: Callable[[str], Trace]) -> None:
+    """aten::relu_ (294 calls) showed one shape row of 18 calls, and the page opened it alone."""
+    r = report_model(load_trace("tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz"))
+    xs = [x for x in r.operators_by_shape if x.name == "aten::relu_"]
+    assert [x.shapes for x in xs] == [1] * SHAPES_PER_OP + [4]
+    assert sum(x.calls for x in xs) == 294 and xs[-1].calls == 60
+    kernels = [k for k in r.kernels_by_op if k.op_name == "aten::relu_" and k.input_dims == M.OTHER_SHAPES]
+    assert sum(_ns(k.total_us) for k in kernels) == _ns(xs[-1].device_total_us) > 0

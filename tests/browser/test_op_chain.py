@@ -47,7 +47,10 @@ def test_op_to_shape_to_its_kernels_adding_up(pages: dict[str, dict[str, Any]], 
     open_op(page, url, name)
     shapes = [r for r in report["operators_by_shape"] if r["name"] == name]
     assert len(shapes) > 1
-    assert texts(page, "[data-testid=drill-shapes]") == [r["input_dims"] for r in shapes]
+    assert texts(page, "[data-testid=drill-shapes]") == [
+        r["input_dims"] if r["input_dims"] != M.OTHER_SHAPES else f"{M.OTHER_SHAPES}: {r['shapes']} shapes"
+        for r in shapes
+    ]
     # the third shape row: its kernels, and their sum is the row's device total
     shape = shapes[2]
     page.click("[data-testid=drill-shapes] tbody tr:nth-child(3)")
@@ -103,6 +106,72 @@ def test_kernel_to_all_the_ops_that_launched_it(pages: dict[str, dict[str, Any]]
     assert page.inner_text("[data-testid=drill-launchers-sum]") == (
         f"sum {fmt(20, 'count')} calls, {fmt(k['total_us'], 'us')} = the kernel's {fmt(20, 'count')} calls, {fmt(k['total_us'], 'us')}"
     )
+    assert page.errors == []
+
+
+def test_an_op_with_many_shapes_says_so_and_opens_none(pages: dict[str, dict[str, Any]], page: Any) -> None:
+    """aten::relu_ on resnet50 (294 calls, 12 shapes) showed one shape row of 18 calls and opened
+    it as if it were the op's only shape."""
+    report, url = pages[RESNET]["report"], pages[RESNET]["url"]
+    open_op(page, url, "aten::relu_")
+    rows = [r for r in report["operators_by_shape"] if r["name"] == "aten::relu_"]
+    got = texts(page, "[data-testid=drill-shapes]")
+    assert len(got) == 9 and got[-1] == f"{M.OTHER_SHAPES}: 4 shapes"
+    assert sum(int(c.replace(",", "")) for c in texts(page, "[data-testid=drill-shapes]", 1)) == 294
+    top = 294 - rows[-1]["calls"]
+    assert page.inner_text("[data-testid=drill-shapes-cover]") == (
+        f"the top 8 of 12 input shapes: {top} of 294 calls; {M.OTHER_SHAPES} holds the other 4"
+    )
+    assert page.query_selector("[data-testid=shape-drill] h4") is None  # nothing opened by itself
+    # the remainder row opens like any other: its kernels add up to its device total
+    page.click("[data-testid=drill-shapes] tbody tr:nth-child(9)")
+    assert page.inner_text("[data-testid=drill-kernels-sum]").startswith(
+        f"sum {fmt(rows[-1]['device_total_us'], 'us')} ="
+    )
+    assert page.errors == []
+
+
+def test_hints_name_the_setting_only_when_it_was_off(tmp_path: Path, page: Any) -> None:
+    """An annotation has no input shapes or stacks whatever the settings; an op says
+    record_shapes / with_stack only when the trace shows they were off."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    model = torch.nn.Linear(16, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
+        for _ in range(2):
+            model(torch.randn(4, 16)).sum().backward()
+            opt.step()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    payload = build_payload(torchscope.load(tmp_path / "t.json"), with_timeline=False)
+    assert payload["report"]["meta"]["record_shapes"] and payload["report"]["meta"]["with_stack"]
+    url = write_html(payload, tmp_path / "t.html").as_uri()
+    open_op(page, url, "Optimizer.step#SGD.step")
+    assert texts(page, "[data-testid=drill-shapes]") == ["(none: an annotation has no inputs)"]
+    assert (
+        page.inner_text("[data-testid=drill-stacks]")
+        == "none: Python call stacks are kept for ops, not annotations"
+    )
+    # an op of the same trace: its shapes and stacks, no advice
+    open_op(page, url, "aten::addmm")
+    assert texts(page, "[data-testid=drill-shapes]") == ["[[8], [4, 16], [16, 8], [], []]"]
+    assert "test_hints_name_the_setting_only_when_it_was_off" in page.inner_text("[data-testid=drill-stacks]")
+    assert "record_shapes" not in page.inner_text("[data-testid=op-drill]")
+    assert page.errors == []
+
+
+def test_hints_advise_the_settings_a_trace_ran_without(pages: dict[str, dict[str, Any]], page: Any) -> None:
+    """rank0_ns_resolution has no input shapes and no Python frames anywhere."""
+    report, url = pages[NS]["report"], pages[NS]["url"]
+    assert (report["meta"]["record_shapes"], report["meta"]["with_stack"]) == (False, False)
+    open_op(page, url, "aten::mm")
+    assert texts(page, "[data-testid=drill-shapes]") == ["(not recorded: profile with record_shapes=True)"]
+    assert page.inner_text("[data-testid=drill-stacks]") == (
+        "none: the trace has no Python stacks (profile with with_stack=True)"
+    )
+    open_op(page, url, "Optimizer.step#SGD.step")
+    assert texts(page, "[data-testid=drill-shapes]") == ["(none: an annotation has no inputs)"]
     assert page.errors == []
 
 

@@ -9,7 +9,8 @@ Bump ``REPORT_VERSION`` when a key changes meaning; adding keys does not bump it
 
 from __future__ import annotations
 
-REPORT_VERSION = 3  # 2: typed report, units map, exact µs, hex addresses; 3: chain kernels_by_op
+REPORT_VERSION = 4  # 2: typed report, units map, exact µs, hex addresses; 3: chain kernels_by_op;
+# 4: operators_by_shape per kept op with an "(other shapes)" row
 
 # -- report: one trace ----------------------------------------------------------------------
 VERSION = "report_version"

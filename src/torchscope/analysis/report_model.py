@@ -131,6 +131,8 @@ class Meta(msgspec.Struct, kw_only=True):
     device_ids: list[int]  # devices that ran work
     warnings: list[str]  # what the reader had to repair or skip in the input
     steps_from_trace: bool  # False: no ProfilerStep, the whole trace is one step
+    record_shapes: bool  # input shapes recorded: the profiler's setting, else any op has them
+    with_stack: bool  # Python stacks recorded: the profiler's setting, else any Python frame event
     events: int
     event_kinds: dict[str, int]  # events per kind
     memory_events: int
@@ -170,8 +172,15 @@ class Operator(Row, kw_only=True):
     tensor_core_eligible: bool
 
 
+OTHER_SHAPES = "(other shapes)"  # an operators_by_shape row's input_dims: the op's shapes past the top few
+
+
 class OperatorByShape(Operator, kw_only=True):
-    input_dims: str | None
+    """An op's calls with one input shape, or (``input_dims`` OTHER_SHAPES) with the shapes past
+    its top few: the rows of each op in ``operators`` add up to its calls and times."""
+
+    input_dims: str | None  # JSON of the input shapes, None when not recorded, or OTHER_SHAPES
+    shapes: int = 1  # distinct input shapes this row stands for (more than 1 for OTHER_SHAPES)
 
 
 class CallStack(Row, kw_only=True):
@@ -404,7 +413,7 @@ COUNTS = frozenset(
         "steps", "calls", "count", "events", "event_kinds", "memory_events", "allocations", "total_allocations",
         "world_size", "depth", "max", "mean", "time_weighted_mean", "launched",
         "short_kernels", "runtime_outliers", "launch_delay_outliers", "negative_launch_delays",
-        "clock_skewed_launches", "synchronous_launches", "graph_launched",
+        "clock_skewed_launches", "synchronous_launches", "graph_launched", "shapes", "ops",
     }
 )  # fmt: skip
 
@@ -441,7 +450,7 @@ def _fields(struct: type[msgspec.Struct]) -> tuple[str, ...]:
     return struct.__struct_fields__
 
 
-MODEL = (Meta, Step, Device, Operator, OperatorByShape, CallStack, Flops, Kernel, KernelByOp, KernelType,
+MODEL = (Meta, Step, Device, Operator, OperatorByShape, CallStack, Flops, Kernel, KernelLauncher, KernelByOp, KernelType,
          IdleTime, QueueLength, MemoryPeak, MemoryByOp, Leak, Module, RankRow, TraceReport,
          TraceSetReport)  # fmt: skip
 UNITS: dict[str, str] = {

@@ -6,7 +6,8 @@
 // the page inlines this file before app.js; it defines one global, TorchscopeChain.
 
 const TorchscopeChain = (() => {
-  /** @typedef {{name: string, input_dims: string | null, calls: number, device_total_us: number, device_self_us: number}} ShapeRow */
+  /** @typedef {{name: string, kind?: string, input_dims: string | null, calls: number, device_total_us: number, device_self_us: number, shapes?: number}} ShapeRow */
+  /** @typedef {{record_shapes?: boolean, with_stack?: boolean}} Meta */
   /** @typedef {{name: string, input_dims: string | null, stack: string, calls: number, host_total_us: number}} StackRow */
   /** @typedef {{op_name: string, input_dims: string | null, name: string, count: number, total_us: number, self_count: number, self_total_us: number}} KernelRow */
   /** @typedef {{name: string, op_name: string, count: number, total_us: number, ops: number}} Launcher */
@@ -14,6 +15,41 @@ const TorchscopeChain = (() => {
 
   const OTHER = "(other kernels)";
   const OTHER_OPS = "(other ops)";
+  const OTHER_SHAPES = "(other shapes)";
+  const ANNOTATION = "user_annotation";
+
+  /** What stands in for a row's missing input shapes: an annotation has none; an op has none
+   * recorded only when the profiler ran without record_shapes (the report's meta says which).
+   * @param {Meta | undefined} meta @param {string | undefined} kind @returns {string} */
+  function noShapes(meta, kind) {
+    if (kind === ANNOTATION) return "(none: an annotation has no inputs)";
+    if (meta && meta.record_shapes === false) return "(not recorded: profile with record_shapes=True)";
+    return "(none: no tensor inputs recorded)";
+  }
+
+  /** Why a shape row has no call stacks, in the same way.
+   * @param {Meta | undefined} meta @param {string | undefined} kind @returns {string} */
+  function noStacks(meta, kind) {
+    if (kind === ANNOTATION) return "none: Python call stacks are kept for ops, not annotations";
+    if (meta && meta.with_stack === false) return "none: the trace has no Python stacks (profile with with_stack=True)";
+    return "none recorded for these calls";
+  }
+
+  /** How an op's shape rows cover its calls: null when they are the op's whole set, one shape
+   * each; else the sentence the page shows ("N of M calls" when rows are missing).
+   * @param {ShapeRow[]} rows @param {{calls?: number}} op @returns {string | null} */
+  function shapeCoverage(rows, op) {
+    const calls = rows.reduce((a, x) => a + x.calls, 0), all = Number(op.calls || 0);
+    const other = rows.find((x) => x.input_dims === OTHER_SHAPES);
+    if (calls < all) return `${calls.toLocaleString("en-US")} of ${all.toLocaleString("en-US")} calls: the report keeps only these rows`;
+    if (!other) return null;
+    const top = calls - other.calls, n = rows.length - 1 + (other.shapes || 1);
+    return `the top ${rows.length - 1} of ${n} input shapes: ${top.toLocaleString("en-US")} of ${all.toLocaleString("en-US")} calls; ${OTHER_SHAPES} holds the other ${other.shapes || 1}`;
+  }
+
+  /** Whether a click on the op may open its one shape row at once: only when it is the op's whole set.
+   * @param {ShapeRow[]} rows @param {{calls?: number}} op */
+  const opensAtOnce = (rows, op) => rows.length === 1 && rows[0].input_dims !== OTHER_SHAPES && rows[0].calls === Number(op.calls || 0);
 
   /** The input-shape rows of one op, in the report's order (device, then host time).
    * @param {Report} r @param {string} op @returns {ShapeRow[]} */
@@ -52,5 +88,5 @@ const TorchscopeChain = (() => {
     return (r.kernel_launchers || []).filter((x) => x.name === kernel);
   }
 
-  return { OTHER, OTHER_OPS, shapes, stacks, kernels, sumUs, launchers };
+  return { OTHER, OTHER_OPS, OTHER_SHAPES, noShapes, noStacks, shapeCoverage, opensAtOnce, shapes, stacks, kernels, sumUs, launchers };
 })();
