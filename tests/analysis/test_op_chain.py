@@ -225,3 +225,42 @@ def test_relu_on_resnet50_has_its_twelve_shapes(load_trace: Callable[[str], Trac
     assert sum(x.calls for x in xs) == 294 and xs[-1].calls == 60
     kernels = [k for k in r.kernels_by_op if k.op_name == "aten::relu_" and k.input_dims == M.OTHER_SHAPES]
     assert sum(_ns(k.total_us) for k in kernels) == _ns(xs[-1].device_total_us) > 0
+
+
+def test_a_deep_models_stacks_keep_the_users_call_site(tmp_path: Path) -> None:
+    """Stacks were cut to the innermost 8 frames: on a model of nested nn.Modules the user's own
+    call site (here this test function) never showed. Now the outermost frames stay too."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    import torchscope
+    from torchscope.analysis.operators import STACK_CHARS, STACK_FRAMES, STACK_INNER
+
+    model: torch.nn.Module = torch.nn.Linear(8, 8)
+    for _ in range(8):
+        model = torch.nn.Sequential(model)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, record_shapes=True) as prof:
+        model(torch.randn(2, 8))
+    path = tmp_path / "deep.json"
+    prof.export_chrome_trace(str(path))
+    trace = torchscope.load(path)
+    assert isinstance(trace, Trace)
+    (stack,) = [s for s in report_model(trace).call_stacks if s.name == "aten::linear"]
+    frames = stack.stack.split(" <- ")
+    assert frames[0] == "<built-in function linear>" and "torch/nn/modules/linear.py" in frames[1]
+    # under pytest the stack is 60-odd frames deep; this function is the user's frame nearest the op
+    gaps = [f for f in frames if f.startswith("… ") and f.endswith((" frames …", " frame …"))]
+    kept = [f for f in frames if f not in gaps]
+    user = [f for f in kept if "test_op_chain.py" in f]
+    assert user and "test_a_deep_models_stacks_keep_the_users_call_site" in user[0]
+    assert len(kept) <= STACK_FRAMES and len(stack.stack) <= STACK_CHARS
+    # every frame left out is counted: the kept ones and the gaps make up the whole stack
+    ev = trace.events
+    (row,) = ev.filter(pl.col("name").cast(pl.String) == "aten::linear")["id"].to_list()
+    parent, kind, names = ev["parent"].fill_null(-1).to_list(), ev["kind"].to_list(), ev["name"].to_list()
+    full = []
+    while (row := parent[row]) >= 0:
+        if kind[row] == "python_function":
+            full.append(str(names[row]))
+    assert len(kept) + sum(int(g.split()[1]) for g in gaps) == len(full) > STACK_FRAMES
+    assert kept[:STACK_INNER] == full[:STACK_INNER]
