@@ -4,6 +4,7 @@ total); kernel -> the ops that launched it. Every name stays text."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -187,4 +188,32 @@ def test_hostile_op_names_stay_text_along_the_chain(tmp_path: Path, page: Any) -
     assert page.inner_text("[data-testid=op-drill] h3") == hostile["name"]
     assert page.evaluate("() => window.__pwned") is None
     assert page.query_selector("#view script, #view img") is None
+    assert page.errors == []
+
+
+def test_report_tables_label_their_columns_and_say_yes_or_no(
+    pages: dict[str, dict[str, Any]], page: Any
+) -> None:
+    """Kernel types showed "kernel type | us | pct", the Report tab "peak ts" and "dur", and
+    "tensor core eligible" true/false where the Kernels table says yes/no."""
+    page.goto(pages[RESNET]["url"])
+    page.click("#tabs button[data-view=kernels]")
+    heads = page.eval_on_selector_all(
+        "h3:text-is('Kernel types') + table thead th, h3:text-is('Kernel types') + div table thead th",
+        "r => r.map(x => x.textContent.trim())",
+    )
+    assert heads[:3] == ["kernel type", "time", "share"] or [h.rstrip(" ▲▼") for h in heads[:3]] == [
+        "kernel type",
+        "time",
+        "share",
+    ]
+    page.click("#tabs button[data-view=report]")
+    text = page.inner_text("#view")
+    assert "peak ts" not in text and not re.search(r"\bdur\b", text)
+    assert "\tduration" in text and "peak time" in text
+    cells = page.eval_on_selector_all(
+        "[data-section=operators_by_shape] table tbody tr",
+        "r => r.map(x => x.cells[[...x.closest('table').tHead.rows[0].cells].findIndex(c => c.textContent.startsWith('tensor core eligible'))].textContent)",
+    )
+    assert cells and set(cells) <= {"yes", "no"} and "yes" in cells
     assert page.errors == []
