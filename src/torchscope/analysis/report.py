@@ -117,7 +117,7 @@ LAUNCHERS_PER_KERNEL = 8  # kernel_launchers: the top launching ops of each kern
 
 def _kernel_launchers(trace: Trace, kernels: list[M.Kernel]) -> list[M.KernelLauncher]:
     """For every kernel row the report keeps, the ops that launched it themselves (innermost),
-    all of them: the top ``LAUNCHERS_PER_KERNEL`` by time, then the rest as one OTHER_OPS row,
+    all of them: the top ``LAUNCHERS_PER_KERNEL`` by time, then the rest (two or more) as one OTHER_OPS row,
     and launches no host op encloses as NO_OP, so each kernel's rows add up to its row exactly."""
     if not kernels:
         return []
@@ -128,12 +128,16 @@ def _kernel_launchers(trace: Trace, kernels: list[M.Kernel]) -> list[M.KernelLau
         .join(order, on="name", how="inner")
         .sort(["row", "total_ns", "op_name"], descending=[False, True, False])
         .with_columns(
-            pl.int_range(pl.len(), dtype=pl.Int64).over("row").alias("rank"), pl.lit(1).alias("ops")
+            pl.int_range(pl.len(), dtype=pl.Int64).over("row").alias("rank"),
+            pl.len().over("row").alias("n"),
+            pl.lit(1).alias("ops"),
         )
     )
-    top = by.filter(pl.col("rank") < LAUNCHERS_PER_KERNEL)
+    # one launcher past the cut is shown as itself: "(other ops)" stands for two or more
+    folded = (pl.col("rank") >= LAUNCHERS_PER_KERNEL) & (pl.col("n") > LAUNCHERS_PER_KERNEL + 1)
+    top = by.filter(~folded)
     rest = (
-        by.filter(pl.col("rank") >= LAUNCHERS_PER_KERNEL)
+        by.filter(folded)
         .group_by("row", "name")
         .agg(
             pl.lit(M.OTHER_OPS).alias("op_name"),
@@ -156,7 +160,7 @@ SHAPES_PER_OP = 8  # operators_by_shape: the top input shapes of each kept op, t
 
 def _shape_rows(ops: pl.DataFrame, by_shape: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The input-shape rows of every op row the report keeps (``ops``): each op's top
-    ``SHAPES_PER_OP`` shapes (by device, then host time), then the rest as one OTHER_SHAPES row,
+    ``SHAPES_PER_OP`` shapes (by device, then host time), then the rest (two or more) as one OTHER_SHAPES row,
     so an op's shape rows always add up to its calls and times. Also the map from each
     (name, input_dims) of the trace to the row it counts in (``shape``), for the chain below."""
     order = ops.select("name").with_row_index("op")
@@ -165,7 +169,8 @@ def _shape_rows(ops: pl.DataFrame, by_shape: pl.DataFrame) -> tuple[pl.DataFrame
         .with_row_index("pos")
         .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("op", order_by="pos").alias("rank"))
     )
-    other = pl.col("rank") >= SHAPES_PER_OP
+    # one shape past the cut is shown as itself: "(other shapes)" stands for two or more
+    other = (pl.col("rank") >= SHAPES_PER_OP) & (pl.len().over("op") > SHAPES_PER_OP + 1)
     mapping = ranked.select(
         "name",
         "input_dims",

@@ -21,7 +21,8 @@ const viewKernels = (() => {
         const ls = C.launchers(rep(), k.name);
         drill.replaceChildren(h("h3", {}, k.name),
           ...drillTable("Launched by (the innermost op)", ls, [nameCol("op_name", "launching op"), col("count", "calls"), col("total_us", "total"),
-            col("ops", "ops")], "drill-launchers", "no launches recorded"),
+            // how many ops the "(other ops)" row stands for: only where there is one
+            ...(ls.some((x) => x.op_name === C.OTHER_OPS) ? [col("ops", "ops")] : [])], "drill-launchers", "no launches recorded"),
           ...(ls.length ? [h("div", { class: "muted", "data-testid": "drill-launchers-sum" }, `sum ${fmtCount(ls.reduce((a, x) => a + x.count, 0))} calls, ${fmtUs(C.sumUs(ls, "total_us"))}` +
             ` = the kernel's ${fmtCount(k.count)} calls, ${fmtUs(k.total_us)}` + (ls.some((x) => x.op_name === C.OTHER_OPS) ? ` (the top ops, then ${C.OTHER_OPS})` : ""))] : []));
       } }),
