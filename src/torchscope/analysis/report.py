@@ -211,6 +211,18 @@ def _remap(df: pl.DataFrame, mapping: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _kernel_sums() -> list[pl.Expr]:
+    """kernels_by_op's measures, summed over the rows folded into one (shapes, or kernels)."""
+    return [
+        pl.col("count").sum(),
+        pl.col("total_ns").sum(),
+        pl.col("min_ns").min(),
+        pl.col("max_ns").max(),
+        pl.col("self_count").sum(),
+        pl.col("self_total_ns").sum(),
+    ]
+
+
 def _op_chain(
     trace: Trace, shapes: pl.DataFrame, mapping: pl.DataFrame
 ) -> tuple[list[M.KernelByOp], list[M.CallStack]]:
@@ -220,18 +232,7 @@ def _op_chain(
     OTHER_SHAPES row's too: its kernels are those of the shapes it stands for); and its Python
     call stacks, the top few."""
     keys = ["name", "input_dims"]
-    k = (
-        _remap(kernels_by_op(trace), mapping)
-        .group_by("row", *keys, "kernel")
-        .agg(
-            pl.col("count").sum(),
-            pl.col("total_ns").sum(),
-            pl.col("min_ns").min(),
-            pl.col("max_ns").max(),
-            pl.col("self_count").sum(),
-            pl.col("self_total_ns").sum(),
-        )
-    )
+    k = _remap(kernels_by_op(trace), mapping).group_by("row", *keys, "kernel").agg(*_kernel_sums())
     k = k.sort(["row", "total_ns", "kernel"], descending=[False, True, False]).with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).over("row").alias("rank")
     )
@@ -240,12 +241,7 @@ def _op_chain(
         .group_by("row", *keys)
         .agg(
             pl.lit(M.OTHER_KERNELS).alias("kernel"),
-            pl.col("count").sum(),
-            pl.col("total_ns").sum(),
-            pl.col("min_ns").min(),
-            pl.col("max_ns").max(),
-            pl.col("self_count").sum(),
-            pl.col("self_total_ns").sum(),
+            *_kernel_sums(),
             pl.lit(KERNELS_PER_OP, pl.Int64).alias("rank"),
         )
     )
