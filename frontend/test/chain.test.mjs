@@ -40,21 +40,63 @@ test("an op's shapes, then a shape's stacks and kernels, are exactly its rows", 
   }
 });
 
-test("a kernel's launchers: the ops that launched it themselves, summed over their shapes", () => {
+test("a kernel's launchers are the report's kernel_launchers rows of that kernel, adding up to it", (t) => {
+  if (!reports.length) return t.skip("TORCHSCOPE_REPORTS unset");
+  for (const r of reports) {
+    for (const k of r.kernels) {
+      const ls = C.launchers(r, k.name);
+      assert.equal(ls.reduce((a, x) => a + x.count, 0), k.count, k.name);
+      assert.equal(C.sumUs(ls, "total_us"), k.total_us, k.name);
+    }
+  }
+});
+
+test("launchers and kernels pick their own rows", () => {
   const r = {
+    kernel_launchers: [
+      { name: "sgemm", op_name: "aten::mm", count: 2, total_us: 50, ops: 1 },
+      { name: "other", op_name: "aten::mm", count: 1, total_us: 5, ops: 1 },
+    ],
     kernels_by_op: [
-      { op_name: "aten::linear", input_dims: "[[4, 16]]", name: "sgemm", count: 3, total_us: 30, self_count: 0, self_total_us: 0 },
-      { op_name: "aten::addmm", input_dims: "[[4, 16]]", name: "sgemm", count: 3, total_us: 30, self_count: 3, self_total_us: 30 },
-      { op_name: "aten::addmm", input_dims: "[[2, 32]]", name: "sgemm", count: 1, total_us: 12.001, self_count: 1, self_total_us: 12.001 },
       { op_name: "aten::mm", input_dims: null, name: "sgemm", count: 2, total_us: 50, self_count: 2, self_total_us: 50 },
       { op_name: "aten::mm", input_dims: null, name: "(other kernels)", count: 9, total_us: 5, self_count: 9, self_total_us: 5 },
     ],
   };
-  assert.deepEqual(plain(C.launchers(r, "sgemm")), [
-    { op_name: "aten::mm", count: 2, total_us: 50, shapes: 1 },
-    { op_name: "aten::addmm", count: 4, total_us: 42.001, shapes: 2 },
-  ]);
+  assert.deepEqual(plain(C.launchers(r, "sgemm")), [r.kernel_launchers[0]]);
   assert.deepEqual(plain(C.launchers(r, "nothing")), []);
   // null and undefined shapes are the same shape (a report row without recorded shapes)
   assert.equal(C.kernels(r, "aten::mm", undefined).length, 2);
+});
+
+test("an op's shape rows are its whole set; a list with a remainder says so and never opens by itself", (t) => {
+  if (!reports.length) return t.skip("TORCHSCOPE_REPORTS unset");
+  let cut = 0;
+  for (const r of reports) {
+    for (const op of r.operators) {
+      const rows = C.shapes(r, op.name);
+      assert.equal(rows.reduce((a, x) => a + x.calls, 0), op.calls, op.name);
+      const other = rows.some((x) => x.input_dims === C.OTHER_SHAPES);
+      assert.equal(C.shapeCoverage(rows, op) !== null, other, op.name);
+      if (C.opensAtOnce(rows, op)) assert.ok(rows.length === 1 && !other, op.name);
+      cut += other ? 1 : 0;
+    }
+  }
+  assert.ok(cut > 0);
+});
+
+test("shape coverage, opening and hints on hand-made rows", () => {
+  const rows = [
+    { name: "a", input_dims: "[[1]]", calls: 3, device_total_us: 0, device_self_us: 0, shapes: 1 },
+    { name: "a", input_dims: "(other shapes)", calls: 1200, device_total_us: 0, device_self_us: 0, shapes: 5 },
+  ];
+  assert.equal(C.shapeCoverage(rows, { calls: 1203 }), "the top 1 of 6 input shapes: 3 of 1,203 calls; (other shapes) holds the other 5");
+  assert.equal(C.shapeCoverage(rows.slice(0, 1), { calls: 5 }), "3 of 5 calls: the report keeps only these rows");
+  assert.equal(C.opensAtOnce(rows.slice(0, 1), { calls: 5 }), false);
+  assert.equal(C.opensAtOnce(rows.slice(0, 1), { calls: 3 }), true);
+  assert.equal(C.opensAtOnce(rows.slice(1), { calls: 1200 }), false);
+  assert.equal(C.noShapes({ record_shapes: true }, "user_annotation"), "(none: an annotation has no inputs)");
+  assert.equal(C.noShapes({ record_shapes: false }, "cpu_op"), "(not recorded: profile with record_shapes=True)");
+  assert.equal(C.noShapes({ record_shapes: true }, "cpu_op"), "(none: no tensor inputs recorded)");
+  assert.match(C.noStacks({ with_stack: false }, "cpu_op"), /with_stack=True/);
+  assert.doesNotMatch(C.noStacks({ with_stack: true }, "cpu_op"), /with_stack/);
 });

@@ -45,3 +45,14 @@ test("every value prints as render/units.py prints it", (t) => {
   const got = cases.map(([v, unit, start]) => fmt(v, unit, start));
   assert.deepEqual(JSON.parse(JSON.stringify(got)), cases.map((c) => c[3]));
 });
+
+test("report keys as labels: words, no unit suffix, no bare unit or abbreviation", () => {
+  const { pretty } = page().TorchscopeFormat;
+  assert.equal(pretty("kernel_type"), "kernel type");
+  assert.equal(pretty("us"), "time");
+  assert.equal(pretty("pct"), "share");
+  assert.equal(pretty("peak_ts_us"), "peak time");
+  assert.equal(pretty("dur_us"), "duration");
+  assert.equal(pretty("host_avg_us"), "host average");
+  assert.equal(pretty("tensor_core_eligible"), "tensor core eligible");
+});

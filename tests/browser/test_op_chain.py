@@ -4,6 +4,7 @@ total); kernel -> the ops that launched it. Every name stays text."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,13 @@ from torchscope.render.units import fmt
 
 RESNET = "tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz"
 NCCL = "cuda/nccl_rank1_of_2_profile_memory.json.gz"
+NS = "cuda/rank0_ns_resolution.pt.trace.json.gz"
 
 
 @pytest.fixture(scope="module")
 def pages(traces_dir: Path, tmp_path_factory: Any) -> dict[str, dict[str, Any]]:
     out = {}
-    for rel in (RESNET, NCCL):
+    for rel in (RESNET, NCCL, NS):
         payload = build_payload(torchscope.load(traces_dir / rel), with_timeline=False)
         html = write_html(payload, tmp_path_factory.mktemp("chain") / "page.html")
         out[rel] = {"report": payload["report"], "url": html.as_uri()}
@@ -46,7 +48,10 @@ def test_op_to_shape_to_its_kernels_adding_up(pages: dict[str, dict[str, Any]], 
     open_op(page, url, name)
     shapes = [r for r in report["operators_by_shape"] if r["name"] == name]
     assert len(shapes) > 1
-    assert texts(page, "[data-testid=drill-shapes]") == [r["input_dims"] for r in shapes]
+    assert texts(page, "[data-testid=drill-shapes]") == [
+        r["input_dims"] if r["input_dims"] != M.OTHER_SHAPES else f"{M.OTHER_SHAPES}: {r['shapes']} shapes"
+        for r in shapes
+    ]
     # the third shape row: its kernels, and their sum is the row's device total
     shape = shapes[2]
     page.click("[data-testid=drill-shapes] tbody tr:nth-child(3)")
@@ -86,20 +91,88 @@ def test_an_op_with_many_kernels_ends_with_the_rest(pages: dict[str, dict[str, A
     assert page.errors == []
 
 
-def test_kernel_to_the_ops_that_launched_it(pages: dict[str, dict[str, Any]], page: Any) -> None:
-    report, url = pages[NCCL]["report"], pages[NCCL]["url"]
+def test_kernel_to_all_the_ops_that_launched_it(pages: dict[str, dict[str, Any]], page: Any) -> None:
+    """volta_sgemm_128x32_nt: 20 calls; "Launched by" once showed only aten::mm's 5 (the op rows
+    the report kept), not aten::convolution_backward's 15. Its rows now add up to the kernel's."""
+    report, url = pages[NS]["report"], pages[NS]["url"]
     page.goto(url)
     page.click("#tabs button[data-view=kernels]")
-    kernel = "volta_sgemm_128x64_nn"
+    kernel = "volta_sgemm_128x32_nt"
     page.fill("[data-testid=filter]", kernel)
     page.click(f"[data-testid=kernels-table] tbody tr:has(td:text-is('{kernel}'))")
-    own = [r for r in report["kernels_by_op"] if r["name"] == kernel and r["self_count"]]
-    assert {r["op_name"] for r in own} == {"aten::mm"}
-    assert texts(page, "[data-testid=drill-launchers]") == ["aten::mm"]
-    assert texts(page, "[data-testid=drill-launchers]", 1) == [fmt(225, "count")]
-    assert texts(page, "[data-testid=drill-launchers]", 2) == [
-        fmt(sum(r["self_total_us"] for r in own), "us")
-    ]
+    assert texts(page, "[data-testid=drill-launchers]") == ["aten::convolution_backward", "aten::mm"]
+    assert texts(page, "[data-testid=drill-launchers]", 1) == [fmt(15, "count"), fmt(5, "count")]
+    assert texts(page, "[data-testid=drill-launchers]", 2) == [fmt(7173.975, "us"), fmt(98.048, "us")]
+    (k,) = [x for x in report["kernels"] if x["name"] == kernel]
+    assert page.inner_text("[data-testid=drill-launchers-sum]") == (
+        f"sum {fmt(20, 'count')} calls, {fmt(k['total_us'], 'us')} = the kernel's {fmt(20, 'count')} calls, {fmt(k['total_us'], 'us')}"
+    )
+    assert page.errors == []
+
+
+def test_an_op_with_many_shapes_says_so_and_opens_none(pages: dict[str, dict[str, Any]], page: Any) -> None:
+    """aten::relu_ on resnet50 (294 calls, 12 shapes) showed one shape row of 18 calls and opened
+    it as if it were the op's only shape."""
+    report, url = pages[RESNET]["report"], pages[RESNET]["url"]
+    open_op(page, url, "aten::relu_")
+    rows = [r for r in report["operators_by_shape"] if r["name"] == "aten::relu_"]
+    got = texts(page, "[data-testid=drill-shapes]")
+    assert len(got) == 9 and got[-1] == f"{M.OTHER_SHAPES}: 4 shapes"
+    assert sum(int(c.replace(",", "")) for c in texts(page, "[data-testid=drill-shapes]", 1)) == 294
+    top = 294 - rows[-1]["calls"]
+    assert page.inner_text("[data-testid=drill-shapes-cover]") == (
+        f"the top 8 of 12 input shapes: {top} of 294 calls; {M.OTHER_SHAPES} holds the other 4"
+    )
+    assert page.query_selector("[data-testid=shape-drill] h4") is None  # nothing opened by itself
+    # the remainder row opens like any other: its kernels add up to its device total
+    page.click("[data-testid=drill-shapes] tbody tr:nth-child(9)")
+    assert page.inner_text("[data-testid=drill-kernels-sum]").startswith(
+        f"sum {fmt(rows[-1]['device_total_us'], 'us')} ="
+    )
+    assert page.errors == []
+
+
+def test_hints_name_the_setting_only_when_it_was_off(tmp_path: Path, page: Any) -> None:
+    """An annotation has no input shapes or stacks whatever the settings; an op says
+    record_shapes / with_stack only when the trace shows they were off."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    model = torch.nn.Linear(16, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
+        for _ in range(2):
+            model(torch.randn(4, 16)).sum().backward()
+            opt.step()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    payload = build_payload(torchscope.load(tmp_path / "t.json"), with_timeline=False)
+    assert payload["report"]["meta"]["record_shapes"] and payload["report"]["meta"]["with_stack"]
+    url = write_html(payload, tmp_path / "t.html").as_uri()
+    open_op(page, url, "Optimizer.step#SGD.step")
+    assert texts(page, "[data-testid=drill-shapes]") == ["(none: an annotation has no inputs)"]
+    assert (
+        page.inner_text("[data-testid=drill-stacks]")
+        == "none: Python call stacks are kept for ops, not annotations"
+    )
+    # an op of the same trace: its shapes and stacks, no advice
+    open_op(page, url, "aten::addmm")
+    assert texts(page, "[data-testid=drill-shapes]") == ["[[8], [4, 16], [16, 8], [], []]"]
+    assert "test_hints_name_the_setting_only_when_it_was_off" in page.inner_text("[data-testid=drill-stacks]")
+    assert "record_shapes" not in page.inner_text("[data-testid=op-drill]")
+    assert page.errors == []
+
+
+def test_hints_advise_the_settings_a_trace_ran_without(pages: dict[str, dict[str, Any]], page: Any) -> None:
+    """rank0_ns_resolution has no input shapes and no Python frames anywhere."""
+    report, url = pages[NS]["report"], pages[NS]["url"]
+    assert (report["meta"]["record_shapes"], report["meta"]["with_stack"]) == (False, False)
+    open_op(page, url, "aten::mm")
+    assert texts(page, "[data-testid=drill-shapes]") == ["(not recorded: profile with record_shapes=True)"]
+    assert page.inner_text("[data-testid=drill-stacks]") == (
+        "none: the trace has no Python stacks (profile with with_stack=True)"
+    )
+    open_op(page, url, "Optimizer.step#SGD.step")
+    assert texts(page, "[data-testid=drill-shapes]") == ["(none: an annotation has no inputs)"]
     assert page.errors == []
 
 
@@ -115,4 +188,32 @@ def test_hostile_op_names_stay_text_along_the_chain(tmp_path: Path, page: Any) -
     assert page.inner_text("[data-testid=op-drill] h3") == hostile["name"]
     assert page.evaluate("() => window.__pwned") is None
     assert page.query_selector("#view script, #view img") is None
+    assert page.errors == []
+
+
+def test_report_tables_label_their_columns_and_say_yes_or_no(
+    pages: dict[str, dict[str, Any]], page: Any
+) -> None:
+    """Kernel types showed "kernel type | us | pct", the Report tab "peak ts" and "dur", and
+    "tensor core eligible" true/false where the Kernels table says yes/no."""
+    page.goto(pages[RESNET]["url"])
+    page.click("#tabs button[data-view=kernels]")
+    heads = page.eval_on_selector_all(
+        "h3:text-is('Kernel types') + table thead th, h3:text-is('Kernel types') + div table thead th",
+        "r => r.map(x => x.textContent.trim())",
+    )
+    assert heads[:3] == ["kernel type", "time", "share"] or [h.rstrip(" ▲▼") for h in heads[:3]] == [
+        "kernel type",
+        "time",
+        "share",
+    ]
+    page.click("#tabs button[data-view=report]")
+    text = page.inner_text("#view")
+    assert "peak ts" not in text and not re.search(r"\bdur\b", text)
+    assert "\tduration" in text and "peak time" in text
+    cells = page.eval_on_selector_all(
+        "[data-section=operators_by_shape] table tbody tr",
+        "r => r.map(x => x.cells[[...x.closest('table').tHead.rows[0].cells].findIndex(c => c.textContent.startsWith('tensor core eligible'))].textContent)",
+    )
+    assert cells and set(cells) <= {"yes", "no"} and "yes" in cells
     assert page.errors == []

@@ -9,7 +9,8 @@ Bump ``REPORT_VERSION`` when a key changes meaning; adding keys does not bump it
 
 from __future__ import annotations
 
-REPORT_VERSION = 3  # 2: typed report, units map, exact µs, hex addresses; 3: chain kernels_by_op
+REPORT_VERSION = 4  # 2: typed report, units map, exact µs, hex addresses; 3: chain kernels_by_op;
+# 4: operators_by_shape per kept op with an "(other shapes)" row
 
 # -- report: one trace ----------------------------------------------------------------------
 VERSION = "report_version"
@@ -26,6 +27,7 @@ OPERATORS_BY_SHAPE = "operators_by_shape"
 CALL_STACKS = "call_stacks"
 FLOPS = "flops"
 KERNELS = "kernels"
+KERNEL_LAUNCHERS = "kernel_launchers"  # per kept kernel: {name, op_name, count, total_us, ops}, adds up to it
 KERNELS_BY_OP = "kernels_by_op"
 KERNEL_TYPES = "kernel_types"  # HTA kernel type breakdown: {kernel_type, us, pct}
 TEMPORAL_BREAKDOWN = "temporal_breakdown"  # HTA: {idle_us, compute_us, non_compute_us, span_us, *_pct}
@@ -62,6 +64,7 @@ REPORT_KEYS: tuple[str, ...] = (
     CALL_STACKS,
     FLOPS,
     KERNELS,
+    KERNEL_LAUNCHERS,
     KERNELS_BY_OP,
     KERNEL_TYPES,
     TEMPORAL_BREAKDOWN,

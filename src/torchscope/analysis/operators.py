@@ -92,12 +92,61 @@ def operators(trace: Trace, by_input_shape: bool = False) -> pl.DataFrame:
     )
 
 
-def call_stacks(trace: Trace, op_name: str | None = None, depth: int = 8) -> pl.DataFrame:
+STACK_FRAMES = 32  # a stack deeper than this keeps its innermost frames and the user's own
+STACK_INNER = 12  # innermost frames always kept (the library code that ran the op)
+STACK_CHARS = 1500  # at most, so the page (which cuts a string at 1,600) shows it whole
+STACK_SEP = " <- "
+_LIBRARY = ("site-packages/", "dist-packages/", "/lib/python", "/torch/", "<built-in", "<frozen")
+
+
+def is_user_frame(frame: str) -> bool:
+    """Whether a Python frame is the user's code: not torch, an installed package, the
+    standard library, a builtin, or an ``nn.Module:`` scope marker."""
+    return not (frame.startswith(("torch/", "nn.Module: ")) or any(m in frame for m in _LIBRARY))
+
+
+def stack_text(frames: list[str], depth: int = STACK_FRAMES, chars: int = STACK_CHARS) -> str:
+    """Frames (innermost first) as one line: all of them when they fit ``depth`` frames and
+    ``chars`` characters; else the innermost ``STACK_INNER``, then the user's own frames
+    further out (innermost first), with "… N frames …" for each run left out.
+
+    The innermost frames say which library code ran the op; the user's frames hold their call
+    site (their model's forward, the training loop), which on a model built of nn.Modules sits
+    20-40 frames out, past pytest, Lightning or runpy frames: keeping only the innermost 8
+    (before) never showed it.
+    """
+    line = STACK_SEP.join(frames)
+    if len(frames) <= depth and len(line) <= chars:
+        return line
+    inner = min(STACK_INNER, depth)
+    user = [i for i in range(inner, len(frames)) if is_user_frame(frames[i])][: depth - inner]
+    while True:
+        keep = list(range(inner)) + user
+        parts, last = [], -1
+        for i in [*keep, len(frames)]:
+            if i > last + 1:
+                n = i - last - 1
+                parts.append(f"… {n} frame{'s' if n > 1 else ''} …")
+            if i < len(frames):
+                parts.append(frames[i])
+            last = i
+        line = STACK_SEP.join(parts)
+        if len(line) <= chars or inner + len(user) <= 2:
+            return line
+        if user and len(user) >= inner // 2:
+            user.pop()  # the outermost user frame first: the call site nearest the op stays
+        else:
+            inner -= 1
+
+
+def call_stacks(trace: Trace, op_name: str | None = None, depth: int = STACK_FRAMES) -> pl.DataFrame:
     """Python call stacks leading to ops (needs ``with_stack``): name, input_dims, stack, calls, host ns.
 
     One row per op name, input shape (as ``operators(by_input_shape=True)`` groups them) and
     stack, so a shape row of the operators view drills down to the code that called it.
-    ``stack`` is the innermost ``depth`` Python frames, innermost first, joined by " <- ".
+    ``stack`` is the Python frames, innermost first, joined by " <- ": all of them up to
+    ``depth`` frames (and ``STACK_CHARS`` characters), else the innermost and the user's own
+    (``stack_text``), so the user's call site shows however deep the model nests.
     """
     ev = trace.events
     rows = kinds(trace, "cpu_op")
@@ -119,7 +168,7 @@ def call_stacks(trace: Trace, op_name: str | None = None, depth: int = 8) -> pl.
     name_arr = ev["name"].cast(pl.String).to_numpy()
     idx = rows["id"].to_numpy().astype(np.int64)
     # keep only top-level ops: their parent chain reaches Python before another op
-    frames: list[list[str]] = [[] for _ in range(idx.size)]
+    frames: list[list[int]] = [[] for _ in range(idx.size)]  # event rows of the frames, innermost first
     cur = parent[idx]
     alive = np.arange(idx.size)
     for _ in range(256):
@@ -129,10 +178,16 @@ def call_stacks(trace: Trace, op_name: str | None = None, depth: int = 8) -> pl.
             break
         py = is_py[cur]
         for a, c in zip(alive[py].tolist(), cur[py].tolist(), strict=True):
-            if len(frames[a]) < depth:
-                frames[a].append(str(name_arr[c]))
+            frames[a].append(c)
         cur = parent[cur]
-    stacks = [" <- ".join(f) for f in frames]
+    # many calls share a stack: build each distinct one's text once
+    texts: dict[tuple[int, ...], str] = {}
+    stacks = []
+    for f in frames:
+        key = tuple(f)
+        if key not in texts:
+            texts[key] = stack_text([str(name_arr[c]) for c in f], depth)
+        stacks.append(texts[key])
     return (
         rows.select(pl.col("name").cast(pl.String), "input_dims", "dur_ns", "self_ns")
         .with_columns(pl.Series("stack", stacks, dtype=pl.String))

@@ -47,6 +47,15 @@ def records(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
     return [M.record(r) for r in df.iter_rows(named=True)]
 
 
+def _recorded(trace: Trace, setting: str, found: bool) -> bool:
+    """Whether the profiler recorded with ``setting`` on: its own word when the trace carries
+    it, else whether the trace holds what the setting records (``found``)."""
+    said = trace.meta.profiler_settings.get(setting)
+    if said is None:
+        return found
+    return str(said).strip().lower() in ("1", "true")
+
+
 def _meta(trace: Trace, ov: Overview) -> M.Meta:
     ev = trace.events
     m = trace.meta
@@ -65,6 +74,8 @@ def _meta(trace: Trace, ov: Overview) -> M.Meta:
         device_ids=sorted(int(d) for d in ev.filter(pl.col("device") >= 0)["device"].unique().to_list()),
         warnings=list(m.warnings),
         steps_from_trace=ov.steps_from_trace,
+        record_shapes=_recorded(trace, "record_shapes", bool(ev["input_dims"].is_not_null().any())),
+        with_stack=_recorded(trace, "with_stack", "python_function" in kinds),
         events=ev.height,
         event_kinds=kinds,
         memory_events=trace.memory.height,
@@ -101,16 +112,127 @@ def _kernels(trace: Trace, top: int) -> list[M.Kernel]:
     )
 
 
+LAUNCHERS_PER_KERNEL = 8  # kernel_launchers: the top launching ops of each kernel, then one OTHER_OPS row
+
+
+def _kernel_launchers(trace: Trace, kernels: list[M.Kernel]) -> list[M.KernelLauncher]:
+    """For every kernel row the report keeps, the ops that launched it themselves (innermost),
+    all of them: the top ``LAUNCHERS_PER_KERNEL`` by time, then the rest (two or more) as one OTHER_OPS row,
+    and launches no host op encloses as NO_OP, so each kernel's rows add up to its row exactly."""
+    if not kernels:
+        return []
+    order = pl.DataFrame({"name": [k.name for k in kernels]}).with_row_index("row")
+    by = (
+        kernel_stats(trace, by_op=True)
+        .select("name", pl.col("op_name").fill_null(M.NO_OP), "count", "total_ns")
+        .join(order, on="name", how="inner")
+        .sort(["row", "total_ns", "op_name"], descending=[False, True, False])
+        .with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).over("row").alias("rank"),
+            pl.len().over("row").alias("n"),
+            pl.lit(1).alias("ops"),
+        )
+    )
+    # one launcher past the cut is shown as itself: "(other ops)" stands for two or more
+    folded = (pl.col("rank") >= LAUNCHERS_PER_KERNEL) & (pl.col("n") > LAUNCHERS_PER_KERNEL + 1)
+    top = by.filter(~folded)
+    rest = (
+        by.filter(folded)
+        .group_by("row", "name")
+        .agg(
+            pl.lit(M.OTHER_OPS).alias("op_name"),
+            pl.col("count").sum(),
+            pl.col("total_ns").sum(),
+            pl.lit(LAUNCHERS_PER_KERNEL, pl.Int64).alias("rank"),
+            pl.len().alias("ops"),
+        )
+    )
+    cols = ["row", "name", "op_name", "count", "total_ns", "rank", "ops"]
+    rows = pl.concat([top.select(cols), rest.select(cols)], how="vertical_relaxed").sort("row", "rank")
+    return M.KernelLauncher.from_frame(rows.select("name", "op_name", "count", "total_ns", "ops"))
+
+
 KERNELS_PER_OP = 8  # kernels_by_op: the top kernels of each op row, then one OTHER_KERNELS row
 
 
-def _op_chain(trace: Trace, shapes: pl.DataFrame) -> tuple[list[M.KernelByOp], list[M.CallStack]]:
-    """The drill-down below the op rows the report keeps (``shapes``): the device work each
-    launched, its top ``KERNELS_PER_OP`` kernels plus the rest as one row, so the rows of an op
-    row always add up to its device total; and its Python call stacks, the top few."""
+SHAPES_PER_OP = 8  # operators_by_shape: the top input shapes of each kept op, then one OTHER_SHAPES row
+
+
+def _shape_rows(ops: pl.DataFrame, by_shape: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The input-shape rows of every op row the report keeps (``ops``): each op's top
+    ``SHAPES_PER_OP`` shapes (by device, then host time), then the rest (two or more) as one OTHER_SHAPES row,
+    so an op's shape rows always add up to its calls and times. Also the map from each
+    (name, input_dims) of the trace to the row it counts in (``shape``), for the chain below."""
+    order = ops.select("name").with_row_index("op")
+    ranked = (
+        by_shape.join(order, on="name", how="inner")
+        .with_row_index("pos")
+        .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("op", order_by="pos").alias("rank"))
+    )
+    # one shape past the cut is shown as itself: "(other shapes)" stands for two or more
+    other = (pl.col("rank") >= SHAPES_PER_OP) & (pl.len().over("op") > SHAPES_PER_OP + 1)
+    mapping = ranked.select(
+        "name",
+        "input_dims",
+        pl.when(other).then(pl.lit(M.OTHER_SHAPES)).otherwise(pl.col("input_dims")).alias("shape"),
+        "op",
+        pl.when(other).then(SHAPES_PER_OP).otherwise(pl.col("rank")).alias("rank"),
+    )
+    rows = (
+        ranked.with_columns(
+            pl.when(other).then(pl.lit(M.OTHER_SHAPES)).otherwise(pl.col("input_dims")).alias("input_dims"),
+            pl.when(other).then(SHAPES_PER_OP).otherwise(pl.col("rank")).alias("rank"),
+        )
+        .group_by("op", "rank", "name", "input_dims")
+        .agg(
+            pl.col("kind").first(),
+            pl.col("calls").sum(),
+            pl.col("host_self_ns").sum(),
+            pl.col("host_total_ns").sum(),
+            pl.col("host_max_ns").max(),
+            pl.col("device_self_ns").sum(),
+            pl.col("device_total_ns").sum(),
+            pl.col("tensor_core_eligible").first(),
+            pl.len().alias("shapes"),
+        )
+        .with_columns((pl.col("host_total_ns") / pl.col("calls")).alias("host_avg_ns"))
+        .sort("op", "rank")
+    )
+    return rows, mapping
+
+
+def _remap(df: pl.DataFrame, mapping: pl.DataFrame) -> pl.DataFrame:
+    """``df``'s rows of the kept ops, their input shape replaced by the shape row they count in."""
+    return (
+        df.join(mapping, on=["name", "input_dims"], how="inner", nulls_equal=True)
+        .drop("input_dims")
+        .rename({"shape": "input_dims"})
+        .with_columns((pl.col("op") * (SHAPES_PER_OP + 1) + pl.col("rank")).alias("row"))
+    )
+
+
+def _kernel_sums() -> list[pl.Expr]:
+    """kernels_by_op's measures, summed over the rows folded into one (shapes, or kernels)."""
+    return [
+        pl.col("count").sum(),
+        pl.col("total_ns").sum(),
+        pl.col("min_ns").min(),
+        pl.col("max_ns").max(),
+        pl.col("self_count").sum(),
+        pl.col("self_total_ns").sum(),
+    ]
+
+
+def _op_chain(
+    trace: Trace, shapes: pl.DataFrame, mapping: pl.DataFrame
+) -> tuple[list[M.KernelByOp], list[M.CallStack]]:
+    """The drill-down below the shape rows the report keeps (``shapes``; ``mapping`` from
+    ``_shape_rows``): the device work each launched, its top ``KERNELS_PER_OP`` kernels plus
+    the rest as one row, so the rows of a shape row always add up to its device total (an
+    OTHER_SHAPES row's too: its kernels are those of the shapes it stands for); and its Python
+    call stacks, the top few."""
     keys = ["name", "input_dims"]
-    order = shapes.select(*keys).with_row_index("row")
-    k = kernels_by_op(trace).join(order, on=keys, how="inner", nulls_equal=True)
+    k = _remap(kernels_by_op(trace), mapping).group_by("row", *keys, "kernel").agg(*_kernel_sums())
     k = k.sort(["row", "total_ns", "kernel"], descending=[False, True, False]).with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).over("row").alias("rank")
     )
@@ -119,12 +241,7 @@ def _op_chain(trace: Trace, shapes: pl.DataFrame) -> tuple[list[M.KernelByOp], l
         .group_by("row", *keys)
         .agg(
             pl.lit(M.OTHER_KERNELS).alias("kernel"),
-            pl.col("count").sum(),
-            pl.col("total_ns").sum(),
-            pl.col("min_ns").min(),
-            pl.col("max_ns").max(),
-            pl.col("self_count").sum(),
-            pl.col("self_total_ns").sum(),
+            *_kernel_sums(),
             pl.lit(KERNELS_PER_OP, pl.Int64).alias("rank"),
         )
     )
@@ -148,13 +265,14 @@ def _op_chain(trace: Trace, shapes: pl.DataFrame) -> tuple[list[M.KernelByOp], l
         )
     )
     stacks = (
-        call_stacks(trace)
-        .join(order, on=keys, how="inner", nulls_equal=True)
+        _remap(call_stacks(trace), mapping)
+        .group_by("row", *keys, "stack")
+        .agg(pl.col("calls").sum(), pl.col("host_total_ns").sum(), pl.col("host_self_ns").sum())
         .sort(["row", "host_total_ns", "stack"], descending=[False, True, False])
         .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("row").alias("rank"))
         .filter(pl.col("rank") < STACKS_PER_OP)
         .sort("row", "rank")
-        .drop("row", "rank")
+        .select(*keys, "stack", "calls", "host_total_ns", "host_self_ns")
     )
     return M.KernelByOp.from_frame(chain), M.CallStack.from_frame(stacks)
 
@@ -170,8 +288,9 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
     ls = ctx.launch
     n = max(ov.comm_overlap.height, 1)
     kernels = _kernels(trace, top)
-    shapes = operators(trace, by_input_shape=True).head(top)
-    kernels_by_op, stacks = _op_chain(trace, shapes)
+    ops = ctx.operators.head(top)
+    shapes, mapping = _shape_rows(ops, operators(trace, by_input_shape=True))
+    kernels_by_op, stacks = _op_chain(trace, shapes, mapping)
     recs = [M.Finding(**f.to_dict()) for f in advise(trace, ctx=ctx)]
     temporal = {
         "idle_us": M.us_of(tb.idle_ns),
@@ -214,11 +333,12 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
             for d in ov.devices
         ],
         comm_overlap=comm,  # type: ignore[arg-type]
-        operators=M.Operator.from_frame(ctx.operators, top),
-        operators_by_shape=M.OperatorByShape.from_frame(shapes),
+        operators=M.Operator.from_frame(ops),
+        operators_by_shape=M.OperatorByShape.from_frame(shapes.drop("op", "rank")),
         call_stacks=stacks,
         flops=M.Flops.from_frame(flops(trace), top),
         kernels=kernels,
+        kernel_launchers=_kernel_launchers(trace, kernels),
         kernels_by_op=kernels_by_op,
         kernel_types=M.KernelType.from_frame(kernel_type_breakdown(trace, include_memory=True)),
         temporal_breakdown=temporal,  # type: ignore[arg-type]

@@ -131,6 +131,8 @@ class Meta(msgspec.Struct, kw_only=True):
     device_ids: list[int]  # devices that ran work
     warnings: list[str]  # what the reader had to repair or skip in the input
     steps_from_trace: bool  # False: no ProfilerStep, the whole trace is one step
+    record_shapes: bool  # input shapes recorded: the profiler's setting, else any op has them
+    with_stack: bool  # Python stacks recorded: the profiler's setting, else any Python frame event
     events: int
     event_kinds: dict[str, int]  # events per kind
     memory_events: int
@@ -170,8 +172,15 @@ class Operator(Row, kw_only=True):
     tensor_core_eligible: bool
 
 
+OTHER_SHAPES = "(other shapes)"  # an operators_by_shape row's input_dims: the op's shapes past the top few
+
+
 class OperatorByShape(Operator, kw_only=True):
-    input_dims: str | None
+    """An op's calls with one input shape, or (``input_dims`` OTHER_SHAPES) with the shapes past
+    its top few: the rows of each op in ``operators`` add up to its calls and times."""
+
+    input_dims: str | None  # JSON of the input shapes, None when not recorded, or OTHER_SHAPES
+    shapes: int = 1  # distinct input shapes this row stands for (more than 1 for OTHER_SHAPES)
 
 
 class CallStack(Row, kw_only=True):
@@ -224,6 +233,21 @@ class KernelByOp(Row, kw_only=True):
     self_count: int  # launched by this op itself (the innermost op)
     self_total_us: float
     op_share_pct: float | None  # of the op row's device total
+
+
+OTHER_OPS = "(other ops)"  # a kernel_launchers row: the kernel's launchers past the top few
+NO_OP = "(no launching op)"  # a kernel_launchers row: launches no op on the host encloses
+
+
+class KernelLauncher(Row, kw_only=True):
+    """The ops that launched a kernel of ``kernels`` themselves (the innermost op or annotation):
+    for each kernel the rows' ``count`` and ``total_us`` add up to that kernel row's."""
+
+    name: str  # the kernel, as in ``kernels``
+    op_name: str  # the launching op, OTHER_OPS (the rest of this kernel's launchers) or NO_OP
+    count: int
+    total_us: float
+    ops: int  # distinct launching ops this row stands for (1, or more for OTHER_OPS)
 
 
 class KernelType(Row, kw_only=True):
@@ -327,6 +351,7 @@ class TraceReport(msgspec.Struct, kw_only=True):
     call_stacks: list[CallStack]
     flops: list[Flops]
     kernels: list[Kernel]
+    kernel_launchers: list[KernelLauncher]
     kernels_by_op: list[KernelByOp]
     kernel_types: list[KernelType]
     temporal_breakdown: dict[str, float]
@@ -388,7 +413,7 @@ COUNTS = frozenset(
         "steps", "calls", "count", "events", "event_kinds", "memory_events", "allocations", "total_allocations",
         "world_size", "depth", "max", "mean", "time_weighted_mean", "launched",
         "short_kernels", "runtime_outliers", "launch_delay_outliers", "negative_launch_delays",
-        "clock_skewed_launches", "synchronous_launches", "graph_launched",
+        "clock_skewed_launches", "synchronous_launches", "graph_launched", "shapes", "ops",
     }
 )  # fmt: skip
 
@@ -425,7 +450,7 @@ def _fields(struct: type[msgspec.Struct]) -> tuple[str, ...]:
     return struct.__struct_fields__
 
 
-MODEL = (Meta, Step, Device, Operator, OperatorByShape, CallStack, Flops, Kernel, KernelByOp, KernelType,
+MODEL = (Meta, Step, Device, Operator, OperatorByShape, CallStack, Flops, Kernel, KernelLauncher, KernelByOp, KernelType,
          IdleTime, QueueLength, MemoryPeak, MemoryByOp, Leak, Module, RankRow, TraceReport,
          TraceSetReport)  # fmt: skip
 UNITS: dict[str, str] = {

@@ -76,9 +76,15 @@ const TorchscopeFormat = (() => {
       default: return Number.isInteger(v) ? group(v) : String(Number(v.toPrecision(4)));
     }
   }
+  // words a report key abbreviates, and keys that are only a unit, as a reader would say them
+  /** @type {Record<string, string>} */
+  const WORDS = { dur: "duration", ts: "time", avg: "average", pct: "share", us: "time", bytes: "size", num: "number" };
   // a report key as a column or section label: words, without the unit suffix its value shows
   /** @param {string} k */
-  const pretty = (k) => String(k).replace(/_(us|pct|bytes)$/, "").replace(/_/g, " ");
+  const pretty = (k) => {
+    const words = String(k).replace(/_(us|pct|bytes)$/, "").split("_");
+    return words.map((w) => WORDS[w] ?? w).join(" ");
+  };
 
   return { DASH, none, group, fixed, halfUp, fmtUs, fmtNs, fmtOffset, fmtBytes, decimals, fmtPct, fmtCount, fmtInt, fmtSi, fmt, pretty };
 })();

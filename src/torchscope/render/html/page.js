@@ -63,7 +63,7 @@ const TorchscopePage = (() => {
         /** @type {string[]} */
         const keys = [...new Set(v.flatMap((x) => Object.keys(x)))];
         const simple = keys.filter((k) => v.every((x) => x[k] === null || x[k] === undefined || typeof x[k] !== "object"));
-        const cols = simple.map((k) => ({ key: k, label: pretty(k), num: v.some((x) => typeof x[k] === "number"), fmt: (/** @type {unknown} */ x) => fmt(x, units[k], start), cls: typeof v[0][k] === "string" ? "name" : null }));
+        const cols = simple.map((k) => ({ key: k, label: pretty(k), num: v.some((x) => typeof x[k] === "number"), fmt: (/** @type {unknown} */ x) => typeof x === "boolean" ? (x ? "yes" : "no") : fmt(x, units[k], start), cls: typeof v[0][k] === "string" ? "name" : null }));
         if (cols.length) return table(cols, v, { id: "generic-table" });
       }
       return h("div", {}, v.map((x) => h("div", {}, typeof x === "object" ? generic(x, key, depth + 1) : String(x))));
