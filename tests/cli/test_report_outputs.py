@@ -3,6 +3,7 @@ is a one-line error with exit code 2 (a new user's findings), and row counts are
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -55,3 +56,21 @@ def test_reading_a_directory_as_a_file_names_it(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as err:
         read_chrome(tmp_path)
     assert str(err.value) == f"{tmp_path}: is a directory; use torchscope.load() for log directories"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a file name that is not UTF-8")
+def test_a_path_that_is_not_utf8_still_gets_its_page(traces_dir: Path, tmp_path: Path) -> None:
+    folder = os.fsencode(tmp_path) + b"/we\xffird"
+    os.makedirs(folder)
+    trace = folder + b"/t.json"
+    shutil.copy(traces_dir / SMALL, os.fsdecode(trace))
+    page = tmp_path / "page.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "torchscope", "report", trace, "--html", str(page)],
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = page.read_text(encoding="utf-8")  # valid UTF-8: the name's bad byte is an escape
+    assert "we\\udcffird" in text and "Traceback" not in done.stderr.decode("utf-8", "replace")

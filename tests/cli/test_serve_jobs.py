@@ -61,3 +61,19 @@ def test_a_job_id_names_only_a_listed_run(served_job: Served, tmp_path: Path) ->
     assert status == 200
     (run,) = json.loads(body)["report"]["runs"]
     assert [r["cycles"] for r in run["per_rank"]] == [1, 2]
+
+
+def test_a_jobs_unreadable_file_is_named_and_a_config_is_never_served(
+    served_job: Served, tmp_path: Path
+) -> None:
+    run = tmp_path / "log" / "ddp"
+    (run / "rank1.3.pt.trace.json.gz").write_bytes(b"not gzip at all")  # named like a cycle
+    (run / "config.json").write_text('{"lr": 0.1, "epochs": 3}')
+    runs = served_job.runs()
+    assert "config.json" not in {r["name"].rsplit("/", 1)[-1] for r in runs}
+    config_id = base64.urlsafe_b64encode(b"ddp/config.json").rstrip(b"=").decode()
+    assert served_job.get("/api/file?id=" + config_id)[0] == 404  # not listed, not served
+    assert served_job.get("/api/payload?id=" + config_id)[0] == 404
+    status, _, body = served_job.get("/api/payload?id=" + runs[0]["id"])
+    assert status == 200
+    assert any(w.startswith("skipped ddp/rank1.3.pt.trace.json.gz: ") for w in json.loads(body)["warnings"])

@@ -401,3 +401,14 @@ def test_torchscope_run_cycles_are_one_run(traces_dir: Path, tmp_path: Path) -> 
         ("traces", ["step_1.pt.trace.json", "step_2.pt.trace.json", "step_10.pt.trace.json"])
     ]
     assert found.skipped == ()
+
+
+def test_a_run_none_of_whose_files_reads_is_a_warning_not_a_run(traces_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    root.mkdir()
+    shutil.copy(traces_dir / "cuda" / "backward_thread_small.json", root / "a.pt.trace.json")
+    shutil.copy(traces_dir / "cuda" / "nccl_rank0_of_2.json.gz", root / "b.pt.trace.json.gz")
+    (root / "bad.pt.trace.json").write_text('{"traceEvents": [')
+    job = analyse_job(root, engine="local:1")
+    assert [r["run"] for r in job["runs"]] == ["t/a", "t/b"]
+    assert any("bad.pt.trace.json" in w and w.startswith("skipped ") for w in job["warnings"])

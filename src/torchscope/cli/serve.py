@@ -123,6 +123,7 @@ class LogDir:
         self._kinds: dict[bytes, tuple[tuple[int, ...], bool]] = {}  # head verdicts per file version
         # the runs of several files, found from the listed files (again only when they change)
         self._jobs: tuple[tuple[tuple[bytes, tuple[int, ...]], ...], dict[str, Run]] = ((), {})
+        self._skipped: tuple[str, ...] = ()  # "skipped FILE: why" of the last discovery
         self._lock = threading.Lock()
         self._builds = threading.BoundedSemaphore(BUILDS)
 
@@ -171,7 +172,7 @@ class LogDir:
             jobs.append(
                 {
                     "id": job_id(name),
-                    "name": f"{name} (job: {len(run.ranks)} rank{'s' * (len(run.ranks) != 1)}, "
+                    "name": f"{display_name(os.fsencode(name))} (job: {len(run.ranks)} rank{'s' * (len(run.ranks) != 1)}, "
                     f"{run.cycles} cycle{'s' * (run.cycles != 1)})",
                     "kind": "job",
                     "size": sum(st.st_size for st in stats),
@@ -193,6 +194,7 @@ class LogDir:
         jobs = {run.name: run for run in found.runs if sum(len(r.files) for r in run.ranks) > 1}
         with self._lock:
             self._jobs = (listed, jobs)
+            self._skipped = found.skipped
         return jobs
 
     def _looks_like_trace(self, rel: bytes, real: bytes, st: os.stat_result) -> bool:
@@ -244,8 +246,8 @@ class LogDir:
         """
         rel = rel_of(run)
         found = None if rel is None else self._stat(rel)
-        if found is None:
-            raise FileNotFoundError(run)
+        if found is None or rel is None or not self._looks_like_trace(rel, *found):
+            raise FileNotFoundError(run)  # not listed (a config file, run.json): not served either
         try:
             fd = os.open(found[0], os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError:
@@ -264,7 +266,7 @@ class LogDir:
             return self._job_payload(run)
         rel = rel_of(run)
         found = None if rel is None else self._stat(rel)
-        if found is None or rel is None:
+        if found is None or rel is None or not self._looks_like_trace(rel, *found):
             raise FileNotFoundError(run)
         real, st = found
         version = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
@@ -287,7 +289,14 @@ class LogDir:
             except OSError:
                 raise FileNotFoundError(run) from None
             version += (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-        return self._cached(run, version, lambda: build_job_bytes(self.root, job))
+        # the files of the run's folders that could not be read, named as `report DIR` names them
+        folders = {p.parent.relative_to(self.root).as_posix() for r in job.ranks for p in r.files}
+        skipped = tuple(
+            line
+            for line in self._skipped
+            if (line.removeprefix("skipped ").split(": ", 1)[0].rpartition("/")[0] or ".") in folders
+        )
+        return self._cached(run, version, lambda: build_job_bytes(self.root, job, skipped))
 
     def _cached(self, run: str, version: tuple[int, ...], build: Callable[[], bytes]) -> bytes:
         """``build()``'s bytes for this version of ``run``, built once (see ``payload``)."""
@@ -339,13 +348,14 @@ def _inside(path: bytes, root: bytes) -> bool:
     return os.path.commonpath([path, root]) == root
 
 
-def build_job_bytes(root: Path, run: Run) -> bytes:
-    """The job view of one run (its ranks and cycles), as ``torchscope report DIR`` builds it."""
+def build_job_bytes(root: Path, run: Run, skipped: tuple[str, ...] = ()) -> bytes:
+    """The job view of one run (its ranks and cycles), as ``torchscope report DIR`` builds it;
+    ``skipped``: the files of its folders that could not be read."""
     from torchscope.job.discover import Discovery
     from torchscope.job.pipeline import analyse_job
     from torchscope.job.render import job_payload
 
-    job = analyse_job(root, progress=False, found=Discovery(root=root, runs=(run,)))
+    job = analyse_job(root, progress=False, found=Discovery(root=root, runs=(run,), skipped=skipped))
     return json.dumps(job_payload(job, run.name), allow_nan=False).encode()
 
 

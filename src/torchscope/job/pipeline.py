@@ -48,8 +48,10 @@ def analyse_job(
     if not any(c for r in results for c in r["cycles"]):
         first = next((s for r in results for s in r["skipped"]), "no readable trace")
         raise TraceError(str(root), first)
-    runs = [reduce_run(run.name, by_run[run.name]) for run in found.runs]
-    warnings = list(found.skipped) + [s for run in runs for s in run["skipped"]]
+    every = [reduce_run(run.name, by_run[run.name]) for run in found.runs]
+    # a run none of whose traces could be read is no run: its files are named in the warnings
+    runs = [run for run in every if any(r["cycles"] for r in by_run[run["run"]])]
+    warnings = list(found.skipped) + [s for run in every for s in run["skipped"]]
     # what a reader kept of a damaged file (a cut trace) is said, as for a single trace
     warnings += [
         f"{_shown(c['file'], Path(root))}: {w}"

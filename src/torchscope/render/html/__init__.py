@@ -14,6 +14,7 @@ import base64
 import hashlib
 import html
 import json
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -49,9 +50,15 @@ def _asset(name: str) -> str:
     return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def embed_json(data: Any) -> str:
     """JSON text that is safe inside a ``<script>`` element."""
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    # a lone surrogate (a file name that is not UTF-8, as Python decodes it) cannot be written
+    # as UTF-8: inside a JSON string its escape is valid, and the page shows it as U+FFFD
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return (
         text.replace("<", "\\u003c")
         .replace(">", "\\u003e")
@@ -77,7 +84,7 @@ def _page(title: str, data_json: str) -> str:
     # Fill the placeholders in one pass each, data last, so no inserted text is re-scanned.
     for key, value in (
         ("__SCRIPT_HASH__", f"sha256-{digest}"),
-        ("__TITLE__", html.escape(title)),
+        ("__TITLE__", html.escape(_SURROGATE.sub("\ufffd", title))),
         ("__CSS__", _asset("app.css")),
         ("__JS__", js),
     ):

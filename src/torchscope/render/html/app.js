@@ -70,6 +70,10 @@
     const sel = /** @type {HTMLSelectElement} */ ($("#run-select"));
     /** @type {string | null} */
     let current = null;
+    /** what the open entry was when loaded (name, size, mtime): a change reloads it */
+    let loadedAs = "";
+    /** @param {Obj | undefined} r */
+    const signature = (r) => (r ? JSON.stringify([r.name, r.size, r.mtime]) : "");
     async function poll() {
       const res = await fetch("api/runs", { cache: "no-store" });
       const list = await res.json();
@@ -81,15 +85,32 @@
       const jobs = list.runs.filter((/** @type {Obj} */ r) => r.kind === "job").length;
       $("#live").textContent = `${list.runs.length - jobs} traces` + (jobs ? ` (${jobs} job${jobs > 1 ? "s" : ""} of several)` : "")
         + ` in ${list.logdir}` + (before && list.runs.length > before ? " · new traces arrived" : "");
-      if (current === null && list.runs.length) await load(list.runs[0].id);
-      if (!list.runs.length) $("#view").replaceChildren(empty("No traces yet; this page refreshes as they arrive."));
+      if (!list.runs.length) {
+        current = null;
+        clear("No traces yet; this page refreshes as they arrive.");
+        return;
+      }
+      const open = list.runs.find((/** @type {Obj} */ r) => r.id === current);
+      if (current === null) await load(list.runs[0].id);
+      else if (!open) {  // the open trace left the directory: never keep showing what is gone
+        current = null;
+        clear("The trace shown was removed from the log directory; pick another above.");
+        sel.selectedIndex = -1;
+      } else if (signature(open) !== loadedAs) await load(open.id);  // its files changed
+    }
+    /** No payload: the tabs go with it (they would show the previous trace). @param {string} message */
+    function clear(message) {
+      state.payload = EMPTY;
+      $("#tabs").replaceChildren();
+      $("#view").replaceChildren(empty(message));
     }
     /** @param {string} id */
     async function load(id) {
       current = id;
+      loadedAs = signature(state.runs.find((/** @type {Obj} */ r) => r.id === id));
       $("#view").replaceChildren(empty("Loading…"));
       const res = await fetch("api/payload?id=" + encodeURIComponent(id), { cache: "no-store" });
-      if (!res.ok) { $("#view").replaceChildren(empty(`Could not load: ${await res.text()}`)); return; }
+      if (!res.ok) { clear(`Could not load: ${await res.text()}`); return; }
       const P = await res.json();
       (P.runs || []).forEach((/** @type {Obj} */ r) => { r.download = "api/file?id=" + encodeURIComponent(id); });
       state.run = 0;
