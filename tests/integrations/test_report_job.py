@@ -41,3 +41,18 @@ def test_a_directory_of_ranks_is_reported_as_a_job(traces_dir: Path, tmp_path: P
         "top_finding_message": run["recommendations"][0]["message"],
     }
     assert "torchscope-data" in page.read_text()
+
+
+def test_one_ranks_cycles_get_their_full_views_beside_the_job_page(traces_dir: Path, tmp_path: Path) -> None:
+    src = traces_dir / "cuda" / "backward_thread_small.json"
+    logs = tmp_path / "torchscope"
+    logs.mkdir()
+    for stamp in (1, 2):  # one rank, two cycles: a single-device run with repeat=2
+        (logs / f"rank0.{stamp}.pt.trace.json").write_bytes(src.read_bytes())
+    payload, page = report_traces(logs, logs / "report.html", "torchscope: Lightning fit")
+    (run,) = payload["report"]["runs"]
+    views = run["per_rank"][0]["views"]
+    assert views == sorted(views) and len(views) == 2
+    for view in views:
+        assert view.startswith("report.ranks/") and "torchscope-data" in (logs / view).read_text()
+    assert "where the time goes" in summary_text(payload)  # the median cycle in full, as report DIR

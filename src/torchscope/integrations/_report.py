@@ -61,9 +61,14 @@ def report_traces(traces: Path, html: Path, title: str) -> tuple[dict[str, Any],
     found = job_directory(str(traces))
     if found is not None:
         from torchscope.job.pipeline import analyse_job
-        from torchscope.job.render import job_payload
+        from torchscope.job.render import job_payload, view_dir_for
 
-        payload = job_payload(analyse_job(traces, engine="local:1", progress=False, found=found), title)
+        # one rank's cycles (a single-device run with repeat > 1): each cycle's full dashboard is
+        # written beside the job's page and linked from it, as `report DIR --rank-views` does;
+        # with many ranks the job page alone stays small
+        views = view_dir_for(html) if len(found.rank_files) == 1 else None
+        job = analyse_job(traces, engine="local:1", progress=False, found=found, view_dir=views)
+        payload = job_payload(job, title)
     else:
         from torchscope.render.payload import build_payload
         from torchscope.trace.loader import load
