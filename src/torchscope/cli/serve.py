@@ -154,7 +154,7 @@ class LogDir:
         ``torchscope report DIR`` reads it), first; then every trace file on its own. A config
         file, ``torchscope run``'s run.json/report.json are no runs (told apart by their first
         bytes, once per file version)."""
-        files = []
+        files: dict[Path, dict[str, Any]] = {}  # by the path discovery names each file with
         listed: list[tuple[bytes, tuple[int, ...]]] = []
         for rel in self._walk():
             found = self._stat(rel)
@@ -162,24 +162,27 @@ class LogDir:
                 continue
             st = found[1]
             listed.append((rel, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)))
-            files.append(
-                {"id": run_id(rel), "name": display_name(rel), "size": st.st_size, "mtime": st.st_mtime}
-            )
+            files[self.root / os.fsdecode(rel)] = {
+                "id": run_id(rel),
+                "name": display_name(rel),
+                "size": st.st_size,
+                "mtime": st.st_mtime,
+            }
         jobs = []
         for name, run in self._runs_of(tuple(listed)).items():
-            paths = [f for r in run.ranks for f in r.files]
-            stats = [p.stat() for p in paths if p.exists()]
+            # a job's size and time are its files' as just listed (no second stat of each)
+            stats = [files[f] for r in run.ranks for f in r.files if f in files]
             jobs.append(
                 {
                     "id": job_id(name),
                     "name": f"{display_name(os.fsencode(name))} (job: {len(run.ranks)} rank{'s' * (len(run.ranks) != 1)}, "
                     f"{run.cycles} cycle{'s' * (run.cycles != 1)})",
                     "kind": "job",
-                    "size": sum(st.st_size for st in stats),
-                    "mtime": max((st.st_mtime for st in stats), default=0.0),
+                    "size": sum(f["size"] for f in stats),
+                    "mtime": max((f["mtime"] for f in stats), default=0.0),
                 }
             )
-        return jobs + files
+        return jobs + list(files.values())
 
     def _runs_of(self, listed: tuple[tuple[bytes, tuple[int, ...]], ...]) -> dict[str, Run]:
         """The runs of more than one file among the listed ones (``job.discover``, on exactly
@@ -276,10 +279,14 @@ class LogDir:
     def _job_payload(self, run: str) -> bytes:
         """The job view of one run of several files, from the listing's discovery (a job id
         the listing does not hold is not found)."""
-        job = next((j for name, j in self._jobs[1].items() if job_id(name) == run), None)
+
+        def listed() -> Run | None:
+            return next((j for name, j in self._jobs[1].items() if job_id(name) == run), None)
+
+        job = listed()
         if job is None:  # not listed yet (a page opened on a link): list, then look again
             self.runs()
-            job = next((j for name, j in self._jobs[1].items() if job_id(name) == run), None)
+            job = listed()
         if job is None:
             raise FileNotFoundError(run)
         version: tuple[int, ...] = ()

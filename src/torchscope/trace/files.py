@@ -144,7 +144,7 @@ class Prefetch:
         # what the scanner made of the text, for the reader to use or ignore: ("trace", the
         # whole file's ``scan_trace``) or ("document", ``scan_document``: a large file's layout)
         self.scanned: tuple[str, Any] | None = None
-        self._scan = scan and _scan is not None
+        self._scan_too = scan and _scan is not None
         self._text: bytes | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._read, name="torchscope-read", daemon=True)
@@ -153,7 +153,7 @@ class Prefetch:
     def _read(self) -> None:
         try:
             self._text = text = read_bytes(self.path, self.warnings)
-            if self._scan:
+            if self._scan_too:
                 if len(text) <= WHOLE_BYTES:
                     self.scanned = ("trace", _scan.scan_trace(text))
                 else:
