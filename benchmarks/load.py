@@ -69,9 +69,10 @@ def _table(trace: object) -> None:
 
 def run_ours(path: Path) -> dict[str, float]:
     import torchscope
+
+    trace = torchscope.load(path)  # before importing the reader: it reads the file meanwhile
     from torchscope.trace import reader
 
-    trace = torchscope.load(path)
     phases = dict(reader.LAST_TIMINGS)
     t = time.perf_counter()
     _table(trace)

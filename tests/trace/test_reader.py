@@ -304,6 +304,37 @@ def test_pieces_the_scanner_declines_keep_their_place_when_scanned_in_parallel(
     assert got[4].events.sort("start_ns")["name"].to_list() == [f"op{i}" for i in range(3000)]
 
 
+def test_a_stream_spelled_two_ways_gets_one_label_whichever_piece_names_it_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torchscope.trace import reader
+
+    # pieces are made into tables on several threads, so which spelling is seen first varies:
+    # the label must not
+    def doc(first: str, second: str) -> bytes:
+        events = [
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": first if i < 1500 else second,
+                "ts": 10 * i,
+                "dur": 5,
+            }
+            for i in range(3000)
+        ]
+        return ('{\n  "traceEvents": [\n  ' + ",\n  ".join(json.dumps(e) for e in events) + "\n]}").encode()
+
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(reader, "SCAN_THREADS", 4)
+    labels = set()
+    for first, second in (("stream 7", " stream 7 "), (" stream 7 ", "stream 7")):
+        threads = reader.read_chrome_document(doc(first, second), "t.json").threads
+        labels.add(tuple(threads.filter(pl.col("tid") == 7)["label"].to_list()))
+    assert labels == {(" stream 7 ",)}
+
+
 def test_device_clock_offset_is_warned() -> None:
     events = [
         {

@@ -8,6 +8,7 @@ each other happens in ``derive``.
 
 from __future__ import annotations
 
+import threading
 import zlib
 
 import numpy as np
@@ -28,11 +29,16 @@ def _decimal(text: str) -> bool:
 
 
 class Ids:
-    """Integer ids for pid/tid values that may be strings ("stream 7", "Spans", "25738")."""
+    """Integer ids for pid/tid values that may be strings ("stream 7", "Spans", "25738").
+
+    Shared by the threads that build a large file's pieces (``reader._scan_pieces``): a text's
+    id comes from the text itself, so it does not depend on which piece names it first.
+    """
 
     def __init__(self) -> None:
         self.labels: dict[int, str] = {}
         self._by_text: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def one(self, value: int | str | None) -> int:
         if is_i64(value):
@@ -50,7 +56,10 @@ class Ids:
             number = int(stripped)
         elif _decimal(digits) and is_i64(int(digits)):
             number = int(digits)
-            self.labels[number] = text
+            # two spellings of one stream ("stream 7", " stream 7"): the same label whichever
+            # piece's thread names it first
+            known_label = self.labels.get(number)
+            self.labels[number] = text if known_label is None else min(known_label, text)
         else:
             # a stable negative id from the text itself, so that it does not depend on which
             # event (or which piece of a large file) named it first
@@ -68,7 +77,9 @@ class Ids:
         if has_text.any():
             idx = np.flatnonzero(has_text.to_numpy())
             texts = text.gather(idx)
-            mapping = {t: self.one(t) for t in texts.unique(maintain_order=True).to_list()}
+            unique = texts.unique(maintain_order=True).to_list()
+            with self._lock:
+                mapping = {t: self.one(t) for t in unique}
             arr[idx] = texts.replace_strict(mapping, return_dtype=pl.Int64).to_numpy()
         return arr
 

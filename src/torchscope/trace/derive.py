@@ -157,32 +157,28 @@ def _enclosing(
 ) -> I64:
     """For each probe (pid, tid, ts_ns): the innermost ``target`` event on its track enclosing ts.
 
-    The latest-starting event at or before ts (the innermost of equal starts) is a descendant
-    of every event enclosing ts, so walking up its parents finds the innermost enclosing
-    target. ``ev`` holds the candidate rows (an ``id`` column into the full arrays).
+    The latest-starting event at or before ts on the probe's track (the innermost of equal
+    starts: the last in id order) is a descendant of every event enclosing ts, so walking up
+    its parents finds the innermost enclosing target. ``ev`` holds the candidate rows (an
+    ``id`` column into the full arrays), in id order, hence sorted by start: one as-of join
+    per track finds that latest start, hashing the tracks instead of sorting the events.
     """
     out = np.full(probes.height, -1, np.int64)
     if probes.height == 0 or ev.height == 0:
         return out
-    ids = ev["id"].to_numpy().astype(np.int64)
-    ts = probes["ts_ns"].to_numpy()
-    track_e, track_p = _tracks(
-        ev["pid"].to_numpy(), ev["tid"].to_numpy(), probes["pid"].to_numpy(), probes["tid"].to_numpy()
+    left = probes.select("pid", "tid", "ts_ns").with_row_index("probe").sort("ts_ns")
+    right = ev.select("pid", "tid", "start_ns", pl.col("id").cast(pl.Int64))
+    found = left.join_asof(
+        right,
+        left_on="ts_ns",
+        right_on="start_ns",
+        by=["pid", "tid"],
+        strategy="backward",  # the last of equal starts: the innermost
+        check_sortedness=False,  # both sides are sorted on the join key (events by id)
     )
-    time_e, time_p = start[ids], ts
-    t0 = int(min(time_e.min(), time_p.min()))
-    width = int(max(time_e.max(), time_p.max())) - t0 + 1
-    if width * (int(max(track_e.max(), track_p.max())) + 1) >= 2**62:  # pragma: no cover
-        _, inv = np.unique(np.concatenate([time_e, time_p]), return_inverse=True)
-        time_e, time_p, t0, width = inv[: ids.size], inv[ids.size :], 0, int(inv.max()) + 1
-    key_e = track_e * width + (time_e - t0)
-    key_p = track_p * width + (time_p - t0)
-    order = np.argsort(key_e, kind="stable")  # ties keep id order: the last is the innermost
-    pos = np.searchsorted(key_e[order], key_p, side="right") - 1
-    hit = pos >= 0
-    cand = np.where(hit, ids[order[np.maximum(pos, 0)]], -1)
-    same = hit & (track_e[order[np.maximum(pos, 0)]] == track_p)
-    cur = np.where(same, cand, -1)
+    out[found["probe"].to_numpy()] = found["id"].fill_null(-1).to_numpy()
+    ts = probes["ts_ns"].to_numpy()
+    cur = out
     for _ in range(4096):
         live = np.flatnonzero(cur >= 0)
         c = cur[live]
@@ -191,14 +187,6 @@ def _enclosing(
             break
         cur[live[bad]] = parent[c[bad]]
     return cur
-
-
-def _tracks(pid_e: I64, tid_e: I64, pid_p: I64, tid_p: I64) -> tuple[I64, I64]:
-    """Dense track numbers for (pid, tid) pairs of two tables, comparable across them."""
-    _, pinv = np.unique(np.concatenate([pid_e, pid_p]), return_inverse=True)
-    tvals, tinv = np.unique(np.concatenate([tid_e, tid_p]), return_inverse=True)
-    track = pinv.astype(np.int64) * len(tvals) + tinv
-    return track[: pid_e.size], track[pid_e.size :]
 
 
 def _bind_flows(

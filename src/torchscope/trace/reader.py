@@ -16,6 +16,7 @@ they are applied and listed in ``TraceMeta.warnings``. Anything that is not a tr
 from __future__ import annotations
 
 import ast
+import functools
 import mmap
 import os
 import re
@@ -23,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -329,14 +331,20 @@ def _as_bytes(data: Text) -> bytes:
 
 
 def _scanned_batches(
-    data: Text, source: str, warnings: list[str], top: dict[str, Any], scanned: tuple[str, Any] | None = None
-) -> Iterator[pl.DataFrame] | None:
-    """The batches our C scanner reads, or None when it is not built or declines the document.
+    data: Text,
+    source: str,
+    warnings: list[str],
+    top: dict[str, Any],
+    scanned: tuple[str, Any] | None,
+    finish: Callable[[pl.DataFrame], _Part],
+) -> Iterator[pl.DataFrame | _Part] | None:
+    """What our C scanner reads, or None when it is not built or declines the document.
 
-    Files up to 8 x CHUNK_BYTES are scanned whole in one pass (``scan_trace``); if the scanner
-    declines anything in them (a value outside the exactly-typed subset it handles, such as a
-    duration written as a string), msgspec reads the whole file instead, with its repairs.
-    Larger files are scanned in pieces, and a declined piece is decoded by msgspec alone.
+    Files up to 8 x CHUNK_BYTES are scanned whole in one pass (``scan_trace``) into one raw
+    batch; if the scanner declines anything in them (a value outside the exactly-typed subset
+    it handles, such as a duration written as a string), msgspec reads the whole file instead,
+    with its repairs. Larger files are scanned in pieces, each made into its tables
+    (``finish``) on the thread that scanned it; a declined piece is decoded by msgspec alone.
     ``scanned``: a scan of ``data`` already made (``files.Prefetch``), used when it is the one
     this text calls for.
     """
@@ -355,51 +363,65 @@ def _scanned_batches(
         return None  # not a trace, or JSON the scanner does not take: msgspec says what is wrong
     lo, hi, keys = doc
     _top_values(data, keys, top, source, warnings)
-    return _scan_pieces(data, _pieces(lo, _cut_points(data, lo, hi), hi), source, warnings)
+    return _scan_pieces(data, _pieces(lo, _cut_points(data, lo, hi), hi), source, warnings, finish)
 
 
-def _scan_piece(data: Text, begin: int, end: int) -> pl.DataFrame | None:
-    """One piece scanned into its batch (None: the scanner declined it). Runs on a worker
-    thread: the scan itself releases the GIL, and so does most of building the columns."""
+def _scan_piece(data: Text, begin: int, end: int, finish: Callable[[pl.DataFrame], _Part]) -> _Part | None:
+    """One piece scanned and made into its tables (None: the scanner declined it). Runs on a
+    worker thread: the scan releases the GIL, and so does most of the columnar work."""
     got = _scan.scan_events(data, begin, end)
-    return None if got is None else raw.from_scan(got)  # which empties ``got``
+    return None if got is None else finish(raw.from_scan(got))  # which empties ``got``
 
 
 def _scan_pieces(
-    data: Text, pieces: list[tuple[int, int]], source: str, warnings: list[str]
-) -> Iterator[pl.DataFrame]:
-    """The pieces' batches in file order, scanned on every core (``SCAN_THREADS``).
+    data: Text,
+    pieces: list[tuple[int, int]],
+    source: str,
+    warnings: list[str],
+    finish: Callable[[pl.DataFrame], _Part],
+) -> Iterator[_Part]:
+    """The pieces' tables in file order, scanned and built on every core (``SCAN_THREADS``).
 
-    At most one piece per thread, plus the one being consumed, is scanned ahead, so memory
-    stays that of a few pieces whatever the file's size; a piece the scanner declines is
-    decoded by msgspec here, on the consuming thread, with its repairs and warnings.
+    At most one piece per thread, plus the one being consumed, is done ahead, so memory stays
+    that of a few pieces whatever the file's size; a piece the scanner declines is decoded by
+    msgspec here, on the consuming thread, with its repairs and warnings.
     """
     threads = min(SCAN_THREADS, len(pieces))
     if threads <= 1:
         for begin, end in pieces:
-            yield _or_decoded(_scan_piece(data, begin, end), data, begin, end, source, warnings)
+            yield _or_decoded(
+                _scan_piece(data, begin, end, finish), data, begin, end, source, warnings, finish
+            )
         return
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="torchscope-scan") as pool:
-        ahead: deque[tuple[int, int, Future[pl.DataFrame | None]]] = deque()
+        ahead: deque[tuple[int, int, Future[_Part | None]]] = deque()
         try:
             for begin, end in pieces:
-                ahead.append((begin, end, pool.submit(_scan_piece, data, begin, end)))
+                ahead.append((begin, end, pool.submit(_scan_piece, data, begin, end, finish)))
                 if len(ahead) > threads:
                     begin, end, future = ahead.popleft()
-                    yield _or_decoded(future.result(), data, begin, end, source, warnings)
+                    yield _or_decoded(future.result(), data, begin, end, source, warnings, finish)
             while ahead:
                 begin, end, future = ahead.popleft()
-                yield _or_decoded(future.result(), data, begin, end, source, warnings)
+                yield _or_decoded(future.result(), data, begin, end, source, warnings, finish)
         finally:  # the consumer stopped early (an error): do not scan what nobody will read
             for _, _, future in ahead:
                 future.cancel()
 
 
 def _or_decoded(
-    got: pl.DataFrame | None, data: Text, begin: int, end: int, source: str, warnings: list[str]
-) -> pl.DataFrame:
-    """The scanned batch, or the piece decoded by msgspec when the scanner declined it."""
-    return got if got is not None else raw.from_events(_decode_piece(data, begin, end, source, warnings))
+    got: _Part | None,
+    data: Text,
+    begin: int,
+    end: int,
+    source: str,
+    warnings: list[str],
+    finish: Callable[[pl.DataFrame], _Part],
+) -> _Part:
+    """The scanned piece's tables, or the piece decoded by msgspec when the scanner declined it."""
+    if got is not None:
+        return got
+    return finish(raw.from_events(_decode_piece(data, begin, end, source, warnings)))
 
 
 # The top-level keys we keep (``Document``'s), whichever decoder read them; absent = null.
@@ -582,6 +604,41 @@ _ARGS_DECODER = msgspec.json.Decoder(Args, strict=False)
 
 
 # -- columns ------------------------------------------------------------------------------------
+@dataclass
+class _Part:
+    """The tables of one batch of raw events (one piece of a file, or the whole of it)."""
+
+    events: pl.DataFrame
+    memory: pl.DataFrame
+    flows: pl.DataFrame
+    meta: pl.DataFrame
+    n_events: int
+    n_spans: int
+    other_ph: int
+    warnings: list[str]
+
+
+def _part(batch: pl.DataFrame, ids: Ids) -> _Part:
+    """``batch`` made into its tables; the warnings are the part's own, so that parts built on
+    several threads report in file order."""
+    warnings: list[str] = []
+    phase = batch["ph"]
+    is_span = phase.is_in(["X", "i", "I"]).to_numpy()
+    # each table selects the few columns it needs before taking its rows (no wide copies)
+    flows = batch.select(raw.FLOW_COLUMNS).filter(phase.is_in(["s", "f", "t"]))
+    metas = batch.select(raw.META_COLUMNS).filter(phase == "M")
+    span_rows = None if is_span.all() else np.flatnonzero(is_span)
+    n_spans = int(is_span.sum())
+    meta = metadata_frame(metas, ids)
+    n_events = batch.height
+    other_ph = batch.height - n_spans - flows.height - metas.height
+    del metas
+    events, memory = span_frames(batch, span_rows, ids, warnings)
+    return _Part(
+        events, memory, flow_frame(flows, ids, warnings), meta, n_events, n_spans, other_ph, warnings
+    )
+
+
 def _build(
     box: list[Text],
     top: dict[str, Any],
@@ -592,7 +649,11 @@ def _build(
 ) -> Trace:
     data = box.pop()
     timings.starting("decode")
-    chunks: Iterator[pl.DataFrame] | None = _scanned_batches(data, source, warnings, top, scanned)
+    ids = Ids()
+    finish = functools.partial(_part, ids=ids)
+    chunks: Iterator[pl.DataFrame | _Part] | None = _scanned_batches(
+        data, source, warnings, top, scanned, finish
+    )
     if chunks is None:
         data = _as_bytes(data)
         chunks = (raw.from_events(events) for events in _decode_chunks(data, source, warnings, top))
@@ -602,36 +663,29 @@ def _build(
         # unless events of categories we do not model need their verbatim args from it
         batches = list(chunks)
         chunks = iter(batches)
-        if not any(may_keep_raw_args(b) for b in batches):
+        if not any(may_keep_raw_args(b) for b in batches if isinstance(b, pl.DataFrame)):
             kept_text = None
         del batches  # ``chunks`` alone holds them now, and is deleted before linking
     del data
     return_free_memory()  # the scanner's buffers and (when not kept) the JSON text
-    ids = Ids()
     ev_parts: list[pl.DataFrame] = []
     mem_parts: list[pl.DataFrame] = []
     flow_parts: list[pl.DataFrame] = []
     meta_parts: list[pl.DataFrame] = []
     n_events = n_spans = other_ph = 0
-    for batch in chunks:
+    for chunk in chunks:
         timings.mark("decode")
-        phase = batch["ph"]
-        is_span = phase.is_in(["X", "i", "I"]).to_numpy()
-        # each table selects the few columns it needs before taking its rows (no wide copies)
-        flows = batch.select(raw.FLOW_COLUMNS).filter(phase.is_in(["s", "f", "t"]))
-        metas = batch.select(raw.META_COLUMNS).filter(phase == "M")
-        span_rows = None if is_span.all() else np.flatnonzero(is_span)
-        n_batch_spans = int(is_span.sum())
-        meta_parts.append(metadata_frame(metas, ids))
-        n_events += batch.height
-        other_ph += batch.height - n_batch_spans - flows.height - metas.height
-        ev_part, mem_part = span_frames(batch, span_rows, ids, warnings)
-        del batch, metas
-        ev_parts.append(ev_part.with_columns(pl.col("raw_row") + n_spans))
-        mem_parts.append(mem_part)
-        flow_parts.append(flow_frame(flows, ids, warnings))
-        n_spans += n_batch_spans
-        del flows
+        part = chunk if isinstance(chunk, _Part) else finish(chunk)
+        del chunk
+        warnings.extend(part.warnings)
+        ev_parts.append(part.events.with_columns(pl.col("raw_row") + n_spans))
+        mem_parts.append(part.memory)
+        flow_parts.append(part.flows)
+        meta_parts.append(part.meta)
+        n_events += part.n_events
+        n_spans += part.n_spans
+        other_ph += part.other_ph
+        del part
         timings.mark("columns")
     if other_ph:
         warnings.append(f"skipped {other_ph} events with phases other than X, i, s, f, t, M")
