@@ -410,9 +410,11 @@ def _kernels_by_op(trace: Trace) -> pl.DataFrame:
     pairs = pl.DataFrame(
         {"dev": np.concatenate(which), "row": np.concatenate(rows), "innermost": np.concatenate(innermost)}
     )
-    key = ev.select(pl.col("name").cast(pl.String), "input_dims")
-    info = dev.select(pl.col("name").cast(pl.String).alias("kernel"), "dur_ns")
-    pairs = pl.concat([pairs, key[pairs["row"]], info[pairs["dev"]]], how="horizontal")
+    # rows gathered first, names grouped as interned and turned into text once per group: a
+    # cast of the whole event table's names first was most of this function's time
+    key = ev.select("name", "input_dims")[pairs["row"]]
+    info = dev.select(pl.col("name").alias("kernel"), "dur_ns")[pairs["dev"]]
+    pairs = pl.concat([pairs, key, info], how="horizontal")
     return (
         pairs.group_by("name", "input_dims", "kernel")
         .agg(

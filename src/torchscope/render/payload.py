@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 
@@ -26,7 +27,7 @@ from torchscope.analysis import keys as K
 from torchscope.analysis.flame import MAX_NODES, flame_diff, flame_graphs
 from torchscope.analysis.memory import memory_timeline
 from torchscope.analysis.report_model import units_of
-from torchscope.render.text import cut, cut_strings
+from torchscope.render.text import DISPLAY_CHARS, cut, cut_strings
 from torchscope.trace.model import Trace, TraceSet
 
 PAYLOAD_VERSION = 2  # 2: the views read the report; runs hold only curves and the timeline
@@ -128,7 +129,13 @@ def _pack(*arrays: np.ndarray) -> str:
     for arr in arrays:
         raw = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes()
         parts.append(raw + b"\0" * (-len(raw) % 8))
-    return base64.b64encode(gzip.compress(b"".join(parts), compresslevel=6, mtime=0)).decode()
+    return base64.b64encode(_gzip(b"".join(parts))).decode()
+
+
+def _gzip(data: bytes) -> bytes:
+    """The page's packed data compressed fast: level 1 is ~5x faster than level 6 and ~20%
+    larger (on nccl_rank1_of_2: 27 ms vs 131 ms for the details, 1.0 MB vs 0.8 MB)."""
+    return gzip.compress(data, compresslevel=1, mtime=0)
 
 
 # the per-event columns the details panel shows, where an event has them (the Trace's names)
@@ -255,17 +262,32 @@ def timeline(trace: Trace, max_events: int = TIMELINE_EVENTS) -> dict[str, Any]:
 
 def _details(ev: pl.DataFrame) -> str:
     """The details columns, only for the events that have one (gzipped JSON, base64):
-    ``{"index": [event index...], column: [value or null, ...]}``. Strings stay strings."""
+    ``{"index": [event index...], column: [value or null, ...]}``. Strings stay strings.
+
+    Built column by column: only the rare long strings are cut in Python, and non-finite
+    floats become null in Polars (a walk over every value made this 0.4 s of a 0.6 s timeline
+    on a 200k-event trace).
+    """
     present = [c for c in DETAIL_COLUMNS if c in ev.columns and ev[c].null_count() < ev.height]
     if not present:
         return ""
     rows = ev.with_row_index("index").filter(pl.any_horizontal(pl.col(c).is_not_null() for c in present))
     table: dict[str, Any] = {"index": rows["index"].to_list()}
     for c in present:
-        col = rows[c]
-        table[c] = [cut(v) if isinstance(v, str) else v for v in col.to_list()]
-    text = json.dumps(_jsonable(table), separators=(",", ":"), ensure_ascii=False)
-    return base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0)).decode()
+        table[c] = _detail_values(rows[c])
+    return base64.b64encode(_gzip(msgspec.json.encode(table))).decode()
+
+
+def _detail_values(col: pl.Series) -> list[Any]:
+    """One details column as JSON-able values: long strings cut, non-finite floats null."""
+    if col.dtype == pl.String:
+        values = col.to_list()
+        for i in np.flatnonzero((col.str.len_chars() > DISPLAY_CHARS).fill_null(False).to_numpy()):
+            values[i] = cut(values[i])
+        return values
+    if col.dtype.is_float():
+        return col.set(~col.is_finite().fill_null(True), None).to_list()  # type: ignore[arg-type]
+    return col.to_list()
 
 
 def run_view(
