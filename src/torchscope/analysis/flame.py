@@ -233,15 +233,23 @@ def _row_self(rows_parent: I64, dur: I64) -> I64:
 
 def _name_codes(names: pl.Series) -> tuple[I64, list[str]]:
     """Per row, an index into a table of its (normalized) name: steps merge into ``#*`` and
-    object addresses in Python frame names are dropped, so runs and processes compare."""
-    text = (
-        names.cast(pl.String)
+    object addresses in Python frame names are dropped, so runs and processes compare.
+
+    Normalized once per distinct name, not per row (a trace repeats a few thousand names
+    over its 100k+ rows): the dense rank of a text depends only on the set of texts.
+    """
+    rows = pl.DataFrame({"name": names})
+    distinct = rows.unique().with_columns(
+        pl.col("name")
+        .cast(pl.String)
         .fill_null("?")
         .str.replace(r"^ProfilerStep#\d+$", "ProfilerStep#*")
         .str.replace_all(r" at 0x[0-9a-fA-F]+", "")  # "<built-in method ... at 0x7f..>": per process
+        .alias("text")
     )
-    codes = (text.rank("dense") - 1).to_numpy().astype(np.int64)
-    return codes, text.unique().sort().to_list()
+    distinct = distinct.with_columns((pl.col("text").rank("dense") - 1).cast(pl.Int64).alias("code"))
+    codes = rows.join(distinct, on="name", how="left", maintain_order="left", nulls_equal=True)["code"]
+    return codes.to_numpy().astype(np.int64), distinct["text"].unique().sort().to_list()
 
 
 def _thread_label(trace: Trace) -> dict[tuple[int, int], str]:
