@@ -1,6 +1,7 @@
 """Types of the optional C scanner ``torchscope.trace._scan`` (built from ``_scan.c``).
 
-Buffers are ``bytes`` in native byte order, to read with ``np.frombuffer``:
+Buffers are read-only buffer objects (``Block``, handed over without a copy) in native byte
+order, to read with ``np.frombuffer``:
 str/raw columns ``(codes int32, uniques)``, code -1 missing (for ``ph``: -1 means "");
 int ``(values int64, present uint8)``; float ``float64`` with NaN missing;
 intstr ``(values int64, kind uint8 0 missing/1 int/2 str, codes int32, uniques)``;
@@ -9,6 +10,9 @@ floats is the value as a double for ints too and NaN when missing.
 """
 
 import mmap
+
+class Block:
+    """A column buffer handed over by the scanner: read-only, freed with its last reference."""
 
 def scan_document(data: bytes | mmap.mmap) -> tuple[int, int, dict[str, tuple[int, int]]] | None:
     """Bounds of the inside of ``traceEvents`` (-1, -1 when absent; the content of a bare event
