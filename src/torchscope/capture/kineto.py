@@ -187,7 +187,7 @@ class _Names:
             self.ready.set()
 
 
-def _release_beside_the_scanner(results: Any, path: Path) -> _Names:
+def _release_beside_the_scanner(results: Any, path: Path, stats: dict[str, float | None]) -> _Names:
     """Free Kineto's results on a thread of its own while this thread's scanner runs, after
     taking from them the true names of the events Kineto's writer renamed (returned; wait on
     its ``ready`` before using it).
@@ -195,15 +195,19 @@ def _release_beside_the_scanner(results: Any, path: Path) -> _Names:
     Destroying the C++ results of 160k events takes ~0.09 s and handing the memory back
     (``malloc_trim``) ~0.04 s; the scanner then reading the saved cycle takes ~0.08 s without
     the GIL. The thread first waits for a go: were it to start running at once, it would hold
-    the GIL through the destructor and ``start()`` would not return until it finished.
+    the GIL through the destructor and ``start()`` would not return until it finished. How long
+    it held them goes into ``stats["free_s"]`` (``benchmarks/postprocess.py`` prints it: with
+    ``record_shapes`` the destructor alone holds the GIL ~0.45 s for 161k events).
     """
     holder, go, names = [results], threading.Event(), _Names()
 
     def release() -> None:
         go.wait()
+        started = time.perf_counter()
         names.take(holder[0], path)
         holder.clear()
         return_free_memory()
+        stats["free_s"] = time.perf_counter() - started
 
     try:
         threading.Thread(target=release, name="torchscope-release", daemon=True).start()
@@ -260,7 +264,7 @@ class Cycle:
         if phase == "decode" and self._kineto is not None and not self._keep_kineto:
             results, self._kineto = self._kineto, None
             assert self.path is not None  # only a saved cycle is scanned
-            self._names = _release_beside_the_scanner(results, self.path)
+            self._names = _release_beside_the_scanner(results, self.path, self.stats)
 
     @property
     def kineto_results(self) -> Any:
