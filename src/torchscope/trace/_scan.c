@@ -1574,6 +1574,111 @@ static PyObject *scan_trace(PyObject *self, PyObject *args)
 }
 
 /* ----------------------------------------------------------------------------------------- */
+/* The host call tree of a Trace in one pass (trace/derive.py says what each column means).
+ *
+ * `order` lists the host rows thread by thread, each thread's rows in id order (by start, then
+ * longest first). A stack of the rows still open on the thread gives each row its parent: the
+ * nearest earlier row of the thread that contains it (ends no earlier, and ends after it starts
+ * or starts with it), the same relation derive's vectorized pointer jumping computes, in O(n).
+ * The depth is the stack's height; `covered` is the union of a row's children's intervals, each
+ * clipped to the row's end, which derive subtracts from the duration to get self time. */
+
+static int int64_view(PyObject *obj, Py_buffer *view, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (view->itemsize != 8 || !view->format || (strcmp(view->format, "l") && strcmp(view->format, "q"))) {
+        PyErr_Format(PyExc_TypeError, "nest: %s must be a contiguous int64 array", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *nest(PyObject *self, PyObject *args)
+{
+    PyObject *objs[5];
+    Py_buffer views[5];
+    static const char *NAMES[5] = {"order", "start", "end", "pid", "tid"};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOO:nest", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4]))
+        return NULL;
+    int got = 0;
+    for (; got < 5; got++)
+        if (int64_view(objs[got], &views[got], NAMES[got]) < 0)
+            break;
+    PyObject *result = NULL;
+    int64_t *parent = NULL, *depth = NULL, *covered = NULL, *run = NULL, *stack = NULL;
+    if (got < 5)
+        goto done;
+    Py_ssize_t m = views[0].len / 8, n = views[1].len / 8;
+    if (views[2].len / 8 != n || views[3].len / 8 != n || views[4].len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "nest: start, end, pid and tid must have one value per row");
+        goto done;
+    }
+    const int64_t *order = views[0].buf, *start = views[1].buf, *end = views[2].buf;
+    const int64_t *pid = views[3].buf, *tid = views[4].buf;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        if (order[k] < 0 || order[k] >= n) {
+            PyErr_SetString(PyExc_ValueError, "nest: a row in order is outside the table");
+            goto done;
+        }
+    }
+    size_t rows = (size_t)(n ? n : 1);
+    parent = malloc(rows * 8);
+    depth = malloc(rows * 8);
+    covered = calloc(rows, 8);
+    run = malloc(rows * 8);
+    stack = malloc((size_t)(m ? m : 1) * 8);
+    if (!parent || !depth || !covered || !run || !stack) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < n; r++) {
+        parent[r] = -1;
+        depth[r] = 0;
+    }
+    Py_ssize_t top = 0;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int64_t i = order[k];
+        if (k > 0 && (pid[i] != pid[order[k - 1]] || tid[i] != tid[order[k - 1]]))
+            top = 0; /* a new thread */
+        while (top > 0) {
+            int64_t c = stack[top - 1];
+            if (end[c] >= end[i] && (end[c] > start[i] || start[c] == start[i]))
+                break;
+            top--;
+        }
+        run[i] = INT64_MIN; /* no child yet */
+        if (top > 0) {
+            int64_t p = stack[top - 1];
+            parent[i] = p;
+            depth[i] = top;
+            int64_t e = end[i] < end[p] ? end[i] : end[p];
+            int64_t prev = run[p] == INT64_MIN ? start[i] : run[p];
+            int64_t from = start[i] > prev ? start[i] : prev;
+            if (e > from)
+                covered[p] += e - from;
+            if (run[p] == INT64_MIN || e > run[p])
+                run[p] = e;
+        }
+        stack[top++] = i;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(NNN)", buffer(&parent, n, 8), buffer(&depth, n, 8), buffer(&covered, n, 8));
+done:
+    for (int v = 0; v < got; v++)
+        PyBuffer_Release(&views[v]);
+    free(parent);
+    free(depth);
+    free(covered);
+    free(run);
+    free(stack);
+    return result;
+}
+
+/* ----------------------------------------------------------------------------------------- */
 
 static PyMethodDef METHODS[] = {
     {"scan_trace", scan_trace, METH_VARARGS,
@@ -1589,6 +1694,9 @@ static PyMethodDef METHODS[] = {
      "scan_events(data, lo, hi) -> dict | None\n\n"
      "Scan the comma-separated event objects in data[lo:hi] into column buffers.\n"
      "None when anything is outside the subset we model exactly (msgspec handles it)."},
+    {"nest", nest, METH_VARARGS,
+     "nest(order, start, end, pid, tid) -> (parent, depth, covered)\n\n"
+     "The host call tree in one pass: int64 arrays in, int64 buffers out (see _scan.c)."},
     {NULL, NULL, 0, NULL},
 };
 

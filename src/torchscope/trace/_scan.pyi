@@ -14,6 +14,8 @@ import mmap
 class Block:
     """A column buffer handed over by the scanner: read-only, freed with its last reference."""
 
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
 def scan_document(data: bytes | mmap.mmap) -> tuple[int, int, dict[str, tuple[int, int]]] | None:
     """Bounds of the inside of ``traceEvents`` (-1, -1 when absent; the content of a bare event
     list) and the raw value span of every other top-level key; None outside our subset."""
@@ -28,3 +30,8 @@ def scan_trace(
 ) -> tuple[tuple[int, int, dict[str, tuple[int, int]]], dict[str, object]] | None:
     """``scan_document`` and ``scan_events`` of its whole event list in one pass; None when
     either would decline, or when the document has no ``traceEvents``."""
+
+def nest(order: object, start: object, end: object, pid: object, tid: object) -> tuple[Block, Block, Block]:
+    """The host call tree in one pass: ``order`` lists host rows thread by thread in id order;
+    ``start``/``end``/``pid``/``tid`` hold every row's (int64 arrays). Returns each row's parent
+    (-1 none), depth, and the union of its children's intervals clipped to its end."""
