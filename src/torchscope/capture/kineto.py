@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchscope.errors import TraceError
 from torchscope.process_memory import return_free_memory, rss_mb
+from torchscope.trace.files import OwnedMap
 from torchscope.trace.json_repair import escape_raw_strings
 from torchscope.trace.model import Trace
 
@@ -59,7 +60,7 @@ def _read_saved(path: Path, on_phase_start: Callable[[str], None] | None = None)
 
     with open(path, "rb") as f:
         try:
-            text = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            text = OwnedMap(f.fileno(), 0, access=mmap.ACCESS_READ)  # its pages go as they are read
         except (OSError, ValueError):  # an empty file, or a file system that cannot map files
             return read_chrome_document(f.read(), LIVE_SOURCE, on_phase_start)
         with text:

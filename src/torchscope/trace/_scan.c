@@ -24,6 +24,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -1375,7 +1379,55 @@ typedef struct {
     int events_seen;
     Status status;
     Scanner *events; /* when set, the events are scanned in the same pass (scan_trace) */
+    Ptr released;    /* release_pages: the text before this is no longer mapped in */
 } DocScan;
+
+/* A mapped file's pages the scan has passed, unmapped from the process (their count in RSS
+ * grows with the file otherwise, while the map is open); read again, they come back from the
+ * page cache. Only for a read-only map of a file we own: never for memory Python allocated.
+ * Called every few MB, in whole pages, up to `upto`. */
+#define RELEASE_EVERY (4 << 20)
+
+static void release_behind(DocScan *d, Ptr upto)
+{
+#if defined(MADV_DONTNEED) && defined(_SC_PAGESIZE)
+    static uintptr_t page;
+    if (!page) {
+        long size = sysconf(_SC_PAGESIZE);
+        page = size > 0 ? (uintptr_t)size : 4096;
+    }
+    if (!d->released || upto - d->released < RELEASE_EVERY)
+        return;
+    uintptr_t from = ((uintptr_t)d->released + page - 1) & ~(page - 1);
+    uintptr_t to = (uintptr_t)upto & ~(page - 1);
+    if (to > from && madvise((void *)from, to - from, MADV_DONTNEED) == 0)
+        d->released = (Ptr)to;
+#else
+    (void)d;
+    (void)upto;
+#endif
+}
+
+/* skip_value for the traceEvents array, releasing the pages behind it as it goes. */
+static Ptr skip_events(DocScan *d, Ptr p, Ptr end)
+{
+    if (p >= end || *p != '[')
+        return NULL;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == ']')
+        return p + 1;
+    for (;;) {
+        if (!(p = skip_value(p, end, 2)))
+            return NULL;
+        release_behind(d, p);
+        p = skip_ws(p, end);
+        if (p < end && *p == ']')
+            return p + 1;
+        if (p >= end || *p != ',')
+            return NULL;
+        p = skip_ws(p + 1, end);
+    }
+}
 
 static int add_member(DocScan *d, Ptr key, size_t key_len, Ptr value, Ptr value_end)
 {
@@ -1433,6 +1485,9 @@ static Ptr scan_top_object(DocScan *d, Ptr p, Ptr end)
         const int is_events = key_len == sizeof(EVENTS) - 1 && memcmp(key, EVENTS, key_len) == 0;
         if (is_events && d->events) {
             if (p >= end || *p != '[' || !(p = scan_events_inline(d, p, end)))
+                return NULL;
+        } else if (is_events && d->released) {
+            if (!(p = skip_events(d, p, end)))
                 return NULL;
         } else if (!(p = skip_value(p, end, 1))) {
             return NULL;
@@ -1506,15 +1561,33 @@ static PyObject *doc_result(const DocScan *d, Ptr base)
     return Py_BuildValue("(nnN)", lo, hi, keys);
 }
 
-static PyObject *scan_document(PyObject *self, PyObject *args)
+static PyObject *MMAP_TYPE; /* mmap.mmap, for release_pages */
+
+static PyObject *scan_document(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     Py_buffer view;
+    PyObject *data;
+    int release_pages = 0;
+    static char *KEYWORDS[] = {"data", "release_pages", NULL};
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*:scan_document", &view))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:scan_document", KEYWORDS, &data, &release_pages))
+        return NULL;
+    if (release_pages) { /* unmapping pages of memory Python allocated would zero it */
+        int is_map = MMAP_TYPE ? PyObject_IsInstance(data, MMAP_TYPE) : 0;
+        if (is_map < 0)
+            return NULL;
+        if (!is_map) {
+            PyErr_SetString(PyExc_ValueError, "scan_document: release_pages needs an mmap.mmap");
+            return NULL;
+        }
+    }
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     DocScan d;
     memset(&d, 0, sizeof(d));
     Ptr base = (Ptr)view.buf;
+    if (release_pages)
+        d.released = base;
 
     Py_BEGIN_ALLOW_THREADS
     scan_doc(&d, base, base + view.len);
@@ -1685,8 +1758,10 @@ static PyMethodDef METHODS[] = {
      "scan_trace(data) -> ((lo, hi, keys), columns) | None\n\n"
      "scan_document and scan_events of the whole traceEvents array in one pass. None when\n"
      "either would decline, or when there is no traceEvents."},
-    {"scan_document", scan_document, METH_VARARGS,
-     "scan_document(data) -> (lo, hi, keys) | None\n\n"
+    {"scan_document", (PyCFunction)(void (*)(void))scan_document, METH_VARARGS | METH_KEYWORDS,
+     "scan_document(data, *, release_pages=False) -> (lo, hi, keys) | None\n\n"
+     "release_pages: data is a read-only map of a file the caller owns; the pages of the\n"
+     "event list are unmapped behind the scan (they would all count in RSS until it closes).\n"
      "Validate a whole Kineto JSON document; locate the inside of its traceEvents array and\n"
      "the raw value span of every other top-level key. None when the text is outside the\n"
      "well-formed subset we handle."},
@@ -1715,6 +1790,13 @@ PyMODINIT_FUNC PyInit__scan(void)
     index_keys(&EVENT_INDEX, N_EVENT_KEYS);
     index_keys(&ARGS_INDEX, N_ARGS_KEYS);
     if (PyType_Ready(&BlockType) < 0)
+        return NULL;
+    PyObject *mmap_module = PyImport_ImportModule("mmap");
+    if (mmap_module) {
+        MMAP_TYPE = PyObject_GetAttrString(mmap_module, "mmap");
+        Py_DECREF(mmap_module);
+    }
+    if (!MMAP_TYPE)
         return NULL;
     PyObject *module = PyModule_Create(&MODULE);
     if (module && PyModule_AddObjectRef(module, "Block", (PyObject *)&BlockType) < 0) {

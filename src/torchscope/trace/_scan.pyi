@@ -16,9 +16,13 @@ class Block:
 
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
-def scan_document(data: bytes | mmap.mmap) -> tuple[int, int, dict[str, tuple[int, int]]] | None:
+def scan_document(
+    data: bytes | mmap.mmap, *, release_pages: bool = False
+) -> tuple[int, int, dict[str, tuple[int, int]]] | None:
     """Bounds of the inside of ``traceEvents`` (-1, -1 when absent; the content of a bare event
-    list) and the raw value span of every other top-level key; None outside our subset."""
+    list) and the raw value span of every other top-level key; None outside our subset.
+    ``release_pages``: ``data`` is a read-only map of a file the caller owns, whose event list's
+    pages are unmapped behind the scan (never for memory Python allocated)."""
 
 def scan_events(data: bytes | mmap.mmap, lo: int, hi: int) -> dict[str, object] | None:
     """Columns of the comma-separated event objects in ``data[lo:hi]``: ``"n"`` plus one entry

@@ -11,6 +11,7 @@ standard library, our error type and the scanner.
 from __future__ import annotations
 
 import gzip
+import mmap
 import os
 import stat
 import threading
@@ -171,6 +172,17 @@ class Prefetch:
         if text is None:
             raise RuntimeError("Prefetch.take() called twice")
         return text, self.warnings
+
+
+class OwnedMap(mmap.mmap):
+    """A read-only map (``mmap.ACCESS_READ``) of a file this process owns and nobody writes,
+    such as a live cycle Kineto saved into our scratch directory.
+
+    The reader unmaps its pages behind the scan (``madvise(MADV_DONTNEED)``): they would all
+    count in the process's RSS until the map closes, and a live cycle is read while Kineto's
+    results are still in memory. A page read again comes back from the page cache with the
+    same bytes. Any other map (a user's, possibly a private copy they changed) is left alone.
+    """
 
 
 def prefetch(path: str | Path) -> Prefetch | None:
