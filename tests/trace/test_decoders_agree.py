@@ -60,8 +60,8 @@ def _scanned_documents_are_counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[
             accepted.append(int(got["n"]))
         return got
 
-    def counting_whole(data: bytes) -> Any:
-        got = whole(data)
+    def counting_whole(data: bytes, *, release_pages: bool = False) -> Any:
+        got = whole(data, release_pages=release_pages)
         if got is not None:
             accepted.append(int(got[1]["n"]))
         return got

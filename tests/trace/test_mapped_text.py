@@ -124,7 +124,12 @@ def test_pages_are_released_only_for_maps_we_own(tmp_path: Path) -> None:
     data = gzip.decompress((TRACES / "cuda" / "diff_control_rank3_of_8.json.gz").read_bytes())  # 34 MB
     with pytest.raises(ValueError, match="release_pages needs an mmap.mmap"):
         _scan.scan_document(data, release_pages=True)
+    with pytest.raises(ValueError, match="release_pages needs an mmap.mmap"):
+        _scan.scan_trace(data, release_pages=True)
     with mapped(tmp_path, data, OwnedMap) as text:
         # the event list's pages are unmapped behind the scan; read again, they are the file's
         assert _scan.scan_document(text, release_pages=True) == _scan.scan_document(data)
         assert text[:] == data
+        whole = reader.read_chrome_document(text, "cycle")  # scan_trace, releasing its pages
+        assert text[:] == data
+    assert whole.equals(reader.read_chrome_document(data, "cycle"))

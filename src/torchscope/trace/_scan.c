@@ -815,6 +815,7 @@ typedef struct {
     Status status;
     int nested;     /* scanning inside the document: the events end at the array's ']' */
     Ptr close;      /* nested: where that ']' is */
+    Ptr released;   /* release_pages: the text before this is no longer mapped in */
 } Scanner;
 
 /* Rows [from, to) of a column set to "missing"; rows with a value overwrite it later. */
@@ -1105,6 +1106,32 @@ static Ptr scan_object(Scanner *s, Ptr p, int depth, const KeyIndex *index)
 }
 
 /* The events in [p, end): objects separated by commas, with optional whitespace. */
+/* A mapped file's pages the scan has passed, unmapped from the process (their count in RSS
+ * grows with the file otherwise, while the map is open); read again, they come back from the
+ * page cache. Only for a read-only map of a file we own: never for memory Python allocated.
+ * Called every few MB, in whole pages, up to `upto`. */
+#define RELEASE_EVERY (4 << 20)
+
+static void release_behind(Ptr *released, Ptr upto)
+{
+#if defined(MADV_DONTNEED) && defined(_SC_PAGESIZE)
+    static uintptr_t page;
+    if (!page) {
+        long size = sysconf(_SC_PAGESIZE);
+        page = size > 0 ? (uintptr_t)size : 4096;
+    }
+    if (!*released || upto - *released < RELEASE_EVERY)
+        return;
+    uintptr_t from = ((uintptr_t)*released + page - 1) & ~(page - 1);
+    uintptr_t to = (uintptr_t)upto & ~(page - 1);
+    if (to > from && madvise((void *)from, to - from, MADV_DONTNEED) == 0)
+        *released = (Ptr)to;
+#else
+    (void)released;
+    (void)upto;
+#endif
+}
+
 static void scan_all(Scanner *s, Ptr p)
 {
     Ptr end = s->end;
@@ -1130,6 +1157,7 @@ static void scan_all(Scanner *s, Ptr p)
         if (!p)
             return;
         s->n++;
+        release_behind(&s->released, p);
         p = skip_ws(p, end);
         if (s->nested && p < end && *p == ']') {
             s->close = p;
@@ -1382,32 +1410,6 @@ typedef struct {
     Ptr released;    /* release_pages: the text before this is no longer mapped in */
 } DocScan;
 
-/* A mapped file's pages the scan has passed, unmapped from the process (their count in RSS
- * grows with the file otherwise, while the map is open); read again, they come back from the
- * page cache. Only for a read-only map of a file we own: never for memory Python allocated.
- * Called every few MB, in whole pages, up to `upto`. */
-#define RELEASE_EVERY (4 << 20)
-
-static void release_behind(DocScan *d, Ptr upto)
-{
-#if defined(MADV_DONTNEED) && defined(_SC_PAGESIZE)
-    static uintptr_t page;
-    if (!page) {
-        long size = sysconf(_SC_PAGESIZE);
-        page = size > 0 ? (uintptr_t)size : 4096;
-    }
-    if (!d->released || upto - d->released < RELEASE_EVERY)
-        return;
-    uintptr_t from = ((uintptr_t)d->released + page - 1) & ~(page - 1);
-    uintptr_t to = (uintptr_t)upto & ~(page - 1);
-    if (to > from && madvise((void *)from, to - from, MADV_DONTNEED) == 0)
-        d->released = (Ptr)to;
-#else
-    (void)d;
-    (void)upto;
-#endif
-}
-
 /* skip_value for the traceEvents array, releasing the pages behind it as it goes. */
 static Ptr skip_events(DocScan *d, Ptr p, Ptr end)
 {
@@ -1419,7 +1421,7 @@ static Ptr skip_events(DocScan *d, Ptr p, Ptr end)
     for (;;) {
         if (!(p = skip_value(p, end, 2)))
             return NULL;
-        release_behind(d, p);
+        release_behind(&d->released, p);
         p = skip_ws(p, end);
         if (p < end && *p == ']')
             return p + 1;
@@ -1563,6 +1565,19 @@ static PyObject *doc_result(const DocScan *d, Ptr base)
 
 static PyObject *MMAP_TYPE; /* mmap.mmap, for release_pages */
 
+/* release_pages only for a map: unmapping pages of memory Python allocated would zero it. */
+static int check_releasable(PyObject *data, const char *who)
+{
+    int is_map = MMAP_TYPE ? PyObject_IsInstance(data, MMAP_TYPE) : 0;
+    if (is_map < 0)
+        return -1;
+    if (!is_map) {
+        PyErr_Format(PyExc_ValueError, "%s: release_pages needs an mmap.mmap", who);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *scan_document(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     Py_buffer view;
@@ -1572,15 +1587,8 @@ static PyObject *scan_document(PyObject *self, PyObject *args, PyObject *kwargs)
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:scan_document", KEYWORDS, &data, &release_pages))
         return NULL;
-    if (release_pages) { /* unmapping pages of memory Python allocated would zero it */
-        int is_map = MMAP_TYPE ? PyObject_IsInstance(data, MMAP_TYPE) : 0;
-        if (is_map < 0)
-            return NULL;
-        if (!is_map) {
-            PyErr_SetString(PyExc_ValueError, "scan_document: release_pages needs an mmap.mmap");
-            return NULL;
-        }
-    }
+    if (release_pages && check_releasable(data, "scan_document") < 0)
+        return NULL;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     DocScan d;
@@ -1607,11 +1615,18 @@ static PyObject *scan_document(PyObject *self, PyObject *args, PyObject *kwargs)
 
 /* The document and its events in one pass: for files small enough to scan whole, this saves
  * the separate validating pass of scan_document over the events. */
-static PyObject *scan_trace(PyObject *self, PyObject *args)
+static PyObject *scan_trace(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     Py_buffer view;
+    PyObject *data;
+    int release_pages = 0;
+    static char *KEYWORDS[] = {"data", "release_pages", NULL};
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*:scan_trace", &view))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:scan_trace", KEYWORDS, &data, &release_pages))
+        return NULL;
+    if (release_pages && check_releasable(data, "scan_trace") < 0)
+        return NULL;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     DocScan d;
     Scanner s;
@@ -1620,6 +1635,8 @@ static PyObject *scan_trace(PyObject *self, PyObject *args)
     d.events = &s;
     s.cap = initial_rows(view.len);
     Ptr base = (Ptr)view.buf;
+    if (release_pages)
+        s.released = base;
 
     Py_BEGIN_ALLOW_THREADS
     scan_doc(&d, base, base + view.len);
@@ -1754,8 +1771,9 @@ done:
 /* ----------------------------------------------------------------------------------------- */
 
 static PyMethodDef METHODS[] = {
-    {"scan_trace", scan_trace, METH_VARARGS,
-     "scan_trace(data) -> ((lo, hi, keys), columns) | None\n\n"
+    {"scan_trace", (PyCFunction)(void (*)(void))scan_trace, METH_VARARGS | METH_KEYWORDS,
+     "scan_trace(data, *, release_pages=False) -> ((lo, hi, keys), columns) | None\n\n"
+     "release_pages: as for scan_document.\n"
      "scan_document and scan_events of the whole traceEvents array in one pass. None when\n"
      "either would decline, or when there is no traceEvents."},
     {"scan_document", (PyCFunction)(void (*)(void))scan_document, METH_VARARGS | METH_KEYWORDS,
