@@ -30,10 +30,11 @@ def scan_events(data: bytes | mmap.mmap, lo: int, hi: int) -> dict[str, object] 
     the bounds fall outside ``data``."""
 
 def scan_trace(
-    data: bytes | mmap.mmap,
+    data: bytes | mmap.mmap, *, release_pages: bool = False
 ) -> tuple[tuple[int, int, dict[str, tuple[int, int]]], dict[str, object]] | None:
     """``scan_document`` and ``scan_events`` of its whole event list in one pass; None when
-    either would decline, or when the document has no ``traceEvents``."""
+    either would decline, or when the document has no ``traceEvents``. ``release_pages``: as for
+    ``scan_document``."""
 
 def nest(order: object, start: object, end: object, pid: object, tid: object) -> tuple[Block, Block, Block]:
     """The host call tree in one pass: ``order`` lists host rows thread by thread in id order;
