@@ -92,3 +92,29 @@ def test_conv_flops_from_shapes_and_concrete_inputs() -> None:
     concrete = '["", "", "", "[2, 2]", "[3, 3]", "[1, 1]", "1"]'
     assert conv_flops(dims, concrete) == 2 * 8 * 64 * 16 * 16 * 3 * 7 * 7
     assert conv_flops(dims, None) is None  # without stride/padding the output size is unknown
+
+
+def test_an_allocation_of_unknown_size_is_not_added_to_its_op() -> None:
+    """A [memory] event whose Bytes is NaN reads as null: it was cast to int64's minimum and
+    made the op's net bytes -9,223,372,036,854,775,808 (a new user's hostile trace)."""
+    import json
+
+    from torchscope.trace import read_chrome_document
+
+    memory = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1}
+    args = {"Device Type": 1, "Device Id": 0, "Addr": 1, "Total Allocated": 512, "Total Reserved": 2048}
+    text = json.dumps(
+        [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+            {**memory, "ts": 10, "args": {**args, "Bytes": 512}},
+            {**memory, "ts": 20, "args": {**args, "Bytes": float("nan")}},
+        ]
+    )
+    trace = read_chrome_document(text, "t.json")
+    (row,) = allocations_by_op(trace).iter_rows(named=True)
+    assert (row["name"], row["allocations"], row["self_net_bytes"], row["total_net_bytes"]) == (
+        "aten::mm",
+        1,
+        512,
+        512,
+    )

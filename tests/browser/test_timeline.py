@@ -333,3 +333,22 @@ def test_wheel_zooms_at_the_pointer_and_drag_pans(resnet: dict[str, Any], page: 
         a1 - a0
     )
     assert page.errors == []
+
+
+def test_a_search_with_no_match_clears_the_last_selection(tmp_path: Path, page: Any) -> None:
+    """A new user searched for an event, then for a name with no match: the first one's details
+    stayed, beside "no match", and read as the second search's result."""
+    data = Path(__file__).resolve().parents[1] / "data"
+    html = write_html(
+        build_payload(torchscope.load(data / "hostile_names.pt.trace.json")), tmp_path / "h.html"
+    )
+    open_timeline(page, html.as_uri())
+    page.fill("[data-testid=timeline-search]", "<script>")
+    page.press("[data-testid=timeline-search]", "Enter")
+    page.wait_for_selector("[data-testid=event-details]")
+    page.fill("[data-testid=timeline-search]", "no_such_event_name")
+    page.press("[data-testid=timeline-search]", "Enter")
+    page.wait_for_selector("[data-testid=timeline-search-count][data-count='0']")
+    assert page.query_selector("[data-testid=event-details]") is None
+    assert 'named like "no_such_event_name"' in page.inner_text("[data-testid=timeline-selection]")
+    assert page.errors == []

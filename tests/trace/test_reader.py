@@ -304,6 +304,57 @@ def test_pieces_the_scanner_declines_keep_their_place_when_scanned_in_parallel(
     assert got[4].events.sort("start_ns")["name"].to_list() == [f"op{i}" for i in range(3000)]
 
 
+def test_a_value_too_large_is_one_warning_saying_what_became_of_the_event() -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "ok", "pid": 1, "tid": 1, "ts": 0, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "big_ts", "pid": 1, "tid": 1, "ts": 9.3e15, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "big_dur", "pid": 1, "tid": 1, "ts": 10, "dur": 1e30},
+    ]
+    trace = read_chrome_document(json.dumps(events), "t.json")
+    assert trace.events["name"].to_list() == ["ok", "big_dur"]  # the event without a usable ts goes
+    assert trace.events["dur_ns"].to_list() == [5000, 0]  # the one without a usable dur stays, at 0
+    assert list(trace.meta.warnings) == [
+        "1 complete events had no usable 'dur' (1 too large to represent); read as 0",
+        "dropped 1 events without a usable 'ts' (1 too large to represent)",
+    ]
+
+
+def test_negative_memory_totals_are_unknown_not_a_peak() -> None:
+    memory = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1}
+    events = [
+        {
+            **memory,
+            "ts": 1,
+            "args": {
+                "Device Type": 1,
+                "Device Id": 0,
+                "Addr": 1,
+                "Bytes": 512,
+                "Total Allocated": -1,
+                "Total Reserved": 2048,
+            },
+        },
+        {
+            **memory,
+            "ts": 2,
+            "args": {
+                "Device Type": 1,
+                "Device Id": 0,
+                "Addr": 1,
+                "Bytes": -512,
+                "Total Allocated": 0,
+                "Total Reserved": 2048,
+            },
+        },
+    ]
+    trace = read_chrome_document(json.dumps(events), "t.json")
+    assert trace.memory["total_allocated"].to_list() == [None, 0]
+    assert trace.memory["total_reserved"].to_list() == [2048, 2048]
+    assert (
+        "1 memory events have a negative total allocated or reserved; read as unknown" in trace.meta.warnings
+    )
+
+
 def test_a_stream_spelled_two_ways_gets_one_label_whichever_piece_names_it_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -192,7 +192,8 @@ def allocations_by_op(trace: Trace) -> pl.DataFrame:
     DataLoader's ``__next__``, ``Optimizer.step``), ``ProfilerStep#N`` is not. Sorted by total
     allocated bytes.
     """
-    mem = memory_events(trace).filter(pl.col("op").fill_null(-1) >= 0)
+    # an allocation whose size the file did not say (null) cannot be added to its op's
+    mem = memory_events(trace).filter((pl.col("op").fill_null(-1) >= 0) & pl.col("bytes").is_not_null())
     if mem.height == 0:
         return pl.DataFrame(schema=_BY_OP_SCHEMA)
     ev = trace.events

@@ -126,6 +126,11 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
     if kernels:
         console.print(_table("top kernels (by total time)", "name", kernels[:top], KERNEL_COLUMNS, units))
     for p in (report.get(K.MEMORY) or {}).get(K.MEMORY_PEAKS) or []:
+        if p.get("peak_allocated_bytes") is None:  # the file gave no usable totals
+            console.print(
+                f"memory {_esc(p['device'])}: peak allocated unknown (no usable totals in the trace)"
+            )
+            continue
         console.print(
             f"memory {_esc(p['device'])}: peak allocated {fmt_bytes(p['peak_allocated_bytes'])} at "
             f"{fmt_offset(p['peak_ts_us'], start)}"

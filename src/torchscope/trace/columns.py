@@ -84,10 +84,9 @@ class Ids:
         return arr
 
 
-def us_to_ns(
-    floats: pl.Series, ints: pl.Series, what: str, warnings: list[str]
-) -> tuple[I64, npt.NDArray[np.bool_]]:
-    """Microseconds to int64 ns, and a validity mask.
+def us_to_ns(floats: pl.Series, ints: pl.Series) -> tuple[I64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Microseconds to int64 ns, a validity mask, and which values were not valid because they
+    are too large for int64 ns (the caller says what becomes of those events, once).
 
     A value written as an integer converts exactly; one with decimals (Kineto writes ns as
     three decimals) is rounded to the nearest ns from its float64 value.
@@ -99,14 +98,17 @@ def us_to_ns(
     big = (is_int & ((i > _LIMIT) | (i < -_LIMIT))) | (
         valid & ~is_int & (np.abs(np.where(valid, f, 0.0)) >= _LIMIT)
     )
-    if big.any():
-        warnings.append(f"{int(big.sum())} events have a {what} too large to represent; dropped")
-        valid &= ~big
+    valid &= ~big
     safe = np.where(valid & ~is_int, f, 0.0)
     whole = np.floor(safe)
     from_float = whole.astype(np.int64) * 1000 + np.rint((safe - whole) * 1000.0).astype(np.int64)
     ns = np.where(valid & is_int, np.where(valid, i, 0) * 1000, from_float)
-    return ns, valid
+    return ns, valid, big
+
+
+def _too_large(big: npt.NDArray[np.bool_]) -> str:
+    """The part of a warning that says how many values were too large to represent."""
+    return f" ({int(big.sum())} too large to represent)" if big.any() else ""
 
 
 _EVENT_COLUMNS = ("cat", "ph", *COMMON_ARGS, *DEVICE_ARGS)
@@ -140,8 +142,8 @@ def span_frames(
     at = np.arange(n) if rows is None else rows  # span row -> batch row
     ph = spans["ph"]
     name = spans["name"].fill_null("")
-    start, ok_ts = us_to_ns(spans["ts"], spans["ts_int"], "timestamp", warnings)
-    dur, ok_dur = us_to_ns(spans["dur"], spans["dur_int"], "duration", warnings)
+    start, ok_ts, big_ts = us_to_ns(spans["ts"], spans["ts_int"])
+    dur, ok_dur, big_dur = us_to_ns(spans["dur"], spans["dur_int"])
     missing_ids = _missing(spans, "pid") + _missing(spans, "tid")
     if missing_ids:
         warnings.append(f"{missing_ids} pid/tid values were missing; read as 0")
@@ -153,18 +155,20 @@ def span_frames(
     is_x = (ph == "X").to_numpy()
     bad_dur = is_x & ~ok_dur
     if bad_dur.any():
-        warnings.append(f"{int(bad_dur.sum())} complete events had no usable 'dur'; read as 0")
+        warnings.append(
+            f"{int(bad_dur.sum())} complete events had no usable 'dur'{_too_large(big_dur & is_x)}; read as 0"
+        )
     neg = ok_dur & (dur < 0)
     if neg.any():
         warnings.append(f"{int(neg.sum())} events had a negative duration; read as 0")
     dur = np.where(is_x & ok_dur & ~neg, dur, 0)
     if not ok_ts.all():
-        warnings.append(f"dropped {int((~ok_ts).sum())} events without a usable 'ts'")
+        warnings.append(f"dropped {int((~ok_ts).sum())} events without a usable 'ts'{_too_large(big_ts)}")
 
     is_mem = memory_rows(ph, name).to_numpy()
     mem_rows = np.flatnonzero(is_mem & ok_ts)
     memory = _memory_frame(
-        batch.select(MEMORY_ARGS)[at[mem_rows]], start[mem_rows], pid[mem_rows], tid[mem_rows]
+        batch.select(MEMORY_ARGS)[at[mem_rows]], start[mem_rows], pid[mem_rows], tid[mem_rows], warnings
     )
     keep = np.flatnonzero(~is_mem & ok_ts)
     kept = batch.select(_EVENT_COLUMNS)  # columns first, then rows: no copy of unused columns
@@ -248,16 +252,22 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("a_device", "a_stream", "ph")
 
 
-def _memory_frame(rows: pl.DataFrame, ts: I64, pid: I64, tid: I64) -> pl.DataFrame:
+def _memory_frame(rows: pl.DataFrame, ts: I64, pid: I64, tid: I64, warnings: list[str]) -> pl.DataFrame:
     if not rows.height:
         return pl.DataFrame(schema=MEMORY_SCHEMA)
+    # an allocator's totals are never negative: such a value is not a total (read as unknown)
+    negative = int(((rows["total_allocated"] < 0) | (rows["total_reserved"] < 0)).sum())
+    if negative:
+        warnings.append(
+            f"{negative} memory events have a negative total allocated or reserved; read as unknown"
+        )
     return rows.select(
         pl.Series("ts_ns", ts),
         pl.Series("pid", pid),
         pl.Series("tid", tid),
         pl.col("device_type", "device_id", "addr"),
         pl.col("mem_bytes").alias("bytes"),
-        pl.col("total_allocated", "total_reserved"),
+        *(pl.when(pl.col(c) >= 0).then(pl.col(c)).alias(c) for c in ("total_allocated", "total_reserved")),
     )
 
 
@@ -272,7 +282,7 @@ def flow_frame(flows: pl.DataFrame, ids: Ids, warnings: list[str]) -> pl.DataFra
     }
     if not flows.height:
         return pl.DataFrame(schema=schema)
-    ts, ok = us_to_ns(flows["ts"], flows["ts_int"], "timestamp", warnings)
+    ts, ok, big = us_to_ns(flows["ts"], flows["ts_int"])
     df = pl.DataFrame(
         {
             "cat": flows["cat"].fill_null(""),
@@ -285,7 +295,7 @@ def flow_frame(flows: pl.DataFrame, ids: Ids, warnings: list[str]) -> pl.DataFra
         schema=schema,
     )
     if not ok.all():
-        warnings.append(f"dropped {int((~ok).sum())} flow events without a usable 'ts'")
+        warnings.append(f"dropped {int((~ok).sum())} flow events without a usable 'ts'{_too_large(big)}")
         df = df.filter(pl.Series(ok))
     return df
 

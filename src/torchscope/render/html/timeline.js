@@ -452,7 +452,13 @@ const TorchscopeTimeline = (() => {
       // the time to the result: matches counted, the view on the first, its details shown
       const done = () => { found.dataset.ms = String(performance.now() - t0); found.dataset.count = String(count); };
       if (count) void step(1).then(done);
-      else { draw(); done(); }
+      else {
+        // the last selection's details would read as this search's result: cleared, and said why
+        void select(-1).then(() => {
+          detail.textContent = `No event on the timeline is named like "${q.trim()}" (instant events and events without a duration are not drawn).`;
+          done();
+        });
+      }
       return count;
     }
     /** @param {number} d @returns {Promise<void>} */
