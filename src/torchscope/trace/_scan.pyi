@@ -1,7 +1,6 @@
 """Types of the optional C scanner ``torchscope.trace._scan`` (built from ``_scan.c``).
 
-Buffers are read-only buffer objects (``Block``, handed over without a copy) in native byte
-order, to read with ``np.frombuffer``:
+Buffers are ``bytes`` in native byte order, to read with ``np.frombuffer``:
 str/raw columns ``(codes int32, uniques)``, code -1 missing (for ``ph``: -1 means "");
 int ``(values int64, present uint8)``; float ``float64`` with NaN missing;
 intstr ``(values int64, kind uint8 0 missing/1 int/2 str, codes int32, uniques)``;
@@ -12,7 +11,7 @@ floats is the value as a double for ints too and NaN when missing.
 import mmap
 
 class Block:
-    """A column buffer handed over by the scanner: read-only, freed with its last reference."""
+    """A buffer ``nest`` hands over without a copy: read-only, freed with its last reference."""
 
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
