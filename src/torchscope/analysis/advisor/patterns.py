@@ -181,17 +181,16 @@ def cpu_tensor_copied_to_device(ctx: Context) -> list[Finding]:
     if h2d.height == 0:
         return []
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
-    names_ = ctx.names.to_numpy()
-    # the outermost aten::to / _to_copy / copy_ above each copy
-    tos = []
-    for op in h2d["op"].fill_null(-1).to_list():
-        cur, top = op, -1
-        while cur is not None and cur >= 0:
-            if names_[cur] in ("aten::to", "aten::_to_copy", "aten::copy_"):
-                top = cur
-            cur = int(parent[cur])
-        tos.append(top)
-    tos_arr = np.array([t for t in tos if t >= 0], np.int64)
+    is_to = ev["name"].cast(pl.String).is_in(["aten::to", "aten::_to_copy", "aten::copy_"]).to_numpy()
+    # the outermost aten::to / _to_copy / copy_ above each copy: all copies walk up at once, one
+    # level a step (a per-copy Python walk over every event's name as an object was 50 ms)
+    cur = h2d["op"].fill_null(-1).to_numpy().astype(np.int64)
+    top = np.full(cur.size, -1, np.int64)
+    while (live := cur >= 0).any():
+        here = np.where(live, cur, 0)
+        top = np.where(live & is_to[here], cur, top)
+        cur = np.where(live, parent[here], -1)
+    tos_arr = top[top >= 0]
     if tos_arr.size == 0:
         return []
     ops = kinds(ctx.trace, "cpu_op").select("id", "tid", "parent", "start_ns", pl.col("name").cast(pl.String))
