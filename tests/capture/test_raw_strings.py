@@ -109,9 +109,7 @@ def test_valid_text_is_returned_as_it_is(recorded: tuple[Path, list[str]]) -> No
     assert escape_raw_strings(line) == (line, [])
 
 
-def test_a_file_broken_otherwise_still_names_the_problem(
-    recorded: tuple[Path, list[str]], tmp_path: Path
-) -> None:
+def test_a_file_broken_otherwise_still_names_the_problem(recorded: tuple[Path, list[str]], tmp_path: Path) -> None:
     good, names = recorded
     bad = _break(good, names, tmp_path / "bad.json")
     text = bad.read_bytes()
@@ -119,9 +117,7 @@ def test_a_file_broken_otherwise_still_names_the_problem(
     cut = tmp_path / "cut.json"
     cut.write_bytes(text[: len(text) // 2 + len(text) // 4])
     warnings = torchscope.load(cut).meta.warnings
-    assert any("written without JSON escaping" in w for w in warnings) and any(
-        "truncated" in w for w in warnings
-    )
+    assert any("written without JSON escaping" in w for w in warnings) and any("truncated" in w for w in warnings)
     # a double comma is neither: the one-line error
     double = tmp_path / "double.json"
     double.write_bytes(text.replace(b'"ph": "X",', b'"ph": "X",,', 1))

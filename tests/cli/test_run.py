@@ -83,10 +83,8 @@ def test_hot_spot_table_names_argwhere_that_the_op_profiler_misses(
     assert forward["total_ns"] >= argwhere["total_ns"]
     # the page's Flame tab draws the same samples: argwhere's node holds most of the run too
     flame = _report(out)["hotspots_flame"]
-    node = max(
-        (i for i, n in enumerate(flame["name"]) if "argwhere" in flame["names"][n]),
-        key=lambda i: flame["total"][i],
-    )
+    node = max((i for i, n in enumerate(flame["name"]) if "argwhere" in flame["names"][n]),
+               key=lambda i: flame["total"][i])
     assert flame["total"][node] > 0.3 * flame["total"][0]
     assert "argwhere" in capsys.readouterr().err
 

@@ -17,19 +17,8 @@ SCRIPTS = Path(__file__).parent / "scripts"
 def test_the_cap_ends_one_cycle_and_the_schedule_records_the_later_ones(tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torchscope",
-            "run",
-            "--out",
-            str(out),
-            "--cap-mb",
-            "32",
-            "--no-summary",
-            str(SCRIPTS / "big_first_step.py"),
-            "45",
-        ],
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), "--cap-mb", "32", "--no-summary",
+         str(SCRIPTS / "big_first_step.py"), "45"],
         capture_output=True,
         text=True,
     )

@@ -108,18 +108,7 @@ def test_trainer_profiler_pytorch_under_torchscope_run(tmp_path: Path) -> None:
     out, logs = tmp_path / "run", tmp_path / "logs"
     script = Path(__file__).parent / "scripts" / "lightning_train.py"
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torchscope",
-            "run",
-            "--out",
-            str(out),
-            str(script),
-            str(logs),
-            "pytorch",
-            "1",
-        ],
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), str(script), str(logs), "pytorch", "1"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -205,39 +205,14 @@ def test_memory_leak_addresses_are_hex(tmp_path: Path) -> None:
     events: list[dict[str, Any]] = []
     for step in range(4):
         t0 = 100.0 * step
-        events.append(
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{step}",
-                "pid": 1,
-                "tid": 1,
-                "ts": t0,
-                "dur": 90.0,
-            }
-        )
-        events.append(
-            {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": t0 + 1, "dur": 10.0}
-        )
-        events.append(
-            {
-                "ph": "i",
-                "s": "t",
-                "cat": "cpu_instant_event",
-                "name": "[memory]",
-                "pid": 1,
-                "tid": 1,
-                "ts": t0 + 2,
-                "args": {
-                    "Device Type": 0,
-                    "Device Id": -1,
-                    "Addr": 0x7F0000 + 0x1000 * step,
-                    "Bytes": 4096,
-                    "Total Allocated": 4096 * (step + 1),
-                    "Total Reserved": 0,
-                },
-            }
-        )
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1,
+                       "tid": 1, "ts": t0, "dur": 90.0})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1,
+                       "ts": t0 + 1, "dur": 10.0})
+        events.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1,
+                       "tid": 1, "ts": t0 + 2, "args": {"Device Type": 0, "Device Id": -1,
+                       "Addr": 0x7F0000 + 0x1000 * step, "Bytes": 4096,
+                       "Total Allocated": 4096 * (step + 1), "Total Reserved": 0}})
     path = tmp_path / "grow.json"
     path.write_text(json.dumps({"traceEvents": events}))
     payload = build_payload(torchscope.load(path), with_timeline=False)

@@ -29,9 +29,7 @@ if __name__ == "__main__":
 
         profiler = TorchscopeProfiler(wait=1, warmup=1, active=3, repeat=1)
     g = torch.Generator().manual_seed(0)
-    data = DataLoader(
-        TensorDataset(torch.randn(256, 64, generator=g), torch.randn(256, 1, generator=g)), batch_size=8
-    )
+    data = DataLoader(TensorDataset(torch.randn(256, 64, generator=g), torch.randn(256, 1, generator=g)), batch_size=8)
     trainer = Trainer(
         default_root_dir=log_dir,
         max_steps=8 if devices > 1 else 20,
