@@ -493,6 +493,16 @@ def test_tensorboard_trace_handler_on_a_full_disk_leaves_no_partial_file(
         (["--cap-mb", "0"], "--cap-mb must be more than 0 MB, not 0"),
         (["--sample-ms", "-1"], "--sample-ms must be 0 (off) or more, not -1"),
         (["--all", "--repeat", "2"], "--all records the whole run; leave out --repeat/--skip-first"),
+        (  # a new user's `--repeat 0` (until the end) recorded the default 3 cycles, silently
+            ["--repeat", "0"],
+            "--repeat and --skip-first shape a schedule: give --wait/--warmup/--active with them "
+            "(e.g. --wait 14 --warmup 1 --active 3 --repeat 0), or use --all to record everything",
+        ),
+        (
+            ["--skip-first", "10"],
+            "--repeat and --skip-first shape a schedule: give --wait/--warmup/--active with them "
+            "(e.g. --wait 14 --warmup 1 --active 3 --repeat 0), or use --all to record everything",
+        ),
     ],
 )
 def test_an_invalid_schedule_value_is_one_line_and_exit_2_before_the_script_runs(

@@ -208,6 +208,13 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--sample-ms must be 0 (off) or more, not {args.sample_ms:g}")
     if args.record_all and (args.repeat is not None or args.skip_first):
         raise UsageError("--all records the whole run; leave out --repeat/--skip-first")
+    shaped = args.wait is not None or args.warmup is not None or args.active is not None
+    if not args.record_all and not shaped and (args.repeat is not None or args.skip_first):
+        # taken silently before: `--repeat 0` alone still recorded the default 3 cycles
+        raise UsageError(
+            "--repeat and --skip-first shape a schedule: give --wait/--warmup/--active with them "
+            "(e.g. --wait 14 --warmup 1 --active 3 --repeat 0), or use --all to record everything"
+        )
 
 
 def _check_writable(out: Path) -> None:
