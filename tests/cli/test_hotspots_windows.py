@@ -56,10 +56,8 @@ def test_hot_spot_totals_are_bounded_by_the_recorded_windows(report: dict) -> No
     assert root_outside <= outside + report["run"]["setup_s"] * 1e9 + slack
     loader = [r for r in rows if r["function"] == "_BaseDataLoaderIter.__next__"]
     for row in loader:
-        # loading a batch of 16 in-memory images is a small part of a step (~5 %); with the bug
-        # each cycle's first sample, taken as the step fetched its batch, weighed the whole gap
-        # before the cycle, most of the root. Samples are wall time: a busy CI machine once
-        # stretched it to 11 %, so the bound sits between the two
+        # loading a batch of 16 in-memory images is a small part of a step (~5 % here). Samples
+        # are wall time: a busy CI machine once stretched it to 11 %, so the bound leaves room
         assert row["total_ns"] <= 0.25 * root["total_ns"], row
     ours = [r for r in rows if r["function"] == PROFILER_ROW]
     for row in ours:  # our step hook inside the windows: a prof.step(), not a cycle's save
