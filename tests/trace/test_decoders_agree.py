@@ -54,8 +54,8 @@ def _scanned_documents_are_counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[
     accepted: list[int] = []
     pieces, whole = reader._scan.scan_events, reader._scan.scan_trace
 
-    def counting_pieces(data: bytes, lo: int, hi: int) -> Any:
-        got = pieces(data, lo, hi)
+    def counting_pieces(data: bytes, lo: int, hi: int, *, release_pages: bool = False) -> Any:
+        got = pieces(data, lo, hi, release_pages=release_pages)
         if got is not None:
             accepted.append(int(got["n"]))
         return got

@@ -126,9 +126,15 @@ def test_pages_are_released_only_for_maps_we_own(tmp_path: Path) -> None:
         _scan.scan_document(data, release_pages=True)
     with pytest.raises(ValueError, match="release_pages needs an mmap.mmap"):
         _scan.scan_trace(data, release_pages=True)
+    with pytest.raises(ValueError, match="release_pages needs an mmap.mmap"):
+        _scan.scan_events(data, 0, 10, release_pages=True)
     with mapped(tmp_path, data, OwnedMap) as text:
         # the event list's pages are unmapped behind the scan; read again, they are the file's
-        assert _scan.scan_document(text, release_pages=True) == _scan.scan_document(data)
+        doc = _scan.scan_document(text, release_pages=True)
+        assert doc is not None and doc == _scan.scan_document(data)
+        lo, hi, _ = doc
+        assert text[:] == data
+        assert _scan.scan_events(text, lo, hi, release_pages=True) == _scan.scan_events(data, lo, hi)
         assert text[:] == data
         whole = reader.read_chrome_document(text, "cycle")  # scan_trace, releasing its pages
         assert text[:] == data

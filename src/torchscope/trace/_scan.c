@@ -1109,10 +1109,11 @@ static Ptr scan_object(Scanner *s, Ptr p, int depth, const KeyIndex *index)
 /* A mapped file's pages the scan has passed, unmapped from the process (their count in RSS
  * grows with the file otherwise, while the map is open); read again, they come back from the
  * page cache. Only for a read-only map of a file we own: never for memory Python allocated.
- * Called every few MB, in whole pages, up to `upto`. */
+ * Called every few MB while scanning, in whole pages up to `upto`, and once at the end of a
+ * scan (`last`), up to its end: the whole range a call read is then released, by this alone. */
 #define RELEASE_EVERY (4 << 20)
 
-static void release_behind(Ptr *released, Ptr upto)
+static void release_behind(Ptr *released, Ptr upto, int last)
 {
 #if defined(MADV_DONTNEED) && defined(_SC_PAGESIZE)
     static uintptr_t page;
@@ -1120,15 +1121,17 @@ static void release_behind(Ptr *released, Ptr upto)
         long size = sysconf(_SC_PAGESIZE);
         page = size > 0 ? (uintptr_t)size : 4096;
     }
-    if (!*released || upto - *released < RELEASE_EVERY)
+    if (!*released || (!last && upto - *released < RELEASE_EVERY))
         return;
     uintptr_t from = ((uintptr_t)*released + page - 1) & ~(page - 1);
-    uintptr_t to = (uintptr_t)upto & ~(page - 1);
+    /* the last call takes the end's partial page too (madvise rounds the length up) */
+    uintptr_t to = last ? (uintptr_t)upto : (uintptr_t)upto & ~(page - 1);
     if (to > from && madvise((void *)from, to - from, MADV_DONTNEED) == 0)
         *released = (Ptr)to;
 #else
     (void)released;
     (void)upto;
+    (void)last;
 #endif
 }
 
@@ -1157,7 +1160,7 @@ static void scan_all(Scanner *s, Ptr p)
         if (!p)
             return;
         s->n++;
-        release_behind(&s->released, p);
+        release_behind(&s->released, p, 0);
         p = skip_ws(p, end);
         if (s->nested && p < end && *p == ']') {
             s->close = p;
@@ -1361,12 +1364,22 @@ static Py_ssize_t initial_rows(Py_ssize_t bytes)
     return bytes / 256 + 16;
 }
 
-static PyObject *scan_events(PyObject *self, PyObject *args)
+static int check_releasable(PyObject *data, const char *who);
+
+static PyObject *scan_events(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     Py_buffer view;
+    PyObject *data;
     Py_ssize_t lo, hi;
+    int release_pages = 0;
+    static char *KEYWORDS[] = {"data", "lo", "hi", "release_pages", NULL};
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*nn:scan_events", &view, &lo, &hi))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Onn|$p:scan_events", KEYWORDS, &data, &lo, &hi,
+                                     &release_pages))
+        return NULL;
+    if (release_pages && check_releasable(data, "scan_events") < 0)
+        return NULL;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     if (lo < 0 || hi < lo || hi > view.len) {
         PyErr_Format(PyExc_ValueError, "scan_events: [%zd, %zd) is not a range within the %zd bytes",
@@ -1379,9 +1392,12 @@ static PyObject *scan_events(PyObject *self, PyObject *args)
     s.data = (Ptr)view.buf + lo;
     s.end = (Ptr)view.buf + hi;
     s.cap = initial_rows(hi - lo);
+    if (release_pages)
+        s.released = s.data;
 
     Py_BEGIN_ALLOW_THREADS
     scan_all(&s, s.data);
+    release_behind(&s.released, s.end, 1);
     Py_END_ALLOW_THREADS
 
     PyObject *result;
@@ -1426,7 +1442,7 @@ static Ptr skip_events(DocScan *d, Ptr p, Ptr end)
     for (;;) {
         if (!(p = skip_value(p, end, 2)))
             return NULL;
-        release_behind(&d->released, p);
+        release_behind(&d->released, p, 0);
         p = skip_ws(p, end);
         if (p < end && *p == ']')
             return p + 1;
@@ -1604,6 +1620,7 @@ static PyObject *scan_document(PyObject *self, PyObject *args, PyObject *kwargs)
 
     Py_BEGIN_ALLOW_THREADS
     scan_doc(&d, base, base + view.len);
+    release_behind(&d.released, base + view.len, 1);
     Py_END_ALLOW_THREADS
 
     PyObject *result;
@@ -1645,6 +1662,7 @@ static PyObject *scan_trace(PyObject *self, PyObject *args, PyObject *kwargs)
 
     Py_BEGIN_ALLOW_THREADS
     scan_doc(&d, base, base + view.len);
+    release_behind(&s.released, base + view.len, 1);
     Py_END_ALLOW_THREADS
 
     PyObject *result = NULL;
@@ -1789,8 +1807,9 @@ static PyMethodDef METHODS[] = {
      "Validate a whole Kineto JSON document; locate the inside of its traceEvents array and\n"
      "the raw value span of every other top-level key. None when the text is outside the\n"
      "well-formed subset we handle."},
-    {"scan_events", scan_events, METH_VARARGS,
-     "scan_events(data, lo, hi) -> dict | None\n\n"
+    {"scan_events", (PyCFunction)(void (*)(void))scan_events, METH_VARARGS | METH_KEYWORDS,
+     "scan_events(data, lo, hi, *, release_pages=False) -> dict | None\n\n"
+     "release_pages: as for scan_document, for data[lo:hi].\n"
      "Scan the comma-separated event objects in data[lo:hi] into column buffers.\n"
      "None when anything is outside the subset we model exactly (msgspec handles it)."},
     {"nest", nest, METH_VARARGS,

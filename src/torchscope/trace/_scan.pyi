@@ -23,10 +23,13 @@ def scan_document(
     ``release_pages``: ``data`` is a read-only map of a file the caller owns, whose event list's
     pages are unmapped behind the scan (never for memory Python allocated)."""
 
-def scan_events(data: bytes | mmap.mmap, lo: int, hi: int) -> dict[str, object] | None:
+def scan_events(
+    data: bytes | mmap.mmap, lo: int, hi: int, *, release_pages: bool = False
+) -> dict[str, object] | None:
     """Columns of the comma-separated event objects in ``data[lo:hi]``: ``"n"`` plus one entry
     per column (None when no event has the field); None outside our subset. ValueError when
-    the bounds fall outside ``data``."""
+    the bounds fall outside ``data``. ``release_pages``: as for ``scan_document``, for the
+    pages of ``data[lo:hi]``."""
 
 def scan_trace(
     data: bytes | mmap.mmap, *, release_pages: bool = False

@@ -26,12 +26,12 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND
+from torchscope.trace.tree import nearest_ancestor
 
 try:  # our C extension (optional: NumPy computes the same without it)
     from torchscope.trace import _scan
 except ImportError:  # pragma: no cover - depends on the build
     _scan = None  # type: ignore[assignment]
-from torchscope.trace.tree import nearest_ancestor
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]

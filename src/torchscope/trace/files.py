@@ -178,7 +178,7 @@ class OwnedMap(mmap.mmap):
     """A read-only map (``mmap.ACCESS_READ``) of a file this process owns and nobody writes,
     such as a live cycle Kineto saved into our scratch directory.
 
-    The reader unmaps its pages behind the scan (``madvise(MADV_DONTNEED)``): they would all
+    The scanner unmaps its pages behind each scan (``madvise(MADV_DONTNEED)``): they would all
     count in the process's RSS until the map closes, and a live cycle is read while Kineto's
     results are still in memory. A page read again comes back from the page cache with the
     same bytes. Any other map (a user's, possibly a private copy they changed) is left alone.

@@ -359,17 +359,14 @@ def _scanned_batches(
     kind, done = scanned if scanned is not None else ("", None)
     if _read_whole(data):  # the document and its events in one pass
         whole = done if kind == "trace" else _scan.scan_trace(data, release_pages=isinstance(data, OwnedMap))
-        _drop_pages(data, 0, len(data))
         if whole is None:
             return None  # msgspec reads it, with its repairs, or says what is wrong
         (_, _, keys), columns = whole
         _top_values(data, keys, top, source, warnings)
         return iter([raw.from_scan(columns)])
-    # a live cycle's map has the pages of its event list unmapped behind the scan (``OwnedMap``);
-    # the pieces map them in again, one by one
-    owned = isinstance(data, OwnedMap)
-    doc = done if kind == "document" else _scan.scan_document(data, release_pages=owned)
-    _drop_pages(data, 0, len(data))
+    # a live cycle's map has its pages unmapped behind each scan (``OwnedMap``): the pieces map
+    # them in again, one by one
+    doc = done if kind == "document" else _scan.scan_document(data, release_pages=isinstance(data, OwnedMap))
     if doc is None or doc[0] < 0:
         return None  # not a trace, or JSON the scanner does not take: msgspec says what is wrong
     lo, hi, keys = doc
@@ -380,20 +377,8 @@ def _scanned_batches(
 def _scan_piece(data: Text, begin: int, end: int, finish: Callable[[pl.DataFrame], _Part]) -> _Part | None:
     """One piece scanned and made into its tables (None: the scanner declined it). Runs on a
     worker thread: the scan releases the GIL, and so does most of the columnar work."""
-    got = _scan.scan_events(data, begin, end)
-    _drop_pages(data, begin, end)
+    got = _scan.scan_events(data, begin, end, release_pages=isinstance(data, OwnedMap))
     return None if got is None else finish(raw.from_scan(got))  # which empties ``got``
-
-
-def _drop_pages(data: Text, begin: int, end: int) -> None:
-    """Unmap the pages of an ``OwnedMap``'s ``[begin, end)`` that the scanner has read (see
-    ``OwnedMap``: a 107 MB ``with_stack`` cycle was most of the peak's rise over Kineto's results)."""
-    if not isinstance(data, OwnedMap) or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    first = -(-begin // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages only
-    last = end // mmap.PAGESIZE * mmap.PAGESIZE if end < len(data) else len(data)
-    if last > first:
-        data.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def _scan_pieces(
