@@ -111,7 +111,13 @@ def test_cpu_run_gets_no_device_advice(stack_run: tuple[Path, list[Trace]]) -> N
 def test_hot_spots_rank_the_users_lines_first(stack_run: tuple[Path, list[Trace]]) -> None:
     out, _ = stack_run
     report: dict[str, Any] = json.loads((out / "report.json").read_text())
-    hot = [r for r in report["hotspots"] if r["self_ns"] > 0]
+    # our profiler's own row (Kineto's stop and save inside the recorded steps) is one row of its
+    # own, never a user's or torch's frame; how it ranks against the script is a race between
+    # Kineto's stop and the script's Python (0-9 ms against 18-26 ms here, and a CI run under
+    # load once put it first), so the ranking below is of the script's and torch's frames
+    ours = [r for r in report["hotspots"] if r["file"] == "<torchscope>"]
+    assert all(r["function"] == "torchscope profiler (step, cycle stop and save)" for r in ours)
+    hot = [r for r in report["hotspots"] if r["self_ns"] > 0 and r not in ours]
     files = [Path(r["file"]).name for r in hot]
     assert files[0] == "train.py"
     mine = max(i for i, r in enumerate(hot) if r["file"].endswith("train.py"))
