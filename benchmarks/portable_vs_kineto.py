@@ -203,11 +203,11 @@ def kineto_device_time_by_op(trace: Trace, names: set[str]) -> dict[str, float]:
     return totals
 
 
-def cuda_comparison(device: torch.device) -> None:
-    print(f"\n== 3. device time per op on {torch.cuda.get_device_name(device)} ==")
+def cuda_comparison(device: torch.device, batch: int) -> None:
+    print(f"\n== 3. device time per op on {torch.cuda.get_device_name(device)}, ResNet-18 batch {batch} ==")
     torch.backends.cudnn.benchmark = True
     model = resnet18().to(device)
-    x = torch.randn(64, 3, 224, 224, device=device)
+    x = torch.randn(batch, 3, 224, 224, device=device)
 
     def step() -> None:
         model(x).sum().backward()
@@ -237,16 +237,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=4000, help="small-op loop iterations (3 ops each)")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument(
+        "--cuda-batch",
+        default="64,256",
+        help="ResNet-18 batch sizes for the device comparison: a small batch leaves the device waiting on "
+        "the host (an event pair then also times the host's launch gaps), a large one keeps it busy",
+    )
+    parser.add_argument("--skip-cpu", action="store_true", help="only the device sections (on a GPU machine)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}; accelerator: {torch.accelerator.current_accelerator()}")
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
-    overhead(cpu, args.iters, args.repeat)
-    cpu_comparison(cpu)
+    if not args.skip_cpu:
+        overhead(cpu, args.iters, args.repeat)
+        cpu_comparison(cpu)
     if torch.cuda.is_available():
         cuda = torch.device("cuda", 0)
         overhead(cuda, args.iters, args.repeat)
-        cuda_comparison(cuda)
+        for batch in map(int, args.cuda_batch.split(",")):
+            cuda_comparison(cuda, batch)
     else:
         print("\n== 3. device time per op: skipped, no CUDA device on this machine ==")
 

@@ -1,0 +1,294 @@
+"""The CUDA path on a real GPU: live capture with kernels, torch's tables vs ours, the advisor.
+
+Run on a machine with CUDA: ``python benchmarks/cuda_check.py --out DIR`` (about two minutes).
+A CPU machine cannot check any of this: CPU-only tests read traces other projects recorded on
+GPUs, but a live Kineto session with CUPTI kernels, and the advisor's rules on kernels our
+own workloads launched, need a GPU. It prints, in one go:
+
+1. **torch vs us on the same session.** torch.profiler records a training step with CPU and
+   CUDA activities; torch's ``key_averages()`` is compared row by row with ours computed from
+   the JSON it exported (count, self/total CPU time, self/total device time). Both tables are
+   printed, so the layout can be compared by eye too.
+2. **The drop-in profiler live.** ``torchscope.profile`` with a schedule, ``record_shapes``,
+   ``profile_memory``, ``with_stack`` and ``tensorboard_trace_handler`` on two training loops:
+   one with the mistakes the advisor names (fp32 matmuls without TF32 or AMP, dimensions not
+   multiples of 8, a host copy of every batch, ``.item()`` every step, a float64 op, tiny
+   kernels) and one without them. Prints the seconds from the last step to the printed table,
+   kernels seen, and which rules fired on each loop against which were expected to.
+3. ``torchscope report`` on the log directory both loops wrote (CLI, HTML included).
+
+The traces are written under ``--out`` so that they can be read again on a CPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import torchscope
+from torchscope.analysis.advisor import advise
+from torchscope.compat.averages import key_averages
+from torchscope.models import resnet18
+
+# ``--device cpu`` runs the same script on a CPU machine (no kernels): a dry run of its code
+DEV = torch.device("cuda", 0)
+
+
+def sync() -> None:
+    if DEV.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def activities(mod: object) -> list[object]:
+    acts = [mod.ProfilerActivity.CPU]  # type: ignore[attr-defined]
+    if DEV.type == "cuda":
+        acts.append(mod.ProfilerActivity.CUDA)  # type: ignore[attr-defined]
+    return acts
+
+
+def section(title: str) -> None:
+    print(f"\n== {title} ==", flush=True)
+
+
+def guarded(fn: Callable[[], None]) -> bool:
+    """Run one section; a failure prints its traceback and the next section still runs."""
+    try:
+        fn()
+        return True
+    except Exception:
+        traceback.print_exc()
+        return False
+
+
+# -- 1. torch's key_averages vs ours on one session -------------------------------------------
+def same_session(out: Path) -> None:
+    section("1. torch.profiler's key_averages vs ours from its exported JSON (ResNet-18 step)")
+    torch.backends.cudnn.benchmark = True
+    model = resnet18().to(DEV)
+    x = torch.randn(32, 3, 224, 224, device=DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step() -> None:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    sync()
+    with torch.profiler.profile(activities=activities(torch.profiler), record_shapes=True) as prof:
+        for _ in range(2):
+            step()
+        sync()
+    path = out / "resnet18_torch.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    theirs = {e.key: e for e in prof.key_averages()}
+    trace = torchscope.load(path)
+    ours_avg = key_averages(trace)
+    ours = {e.key: e for e in ours_avg}
+    print(
+        f"  trace: {trace.ops.height} ops, {trace.kernels.height} kernels, "
+        f"{trace.device_events.height} device events"
+    )
+    fields = ("count", "self_cpu_time_total", "cpu_time_total", "self_device_time_total", "device_time_total")
+    by_device = sorted(theirs, key=lambda k: -theirs[k].device_time_total)
+    worst: dict[str, float] = dict.fromkeys(fields, 0.0)
+    missing = [k for k in theirs if k not in ours]
+    print(f"  keys: torch {len(theirs)}, ours {len(ours)}, torch's not in ours: {missing[:8]}")
+    print(f"  {'key (top 20 by device time)':40}{'count':>11}{'self dev us':>22}{'dev total us':>22}")
+    for key in by_device[:20]:
+        t, o = theirs[key], ours.get(key)
+        if o is None:
+            print(f"  {key[:39]:40} MISSING in ours")
+            continue
+        print(
+            f"  {key[:39]:40}{t.count:>5} {o.count:>5}"
+            f"{t.self_device_time_total:>11.1f}{o.self_device_time_total:>11.1f}"
+            f"{t.device_time_total:>11.1f}{o.device_time_total:>11.1f}"
+        )
+    for key, t in theirs.items():
+        o = ours.get(key)
+        if o is None:
+            continue
+        for f in fields:
+            a, b = float(getattr(t, f)), float(getattr(o, f))
+            rel = abs(a - b) / max(abs(a), 1.0)
+            worst[f] = max(worst[f], rel)
+    print("  worst relative difference over all keys: " + ", ".join(f"{f} {v:.2%}" for f, v in worst.items()))
+    print("\n  torch's table:")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8))
+    print("  ours (from the exported JSON):")
+    print(ours_avg.table(sort_by="cuda_time_total", row_limit=8))
+
+
+# -- 2. the drop-in profiler on a flawed and a fixed training loop -----------------------------
+class Net(nn.Module):
+    def __init__(self, width: int, depth: int) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            *[nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(depth)]
+        )
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layers(x))
+
+
+def flawed_loop(steps: int, step_fn: Callable[[], None]) -> None:
+    """fp32 without TF32 or AMP, width 1000, a host batch copied every step, .item(), float64."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    model = Net(1000, 6).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    host_x, host_y = torch.randn(4096, 1000), torch.randint(0, 10, (4096,))
+    losses = []
+    for _ in range(steps):
+        x, y = host_x.to(DEV), host_y.to(DEV)  # pageable host memory, every step
+        weights = torch.ones(10).to(DEV)  # made on the host, then copied
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y, weight=weights)
+        loss.backward()
+        opt.step()
+        stats = x.double().std(dim=0)  # a float64 statistic on the device
+        losses.append(loss.item() + stats.mean().item())  # two device syncs per step
+        step_fn()
+
+
+def fixed_loop(steps: int, step_fn: Callable[[], None]) -> None:
+    """bf16 autocast, TF32 on, width 1024, data on the device, no syncs in the loop."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+    model = Net(1024, 6).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=True)
+    x, y = torch.randn(4096, 1024, device=DEV), torch.randint(0, 10, (4096,), device=DEV)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(DEV.type, dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        step_fn()
+
+
+EXPECTED = {
+    "flawed": {
+        "tf32_matmul",
+        "enable_amp",
+        "host_device_sync",
+        "cpu_tensor_copied_to_device",
+        "double_precision",
+    },
+    "fixed": set(),
+}
+# rules whose firing on the fixed loop would be a false alarm
+NEVER_ON_FIXED = {
+    "tf32_matmul",
+    "enable_amp",
+    "matmul_dims_not_multiple_of_8",
+    "host_device_sync",
+    "cpu_tensor_copied_to_device",
+    "double_precision",
+    "optimizer_foreach",
+    "zero_grad_set_to_none",
+}
+
+
+def live(out: Path, name: str, loop: Callable[[int, Callable[[], None]], None]) -> None:
+    section(f"2. torchscope.profile live on the {name} loop (schedule wait=1 warmup=1 active=3)")
+    logdir = out / "logs" / name
+    loop(3, lambda: None)  # warm up cuBLAS and the allocator outside the profiler
+    sync()
+    with torchscope.profile(
+        activities=activities(torchscope),
+        schedule=torchscope.schedule(wait=1, warmup=1, active=3, repeat=1),
+        on_trace_ready=torchscope.tensorboard_trace_handler(str(logdir), use_gzip=True),
+        record_shapes=True,
+        profile_memory=True,
+        with_stack=True,
+    ) as prof:
+        loop(5, prof.step)
+        sync()
+        t_end = time.perf_counter()
+    table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12)
+    t_table = time.perf_counter()
+    print(table)
+    trace = prof.trace()
+    kernels = trace.kernels
+    print(
+        f"  last step -> printed table: {t_table - t_end:.2f} s; {trace.ops.height} ops, "
+        f"{kernels.height} kernels, {trace.device_events.height} device events, "
+        f"{trace.memory.height} memory events; files: {sorted(p.name for p in logdir.iterdir())}"
+    )
+    if kernels.height:
+        import polars as pl
+
+        top = (
+            kernels.group_by(pl.col("name").cast(pl.String))
+            .agg(pl.len().alias("n"), (pl.col("dur_ns").sum() / 1000).alias("us"))
+            .sort("us", descending=True)
+        )
+        print("  top kernels:")
+        for r in top.head(10).iter_rows(named=True):
+            print(f"    {r['us']:>10.1f} us {r['n']:>5}x  {r['name'][:150]}")
+        copies = trace.device_events.filter(pl.col("kind").cast(pl.String) != "kernel")
+        names = copies.group_by(pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String)).len()
+        print(f"  other device events: {names.rows()}")
+        print(f"  device properties: {trace.meta.device_properties[:1]}")
+    findings = advise(trace, min_share=0)
+    fired = {f.rule for f in findings}
+    for f in findings:
+        share = "" if f.share is None else f" (share {f.share:.1%})"
+        print(f"  [{f.rule}]{share} {f.message}\n      fix: {f.fix}")
+    want = EXPECTED[name]
+    print(f"  expected and fired: {sorted(want & fired)}")
+    print(f"  expected, NOT fired: {sorted(want - fired)}")
+    if name == "fixed":
+        print(f"  false alarms on the fixed loop: {sorted(fired & NEVER_ON_FIXED)}")
+    else:
+        print(f"  fired beyond the expected: {sorted(fired - want)}")
+
+
+def cli_report(out: Path) -> None:
+    section("3. torchscope report on the log directory (two runs)")
+    html = out / "report.html"
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "torchscope", "report", str(out / "logs"), "--html", str(html)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    print(
+        f"  exit {done.returncode} in {time.perf_counter() - t0:.2f} s; html {html.stat().st_size if html.exists() else 0} bytes"
+    )
+    print(done.stdout[-6000:])
+    print(done.stderr[-3000:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda", help="cuda (the check) or cpu (a dry run of the script)")
+    args = parser.parse_args()
+    global DEV
+    DEV = torch.device(args.device, 0) if args.device == "cuda" else torch.device(args.device)
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(
+        f"torch {torch.__version__}, {torch.cuda.get_device_name(0) if DEV.type == 'cuda' else 'cpu'}, torchscope from {torchscope.__file__}"
+    )
+    ok = [
+        guarded(lambda: same_session(args.out)),
+        guarded(lambda: live(args.out, "flawed", flawed_loop)),
+        guarded(lambda: live(args.out, "fixed", fixed_loop)),
+        guarded(lambda: cli_report(args.out)),
+    ]
+    print(f"\nsections passed without an exception: {sum(ok)} of {len(ok)}")
+
+
+if __name__ == "__main__":
+    main()
