@@ -35,7 +35,7 @@ def test_a_trace_is_analysed_without_torch(traces_dir: Path) -> None:
     result = json.loads(out)
     assert result["kernels"] == 79  # the file's own count of 'kernel' events
     assert "Self CUDA" in result["header"] and "# of Calls" in result["header"]
-    # 43 s of window, 97% of it CUDA start-up; its 21 synchronizations and fp32 matmuls are under
+    # 43 s of window, 97% of it CUDA start-up; its pageable copies, syncs and fp32 matmuls are under
     # the advisor's 1% floor (tests/analysis/test_rules_on_real_traces.py)
     assert result["rules"] == ["startup_in_window", "low_device_utilization"]
 

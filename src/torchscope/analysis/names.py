@@ -67,9 +67,24 @@ def kernel_type() -> pl.Expr:
 
 # Kernel names that mean the math ran on Tensor Cores (MMA instruction shapes and the
 # cuDNN/CUTLASS families built on them) or AMD's matrix cores (MFMA; Tensile's ``_MI16x16x1``).
-TENSOR_CORE_KERNEL = name_matches(
+# A family name (xmma, cutlass_80, sm80_, sm90_) is not enough: the same families build plain
+# FP32 kernels on the CUDA cores, and name them so (``cutlass_80_simt_sgemm_256x128_8x4_nt``,
+# ``sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_..._ffma_...``: both seen on an H200 running fp32
+# matmuls with TF32 off, where calling them Tensor Core kernels hid the AMP and TF32 advice).
+_TENSOR_CORE_MARK = (
     r"(?i)(hmma|imma|wgmma|gmma|tensorop|xmma|h884|s884|h1688|s1688|c1688|i8816|16816|_tf32|tf32f32|"
-    r"dgrad_1x1_stride_2x2|first_layer_wgrad_kernel|conv2d_c1_k1|cutlass_80|sm80_|sm90_|mfma|_MI\d+x\d+x\d+)"
+    r"dgrad_1x1_stride_2x2|first_layer_wgrad_kernel|conv2d_c1_k1|cutlass_80|sm80_|sm90_|nvjet_|mfma|"
+    r"_MI\d+x\d+x\d+)"
+)
+_CUDA_CORE_MARK = r"(?i)(simt|_ffma_|_dfma_|_hfma2?_)"
+TENSOR_CORE_KERNEL = by_name(
+    lambda n: n.str.contains(_TENSOR_CORE_MARK) & ~n.str.contains(_CUDA_CORE_MARK)
+)
+# A matrix product computed in FP32 on the CUDA cores (no TF32, no Tensor Cores).
+FP32_GEMM_KERNEL = by_name(
+    lambda n: n.str.contains(r"(?i)(sgemm|gemm.*f32|_f32_|fp32)")
+    & ~(n.str.contains(_TENSOR_CORE_MARK) & ~n.str.contains(_CUDA_CORE_MARK))
+    & ~n.str.contains(r"(?i)(tf32|bf16|f16|half|splitKreduce)")
 )
 
 # Ops whose work can run on Tensor Cores under AMP (convolutions and matrix products).
@@ -85,6 +100,11 @@ SLOW_CONV = name_matches(
     r"^aten::(thnn_conv\w*|slow_conv\w*|_slow_conv\w*|slow_conv_dilated\w*|slow_conv_transpose\w*)$"
 )
 FAST_CONV = name_matches(r"^aten::(mkldnn_convolution|cudnn_convolution\w*|miopen_convolution\w*)$")
+
+# Copies between host and device memory, by direction, and from or to pageable host memory
+# (CUPTI's names: "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pinned)").
+HOST_TO_DEVICE_COPY = name_matches(r"(?i)(htod|h2d)")
+PAGEABLE_COPY = name_matches(r"(?i)pageable")
 
 # Host/device synchronisation points.
 SYNC_OP = name_matches(

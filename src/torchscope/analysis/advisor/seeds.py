@@ -14,6 +14,7 @@ from torchscope.analysis import names
 from torchscope.analysis.advisor.base import Context, Finding
 from torchscope.analysis.frames import TOOL_SPAN_PREFIX, kinds, ran_under_torchscope_run, tool_frame_rows
 from torchscope.analysis.outside import accounted_spans, outside_per_window
+from torchscope.trace.tree import nearest_ancestor
 
 
 def slow_conv_path(ctx: Context) -> list[Finding]:
@@ -77,22 +78,48 @@ def slow_conv_path(ctx: Context) -> list[Finding]:
 def _device_syncs(ctx: Context) -> pl.DataFrame:
     """The host's waits for the device: synchronizing runtime calls, and ``.item()``
     (``_local_scalar_dense``) calls that copied from the device (a runtime call beneath them).
-    ``.item()`` of a CPU tensor (Adam's step count, a CPU run's loss) waits for nothing."""
+    ``.item()`` of a CPU tensor (Adam's step count, a CPU run's loss) waits for nothing.
+
+    Each wait counts once: the ``cudaStreamSynchronize`` inside an ``.item()`` is that item's
+    wait, not a second one. The wait that ends a copy *to* the device from pageable memory is
+    the copy's (``pageable_memcpy`` names it, with its own fix: pinned memory), not counted here;
+    nor are the profiler's own waits and a wait after the last op (closing the profiled region).
+    """
     sync = kinds(ctx.trace, "cpu_op", "runtime").filter(names.SYNC_OP)
-    scalar = sync["name"].cast(pl.String) == "aten::_local_scalar_dense"
-    if not scalar.any():
+    if sync.height == 0:
         return sync
-    runtime = kinds(ctx.trace, "runtime")
-    parent = ctx.trace.events["parent"].fill_null(-1).to_numpy().astype(np.int64)
-    copied = np.zeros(ctx.trace.events.height, bool)
-    cur = parent[runtime["id"].to_numpy()]
-    for _ in range(8):  # .item() -> _local_scalar_dense -> cudaMemcpyAsync: a few levels at most
-        cur = cur[cur >= 0]
-        if cur.size == 0:
-            break
-        copied[cur] = True
-        cur = parent[cur]
-    return sync.filter(~scalar | pl.Series(copied[sync["id"].to_numpy()]))
+    ev = ctx.trace.events
+    parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    scalar = sync["name"].cast(pl.String) == "aten::_local_scalar_dense"
+    if scalar.any():
+        copied = np.zeros(ev.height, bool)
+        cur = parent[kinds(ctx.trace, "runtime")["id"].to_numpy()]
+        for _ in range(8):  # .item() -> _local_scalar_dense -> cudaMemcpyAsync: a few levels at most
+            cur = cur[cur >= 0]
+            if cur.size == 0:
+                break
+            copied[cur] = True
+            cur = parent[cur]
+        sync = sync.filter(~scalar | pl.Series(copied[sync["id"].to_numpy()]))
+    ids = sync["id"].to_numpy()
+    in_sync = np.zeros(ev.height, bool)
+    in_sync[ids] = True
+    nested = nearest_ancestor(parent, ids, in_sync) >= 0
+    op = nearest_ancestor(parent, ids, (ev["kind"] == "cpu_op").to_numpy())
+    htod = (
+        kinds(ctx.trace, "memcpy")
+        .filter(names.HOST_TO_DEVICE_COPY & names.PAGEABLE_COPY)["op"]
+        .drop_nulls()
+        .to_numpy()
+    )
+    to_device = np.isin(op, htod[htod >= 0])
+    # torchscope's own waits (its stop() synchronizes) and the one that closes the profiled
+    # region after its last op (the recommended torch.cuda.synchronize() before stopping)
+    ours = nearest_ancestor(parent, ids, ctx._tool_rows) >= 0
+    ops = kinds(ctx.trace, "cpu_op")
+    last_op_end = int((ops["start_ns"] + ops["dur_ns"]).max() or 0) if ops.height else 0  # type: ignore[operator]
+    closing = sync["start_ns"].to_numpy() >= last_op_end
+    return sync.filter(pl.Series(~nested & ~to_device & ~ours & ~closing))
 
 
 def _library_call(ctx: Context, row: int) -> str | None:
