@@ -116,4 +116,5 @@ def test_resnet_convolutions_on_tf32_tensor_cores_need_no_amp_advice() -> None:
     assert "enable_amp" not in every
     assert every["tf32_matmul"].evidence["kernels"] == 6
     assert every["tf32_matmul"].share == pytest.approx(0.0012, abs=1e-4)
-    assert overview(trace).devices[0].tensor_core_ratio == pytest.approx(0.3701, abs=1e-4)
+    # (cuDNN's init_device_workspace_kernel, 110 us, zeroes a workspace: not Tensor Core work)
+    assert overview(trace).devices[0].tensor_core_ratio == pytest.approx(0.3622, abs=1e-4)

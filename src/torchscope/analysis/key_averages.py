@@ -42,6 +42,7 @@ import numpy as np
 import polars as pl
 
 from torchscope.analysis.frames import tool_frame_rows
+from torchscope.trace.derive import overhead_holders, profiler_overhead
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS
 from torchscope.trace.tree import subtree_sum
@@ -251,50 +252,15 @@ def _python_stacks(ev: pl.DataFrame, depth_limit: int) -> pl.Series:
     return frame.select(pl.concat_list(pl.all()).list.drop_nulls().alias("stack")).to_series()
 
 
-def _profiler_overhead(ev: pl.DataFrame) -> pl.Series:
-    """Kineto's own work in the profiled process (``cat: overhead``, "Activity Buffer Request":
-    CUPTI asking for a buffer), which torch's tables list as a row of its own."""
-    return (ev["kind"] == "other") & (ev["cat"].cast(pl.String) == "overhead")
-
-
-def _main_thread(ev: pl.DataFrame, host: np.ndarray) -> int | None:
-    """The thread torch gives Kineto's overhead events: the process's main thread (tid == pid),
-    else the thread of the earliest host event."""
-    rows = np.nonzero(host)[0]
-    if rows.size == 0:
-        return None
-    tid = ev["tid"].to_numpy()[rows]
-    main = rows[tid == ev["pid"].to_numpy()[rows]]
-    return int(ev["tid"][int(main[0] if main.size else rows[0])])
-
-
 def _nest_overhead(
     ev: pl.DataFrame, overhead: np.ndarray, parent: np.ndarray, self_cpu: np.ndarray, host: np.ndarray
 ) -> None:
-    """Put each overhead event under the innermost host event of the main thread that holds it.
-
-    Kineto writes a buffer request on a track of its own (pid -1), but it ran inside the op that
-    made the CUDA call: torch nests it there (seen on torch 2.11 with CUDA: under ``aten::copy_``
-    and ``aten::cudnn_convolution``), so its time leaves that op's self time instead of making
-    a copy look 2 ms slow. In place: ``parent`` and ``self_cpu`` of the rows involved.
-    """
-    if overhead.size == 0:
-        return
-    tid = _main_thread(ev, host)
-    if tid is None:
-        return
-    start = ev["start_ns"].to_numpy()
-    end = start + ev["dur_ns"].fill_null(0).to_numpy()
-    on_main = np.nonzero(host & (ev["tid"].to_numpy() == tid))[0]  # sorted by start (row order)
-    # the last main-thread event to start before each overhead event, then up its ancestors
-    last = np.searchsorted(start[on_main], start[overhead], "right") - 1
-    for row, i in zip(overhead.tolist(), last.tolist(), strict=True):
-        cur = int(on_main[i]) if i >= 0 else -1
-        while cur >= 0 and not (host[cur] and end[cur] >= end[row]):
-            cur = int(parent[cur])
-        parent[row] = cur
-        if cur >= 0:
-            self_cpu[cur] = max(0, int(self_cpu[cur]) - int(end[row] - start[row]))
+    """Make each overhead event a row under the innermost host row of the main thread holding it,
+    as torch's tables do (its time already left that event's self time: ``Trace.self_ns``).
+    In place: ``parent`` of the overhead rows, and their ``self_cpu`` (their whole length)."""
+    rows, holder = overhead_holders(ev, host, parent)
+    parent[rows] = holder
+    self_cpu[rows] = ev["dur_ns"].fill_null(0).to_numpy()[rows]
 
 
 def event_frame(
@@ -320,7 +286,7 @@ def event_frame(
     ev = trace.events
     n = ev.height
     kind = ev["kind"]
-    overhead = _profiler_overhead(ev)
+    overhead = profiler_overhead(ev)
     is_row = (kind.is_in(ROW_KINDS) & ~ev["name"].is_in(FILTERED_NAMES)) | overhead
     is_host = (kind.is_in(HOST_KINDS) | overhead).to_numpy()
     is_dev = kind.is_in(DEVICE_KINDS).to_numpy()

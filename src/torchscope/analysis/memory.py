@@ -270,14 +270,18 @@ def leak_candidates(trace: Trace) -> pl.DataFrame:
     and lazily created buffers are allocated once and kept, and the last step's tensors are
     still alive when the profiler stops; none of them is a leak, while a list that gains a
     tensor every step is. The last step's allocations of such an op are listed too when their
-    size is one it leaked before. Without steps, every outstanding allocation is a candidate.
+    size is one it leaked before. With fewer than three steps nothing can show that growth, so
+    there is no candidate: what is outstanding at the end of a stepless trace is the model's live
+    state (an H200 MLP step's 14 gradient buffers were listed as leaks before).
     Columns: device, ts_ns, bytes, addr, op_name, largest first.
     """
     out = outstanding_allocations(trace)
     from torchscope.analysis.overview import profiler_steps
 
     steps = profiler_steps(trace)
-    if out.height and steps.height >= 2:
+    if steps.height < 3:
+        out = out.clear()
+    elif out.height:
         starts = steps["start_ns"].to_numpy()
         last = steps.height - 1
         step_of = np.searchsorted(starts, out["ts_ns"].to_numpy(), side="right") - 1

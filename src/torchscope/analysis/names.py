@@ -76,7 +76,8 @@ _TENSOR_CORE_MARK = (
     r"dgrad_1x1_stride_2x2|first_layer_wgrad_kernel|conv2d_c1_k1|cutlass_80|sm80_|sm90_|nvjet_|mfma|"
     r"_MI\d+x\d+x\d+)"
 )
-_CUDA_CORE_MARK = r"(?i)(simt|_ffma_|_dfma_|_hfma2?_)"
+# (cuDNN's ``xmma__5x_cudnn::init_device_workspace_kernel`` only zeroes a workspace)
+_CUDA_CORE_MARK = r"(?i)(simt|_ffma_|_dfma_|_hfma2?_|init_device_workspace)"
 TENSOR_CORE_KERNEL = by_name(
     lambda n: n.str.contains(_TENSOR_CORE_MARK) & ~n.str.contains(_CUDA_CORE_MARK)
 )

@@ -59,6 +59,7 @@ def derive(
 
     host = np.isin(kind, _codes(HOST_KINDS))
     parent, depth, self_ns = _call_tree(np.flatnonzero(host), pid, tid, start, end, n)
+    _overhead_out_of_self(ev, host, parent, self_ns)
 
     is_op = np.isin(kind, _codes(OP_KINDS))
     flow_df = _bind_flows(flows, ev, parent, is_op, start, end)
@@ -77,6 +78,59 @@ def derive(
     )
     memory = _memory_ops(memory, ev, parent, is_op, start, end)
     return ev, memory, flow_df
+
+
+def profiler_overhead(ev: pl.DataFrame) -> pl.Series:
+    """Kineto's own work in the profiled process (``cat: overhead``: "Activity Buffer Request",
+    CUPTI asking for a buffer, ~2 ms, usually inside the session's first CUDA calls)."""
+    return (ev["kind"] == "other") & (ev["cat"].cast(pl.String) == "overhead")
+
+
+def _main_thread(ev: pl.DataFrame, host: Mask) -> int | None:
+    """The thread torch gives Kineto's overhead events: the process's main thread (tid == pid),
+    else the thread of the earliest host event."""
+    rows = np.flatnonzero(host)
+    if rows.size == 0:
+        return None
+    tid = ev["tid"].to_numpy()[rows]
+    main = rows[tid == ev["pid"].to_numpy()[rows]]
+    return int(ev["tid"][int(main[0] if main.size else rows[0])])
+
+
+def overhead_holders(ev: pl.DataFrame, host: Mask, parent: npt.NDArray[np.integer]) -> tuple[I64, I64]:
+    """Kineto's overhead events, and for each the innermost ``host`` event of the main thread
+    that holds it (-1 where none does).
+
+    Kineto writes a buffer request on a track of its own (pid -1), but it ran inside the call
+    that needed the buffer: torch nests it there (seen with torch 2.11 on an H200, under
+    ``aten::copy_`` and ``aten::cudnn_convolution``). Rows must be in id order (start order).
+    """
+    rows = np.flatnonzero(profiler_overhead(ev).to_numpy())
+    holder = np.full(rows.size, -1, np.int64)
+    tid = _main_thread(ev, host) if rows.size else None
+    if tid is None:
+        return rows.astype(np.int64), holder
+    start = ev["start_ns"].to_numpy()
+    end = start + ev["dur_ns"].fill_null(0).to_numpy()
+    on_main = np.flatnonzero(host & (ev["tid"].to_numpy() == tid))
+    # the last main-thread event to start before each overhead event, then up its ancestors
+    last = np.searchsorted(start[on_main], start[rows], "right") - 1
+    for k, (row, i) in enumerate(zip(rows.tolist(), last.tolist(), strict=True)):
+        cur = int(on_main[i]) if i >= 0 else -1
+        while cur >= 0 and not (host[cur] and end[cur] >= end[row]):
+            cur = int(parent[cur])
+        holder[k] = cur
+    return rows.astype(np.int64), holder
+
+
+def _overhead_out_of_self(ev: pl.DataFrame, host: Mask, parent: I64, self_ns: I64) -> None:
+    """The time of Kineto's own work leaves the self time of the event it ran inside, so that a
+    copy is not shown 2 ms slower than it was (in place)."""
+    rows, holder = overhead_holders(ev, host, parent)
+    dur = ev["dur_ns"].fill_null(0).to_numpy()
+    for row, h in zip(rows.tolist(), holder.tolist(), strict=True):
+        if h >= 0:
+            self_ns[h] = max(0, int(self_ns[h]) - int(dur[row]))
 
 
 def _codes(kinds: tuple[str, ...]) -> list[int]:
