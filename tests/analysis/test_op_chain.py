@@ -23,6 +23,7 @@ from torchscope.analysis.report import (
     STACKS_PER_OP,
     report_model,
 )
+from torchscope.compat.averages import key_averages
 from torchscope.trace.model import Trace
 
 CUDA = [
@@ -86,17 +87,18 @@ def test_a_kernel_counts_in_the_op_that_launched_it_and_every_op_above(
     assert (outer["count"], outer["self_count"], outer["total_ns"]) == (225, 0, 55_313_000)
 
 
-def test_an_op_that_calls_itself_credits_its_kernels_at_each_level(
-    load_trace: Callable[[str], Trace],
-) -> None:
-    """``aten::div`` -> ``aten::div``: torch's device total (and our op row) counts the inner
-    kernel once per level; the chain does the same so it adds up to the row it explains."""
+def test_an_op_that_calls_itself_counts_once(load_trace: Callable[[str], Trace]) -> None:
+    """``aten::div`` -> ``aten::div`` (the inner call its only child): torch's tables fold the
+    inner call into the outer (``_remove_dup_nodes``), and so do ``key_averages``, the op row and
+    the chain, so the kernel counts once and the chain adds up to the row it explains."""
     trace = load_trace("cuda/rank0_ns_resolution.pt.trace.json.gz")
     div = kernels_by_op(trace).filter(pl.col("name") == "aten::div")
     (row,) = operators(trace, by_input_shape=True).filter(pl.col("name") == "aten::div").iter_rows(named=True)
-    assert div["total_ns"].sum() == row["device_total_ns"] == 248_000
+    assert div["total_ns"].sum() == row["device_total_ns"] == 124_000
     assert div["self_total_ns"].sum() == row["device_self_ns"] == 124_000
-    assert div["count"].to_list() == [2 * n for n in div["self_count"].to_list()]
+    assert div["count"].to_list() == div["self_count"].to_list()
+    (avg,) = [r for r in key_averages(trace) if r.key == "aten::div"]
+    assert (avg.count, avg.device_time_total) == (row["calls"], 124.0)
 
 
 def test_call_stacks_per_input_shape_agree_with_torch(tmp_path: Path) -> None:

@@ -16,7 +16,9 @@ import polars as pl
 
 from torchscope.analysis import names
 from torchscope.analysis.frames import kinds, memo
+from torchscope.analysis.key_averages import FILTERED_NAMES, ROW_KINDS
 from torchscope.trace.model import Trace
+from torchscope.trace.tree import nearest_ancestor
 
 OP_KINDS = ["cpu_op", "user_annotation"]
 DEVICE_WORK = ["kernel", "memcpy", "memset"]  # what an op's device time is made of
@@ -50,10 +52,35 @@ def _device_time_uncached(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return self_ns, total_ns
 
 
-def _op_rows(trace: Trace) -> pl.DataFrame:
+def _self_calls(trace: Trace) -> np.ndarray:
+    """Events that are the only child of a parent of the same name (``aten::std`` calling
+    ``aten::std``): torch's ``_remove_dup_nodes`` folds them into the parent, so its table, ours
+    and the operator view count such a call once. Children are counted as key_averages counts
+    its rows (the profiler's bookkeeping ops are not children)."""
+    ev = trace.events
+    parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    code = ev["name"].to_physical().to_numpy()
+    child = (ev["kind"].is_in(ROW_KINDS) & ~ev["name"].is_in(FILTERED_NAMES)).to_numpy() & (parent >= 0)
+    nchild = np.bincount(parent[child], minlength=ev.height)
+    safe = np.maximum(parent, 0)
+    return child & (code == code[safe]) & (nchild[safe] == 1)
+
+
+def _op_rows(trace: Trace, fold_self_calls: bool = False) -> pl.DataFrame:
     self_dev, total_dev = _device_time_per_row(trace)
     # ProfilerStep#N spans steps, not an op; torchscope#... are the runner's setup/tail spans
     rows = kinds(trace, *OP_KINDS).filter(~names.PROFILER_STEP & ~names.TORCHSCOPE_SPAN)
+    if fold_self_calls and (folded := _self_calls(trace)).any():
+        # the folded call's self times go to its outermost same-named ancestor
+        host_self = trace.events["self_ns"].fill_null(0).to_numpy().astype(np.int64)
+        self_dev = self_dev.copy()
+        dup = np.flatnonzero(folded)
+        parent = trace.events["parent"].fill_null(-1).to_numpy().astype(np.int64)
+        top = nearest_ancestor(parent, dup, ~folded)
+        np.add.at(host_self, top, host_self[dup])
+        np.add.at(self_dev, top, self_dev[dup])
+        rows = rows.filter(~pl.Series(folded[rows["id"].to_numpy()]))
+        rows = rows.with_columns(pl.Series("self_ns", host_self[rows["id"].to_numpy()]))
     idx = rows["id"].to_numpy()
     return rows.with_columns(
         pl.Series("device_self_ns", self_dev[idx]), pl.Series("device_total_ns", total_dev[idx])
@@ -67,7 +94,7 @@ def operators(trace: Trace, by_input_shape: bool = False) -> pl.DataFrame:
     and the dashboard all show these rows, in this order.
     """
     keys = ["name", "input_dims"] if by_input_shape else ["name"]
-    rows = _op_rows(trace)
+    rows = _op_rows(trace, fold_self_calls=True)
     return (
         rows.group_by(keys)
         .agg(
@@ -366,8 +393,8 @@ def kernels_by_op(trace: Trace) -> pl.DataFrame:
     that one on its thread, as the device total of ``operators`` counts it: so for each (name,
     input_dims) the rows' ``total_ns`` add up to that op row's ``device_total_ns`` and their
     ``self_total_ns`` (the part launched by the op itself, innermost) to its ``device_self_ns``.
-    An op that calls itself (``aten::div`` -> ``aten::div``) is credited at each level, as torch's
-    ``key_averages`` device total and ``operators`` count it, so the rows still add up to the op row.
+    An op that calls itself (``aten::div`` -> ``aten::div``, the inner call the only child) is one
+    call, as torch's ``key_averages`` and ``operators`` count it: its kernels are credited once.
     """
     return memo(trace, "kernels_by_op_chain", lambda: _kernels_by_op(trace))
 
@@ -391,17 +418,21 @@ def _kernels_by_op(trace: Trace) -> pl.DataFrame:
     is_op = np.zeros(ev.height, bool)
     op_rows = kinds(trace, *OP_KINDS).filter(~names.PROFILER_STEP & ~names.TORCHSCOPE_SPAN)
     is_op[op_rows["id"].to_numpy()] = True
+    is_op &= ~_self_calls(trace)  # folded into their same-named parent, as in operators()
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
     launcher = dev["op"].to_numpy().astype(np.int64)
-    # (device event, enclosing op row, is the launcher) for every op on the launching stack
+    # (device event, enclosing op row, is the launcher) for every op on the launching stack; the
+    # launcher is the first op row met (a folded self-call's outermost same-named ancestor)
     which, rows, innermost = [], [], []
     d = np.arange(dev.height)
+    credited = np.zeros(dev.height, bool)
     cur = launcher
-    for level in range(512):  # deeper than any real stack
+    for _ in range(512):  # deeper than any real stack
         hit = is_op[cur]
         which.append(d[hit])
         rows.append(cur[hit])
-        innermost.append(np.full(int(hit.sum()), level == 0))
+        innermost.append(~credited[d[hit]])
+        credited[d[hit]] = True
         cur = parent[cur]
         keep = cur >= 0
         if not keep.any():
