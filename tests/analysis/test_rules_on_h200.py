@@ -114,6 +114,11 @@ def test_resnet_convolutions_on_tf32_tensor_cores_need_no_amp_advice() -> None:
     trace = _load("resnet18")
     every = {f.rule: f for f in advise(trace, min_share=0)}
     assert "enable_amp" not in every
+    # but cuDNN converts NCHW to NHWC and back around them: 332 kernels, 19 % of kernel time
+    layout = every["channels_last"].evidence
+    assert layout["kernels"] == 332 and layout["kernel_time_share"] == pytest.approx(0.1933, abs=1e-4)
+    assert layout["ops"] == {"aten::convolution_backward": 222, "aten::cudnn_convolution": 110}
+    assert [f.rule for f in advise(trace)] == ["low_device_utilization", "channels_last"]
     assert every["tf32_matmul"].evidence["kernels"] == 6
     assert every["tf32_matmul"].share == pytest.approx(0.0012, abs=1e-4)
     # (cuDNN's init_device_workspace_kernel, 110 us, zeroes a workspace: not Tensor Core work)

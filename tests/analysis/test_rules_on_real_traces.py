@@ -19,7 +19,7 @@ def _found(trace: Trace, min_share: float = 0.0) -> dict[str, dict[str, object]]
 
 
 def test_rule_ids_are_stable_and_unique() -> None:
-    assert len(set(RULE_IDS)) == len(RULES) == 21
+    assert len(set(RULE_IDS)) == len(RULES) == 22
     assert RULE_IDS[:6] == (
         "dataloader_bottleneck",
         "enable_amp",

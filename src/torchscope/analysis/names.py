@@ -102,6 +102,10 @@ SLOW_CONV = name_matches(
 )
 FAST_CONV = name_matches(r"^aten::(mkldnn_convolution|cudnn_convolution\w*|miopen_convolution\w*)$")
 
+# cuDNN converting a tensor between NCHW and NHWC around a convolution that runs NHWC inside
+# (``cudnn::engines_precompiled::nchwToNhwcKernel``, older ``nchwToNhwcKernel``).
+LAYOUT_TRANSPOSE_KERNEL = name_matches(r"(?i)(nchw_?to_?nhwc|nhwc_?to_?nchw|nchw2nhwc|nhwc2nchw)")
+
 # Copies between host and device memory, by direction, and from or to pageable host memory
 # (CUPTI's names: "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pinned)").
 HOST_TO_DEVICE_COPY = name_matches(r"(?i)(htod|h2d)")

@@ -19,6 +19,7 @@ RULES: tuple[Rule, ...] = (
     patterns.matmul_dims_not_multiple_of_8,
     patterns.cpu_tensor_copied_to_device,
     patterns.pageable_memcpy,
+    patterns.channels_last,
     patterns.dataloader_num_workers,
     patterns.launch_bound,
     seeds.slow_conv_path,
