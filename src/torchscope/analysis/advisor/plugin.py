@@ -167,7 +167,8 @@ def low_device_utilization(ctx: Context) -> list[Finding]:
         return []
     ids = ", ".join(str(d.device) for d in low)
     worst = min(d.utilization for d in low)
-    message = f"Device {ids} {'is' if len(low) == 1 else 'are'} busy only {worst:.0%} of the step time."
+    # one decimal, as the page's card: 49.8% printed as "50%" read as the threshold itself
+    message = f"Device {ids} {'is' if len(low) == 1 else 'are'} busy only {worst:.1%} of the step time."
     # idleness that start-up explains is startup_in_window's finding, and ranks before this one
     startup = startup_share(ctx)
     if startup >= STARTUP_SHARE:
