@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import torchscope
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -17,8 +19,19 @@ SCRIPTS = Path(__file__).parent / "scripts"
 def test_the_cap_ends_one_cycle_and_the_schedule_records_the_later_ones(tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "torchscope", "run", "--out", str(out), "--cap-mb", "32", "--no-summary",
-         str(SCRIPTS / "big_first_step.py"), "45"],
+        [
+            sys.executable,
+            "-m",
+            "torchscope",
+            "run",
+            "--out",
+            str(out),
+            "--cap-mb",
+            "32",
+            "--no-summary",
+            str(SCRIPTS / "big_first_step.py"),
+            "45",
+        ],
         capture_output=True,
         text=True,
     )
@@ -30,3 +43,40 @@ def test_the_cap_ends_one_cycle_and_the_schedule_records_the_later_ones(tmp_path
     assert len(traces) == 3  # the capped first cycle, then steps 20-22 and 38-40
     later = [sorted(torchscope.load(p).steps["step"].to_list()) for p in traces[1:]]
     assert later == [[20, 21, 22], [38, 39, 40]]
+
+
+def test_a_device_runtime_starting_inside_a_cycle_is_not_the_recordings_memory() -> None:
+    """Creating a CUDA context added 253 MB to an H200 run's first cycle, which the cap read as
+    the profiler's and stopped the cycle before the first step. The cap now waits (briefly) for a
+    starting runtime and measures the cycle again from the moment it has started."""
+    import time
+
+    from torchscope.runner import bounds
+
+    rss = [100.0]
+    ready = [False]
+    stopped: list[float] = []
+    session = object()
+    cap = bounds.RecordingCap(
+        50, lambda: session, stopped.append, interval_s=0.01, runtime_ready=lambda: ready[0]
+    )
+    original = bounds.rss_mb
+    bounds.rss_mb = lambda: rss[0]  # type: ignore[assignment]
+    try:
+        cap.start()
+        time.sleep(0.05)
+        rss[0] = 400.0  # the context is being created: far over the cap, runtime not ready yet
+        time.sleep(0.1)
+        ready[0] = True  # it has started: the cycle is measured from here
+        time.sleep(0.1)
+        cap.fire_if_due()
+        assert stopped == []
+        rss[0] = 400.0 + 2 * 50 + 1  # now the recording itself grows past the (setup) cap
+        deadline = time.monotonic() + 2
+        while not stopped and time.monotonic() < deadline:
+            time.sleep(0.02)
+            cap.fire_if_due()
+        assert stopped and stopped[0] == pytest.approx(101.0)
+    finally:
+        cap.stop_watching()
+        bounds.rss_mb = original  # type: ignore[assignment]

@@ -38,6 +38,28 @@ from torchscope.process_memory import rss_mb
 # with shapes add ~65 MB, and a 60 s small-op loop (no steps: 2 caps) writes ~175 MB of trace
 DEFAULT_CAP_MB = 96
 SETUP_FACTOR = 2  # the allowance before the first optimizer step, in caps
+# how long the cap waits, over the cap, for a device runtime that is starting to finish (its
+# context and libraries, not our recording, are what grew: 253 MB for CUDA on an H200)
+RUNTIME_START_S = 2.0
+
+
+def cuda_ready() -> bool | None:
+    """Whether the CUDA runtime has started in this process (None: no CUDA device, or torch.cuda
+    never imported).
+
+    Read from the cap's thread: creating a CUDA context adds hundreds of MB to the process,
+    which is the script's, not the profiler's."""
+    import sys
+
+    cuda = sys.modules.get("torch.cuda")
+    if cuda is None:
+        return None
+    try:
+        if cuda.is_initialized():
+            return True
+        return False if cuda.is_available() else None  # no device: nothing will start
+    except Exception:  # noqa: BLE001 - a half-imported module: treat as not started
+        return None
 DEFAULT_REPEAT = 3  # cycles of a --wait/--warmup/--active schedule without --repeat
 
 
@@ -102,8 +124,10 @@ class RecordingCap:
         stop: Callable[[float], None],
         *,
         interval_s: float = 0.05,
+        runtime_ready: Callable[[], bool | None] = cuda_ready,
     ) -> None:
         self.cap_mb = cap_mb
+        self._runtime_ready = runtime_ready
         self._recording = recording
         self._stop = stop
         self._interval_s = interval_s
@@ -135,16 +159,24 @@ class RecordingCap:
         session: Any = None
         capped: Any = None  # the cycle the cap last stopped: not measured again
         base = 0.0
+        started = None  # whether the device runtime had started when the cycle was based
+        waited = 0.0  # seconds over the cap while waiting for a starting runtime
         while not self._done.wait(self._interval_s):
             current = self._recording()
             if current is None or current is capped:
                 session = None
                 continue
             rss = rss_mb() or 0.0
-            if current is not session or self._rebase:  # a new cycle began: measure from here
-                session, base, self._rebase = current, rss, False
+            ready = self._runtime_ready()
+            if current is not session or self._rebase or (started is False and ready):
+                # a new cycle began, or the first step ended, or the device runtime has just
+                # started (its context is the script's memory): measure from here
+                session, base, self._rebase, started, waited = current, rss, False, ready, 0.0
                 continue
             if self._due is None and rss - base > self.cap_mb * (1 if self._stepped else SETUP_FACTOR):
+                if started is False and waited < RUNTIME_START_S:
+                    waited += self._interval_s  # perhaps the runtime starting: let it finish
+                    continue
                 # the cap ends this cycle; the schedule's later cycles are measured afresh
                 self._due, capped, session = rss - base, current, None
                 ctypes.pythonapi.Py_AddPendingCall(self._callback, None)
