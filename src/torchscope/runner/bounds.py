@@ -41,6 +41,9 @@ SETUP_FACTOR = 2  # the allowance before the first optimizer step, in caps
 # how long the cap waits, over the cap, for a device runtime that is starting to finish (its
 # context and libraries, not our recording, are what grew: 253 MB for CUDA on an H200)
 RUNTIME_START_S = 2.0
+# and what a started CUDA runtime adds before the first optimizer step ends: cuBLAS/cuDNN
+# handles and the kernels it loads on first use (199 MB after the context, on an H200)
+RUNTIME_FIRST_STEP_MB = 512
 
 
 def cuda_ready() -> bool | None:
@@ -173,7 +176,10 @@ class RecordingCap:
                 # started (its context is the script's memory): measure from here
                 session, base, self._rebase, started, waited = current, rss, False, ready, 0.0
                 continue
-            if self._due is None and rss - base > self.cap_mb * (1 if self._stepped else SETUP_FACTOR):
+            allowed = self.cap_mb * (1 if self._stepped else SETUP_FACTOR)
+            if ready and not self._stepped:
+                allowed += RUNTIME_FIRST_STEP_MB
+            if self._due is None and rss - base > allowed:
                 if started is False and waited < RUNTIME_START_S:
                     waited += self._interval_s  # perhaps the runtime starting: let it finish
                     continue
