@@ -12,8 +12,9 @@ wrong and we deliberately differ (docs/api.md, "CUDA sessions"):
 * A device-side annotation (``gpu_user_annotation``) is a range around kernels, not work: its
   self device time is 0 with us (torch: its length), as for every trace.
 * torch 2.11 left Python frames out of ``key_averages`` (2.12 put them in; 2.13, the torch we
-  follow, keeps them), so with ``with_stack`` our extra rows are exactly the Python frames, and
-  torch's ``[memory]`` row holds the frees those frames enclose.
+  follow, keeps them): by default our extra rows are exactly the Python frames, and torch's
+  ``[memory]`` row holds the frees those frames enclose; with ``python_functions=False`` (what
+  the live profiler passes under torch < 2.12) the rows are torch 2.11's.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ from torchscope.compat.averages import key_averages
 
 DATA = Path(__file__).parents[1] / "data" / "cuda_truth"
 CASES = ("resnet18", "mlp_flawed", "mlp_flawed_stack", "mlp_fixed")
-# torch 2.11 left Python frames out, so a with_stack session is compared by its keys alone
-SAME_TREE = ("resnet18", "mlp_flawed", "mlp_fixed")
 TIMES = ("self_cpu_time_total", "cpu_time_total", "self_device_time_total", "device_time_total")
 MEMORY = ("cpu_memory_usage", "self_cpu_memory_usage", "device_memory_usage", "self_device_memory_usage")
 ABR = "Activity Buffer Request"
@@ -98,12 +97,23 @@ def test_the_same_keys_as_torch_but_torch_211s_missing_python_frames(case: Any) 
     assert ABR in ours and ABR in theirs  # Kineto's own overhead is a row, as in torch
 
 
-@pytest.mark.parametrize("name", SAME_TREE)
+def _lists_frames(truth: dict[str, Any]) -> bool:
+    """Whether the torch that recorded the truth listed Python frames (2.12 and later)."""
+    major, minor = (int(p) for p in truth["torch"].split(".")[:2])
+    return (major, minor) >= (2, 12)
+
+
+@pytest.mark.parametrize("name", CASES)
 def test_every_time_and_byte_is_torchs_but_for_the_documented_differences(name: str) -> None:
+    """As the recording torch built its tables: torch 2.11 without the Python frames, which
+    ``python_functions=False`` leaves out (the live profiler does so under torch < 2.12), so the
+    with_stack session agrees too, ``[memory]`` rows included."""
     truth, trace = _truth(name), torchscope.load(DATA / f"{name}.pt.trace.json.gz")
+    frames = _lists_frames(truth)
     for group, by_shape in (("key_averages", False), ("key_averages_by_shape", True)):
         theirs = _rows(truth[group], lambda r, f: r.get(f))
-        mine = _rows(list(key_averages(trace, group_by_input_shape=by_shape)), lambda r, f: getattr(r, f))
+        ours = key_averages(trace, group_by_input_shape=by_shape, python_functions=frames)
+        mine = _rows(list(ours), lambda r, f: getattr(r, f))
         assert set(mine) == set(theirs), (name, group)
         double = _abr_double_count(truth)
         dev_diff: defaultdict[str, float] = defaultdict(float)
@@ -154,10 +164,10 @@ def test_tables_list_torchs_rows_in_torchs_order(case: Any) -> None:
     """Sorted by CPU total (where no documented difference applies), the table is torch's: the
     same header, the same rows in the same order, and the same totals line."""
     name, truth, trace = case
-    if _python_frames(trace):
-        pytest.skip("torch 2.11 listed no Python frames; 2.13's rows include them")
-    ours = key_averages(trace).table(sort_by="cpu_time_total", row_limit=15).splitlines()
-    theirs = truth["tables"]["cpu_time_total"].splitlines()
+    table = key_averages(trace, python_functions=_lists_frames(truth)).table(
+        sort_by="cpu_time_total", row_limit=15
+    )
+    ours, theirs = table.splitlines(), truth["tables"]["cpu_time_total"].splitlines()
     assert ours[:3] == theirs[:3]  # rule, header, rule
     assert [line[:55] for line in ours] == [line[:55] for line in theirs]  # the Name column
     for mine, torchs in zip(ours, theirs, strict=True):  # the CPU columns, to their last digit

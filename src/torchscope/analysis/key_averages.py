@@ -45,7 +45,7 @@ from torchscope.analysis.frames import tool_frame_rows
 from torchscope.trace.derive import overhead_holders, profiler_overhead
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS
-from torchscope.trace.tree import subtree_sum
+from torchscope.trace.tree import nearest_ancestor, subtree_sum
 
 # Names torch leaves out of its tables: the profiler's own bookkeeping and trivial accessors.
 FILTERED_NAMES = (
@@ -270,6 +270,7 @@ def event_frame(
     with_shapes: bool = True,
     tensor_list_shapes: bool = False,
     overload_names: bool = False,
+    python_functions: bool = True,
 ) -> pl.DataFrame:
     """One row per event that torch's tables would show, with torch's per-event metrics (ns).
 
@@ -287,8 +288,11 @@ def event_frame(
     n = ev.height
     kind = ev["kind"]
     overhead = profiler_overhead(ev)
-    is_row = (kind.is_in(ROW_KINDS) & ~ev["name"].is_in(FILTERED_NAMES)) | overhead
-    is_host = (kind.is_in(HOST_KINDS) | overhead).to_numpy()
+    # torch 2.11 and older left Python frames out of its events and tables (2.12 put them in)
+    row_kinds = ROW_KINDS if python_functions else tuple(k for k in ROW_KINDS if k != "python_function")
+    host_kinds = HOST_KINDS if python_functions else tuple(k for k in HOST_KINDS if k != "python_function")
+    is_row = (kind.is_in(row_kinds) & ~ev["name"].is_in(FILTERED_NAMES)) | overhead
+    is_host = (kind.is_in(host_kinds) | overhead).to_numpy()
     is_dev = kind.is_in(DEVICE_KINDS).to_numpy()
     parent = ev["parent"].fill_null(-1).cast(pl.Int64).to_numpy().copy()
     dur = ev["dur_ns"].fill_null(0).to_numpy().astype(np.int64)
@@ -297,10 +301,21 @@ def event_frame(
 
     # self CPU: the Trace's self time, plus the time of filtered children torch never sees
     self_cpu = np.where(is_host, ev["self_ns"].fill_null(0).to_numpy().astype(np.int64), 0)
-    _nest_overhead(ev, np.nonzero(overhead.to_numpy())[0], parent, self_cpu, is_host & is_row_np)
-    hidden = np.nonzero(is_host & ~is_row_np & (parent >= 0))[0]
-    if hidden.size:
-        np.add.at(self_cpu, parent[hidden], dur[hidden])
+    if python_functions:
+        _nest_overhead(ev, np.nonzero(overhead.to_numpy())[0], parent, self_cpu, is_host & is_row_np)
+        hidden = np.nonzero(is_host & ~is_row_np & (parent >= 0))[0]
+        if hidden.size:
+            np.add.at(self_cpu, parent[hidden], dur[hidden])
+    else:
+        # the tree without the Python frames, as torch 2.11 built it: each row under its nearest
+        # row ancestor, its self time its length minus its row children's
+        rows = is_host & is_row_np
+        parent = nearest_ancestor(parent, np.arange(n), rows)
+        _nest_overhead(ev, np.nonzero(overhead.to_numpy())[0], parent, self_cpu, rows)
+        self_cpu = np.where(rows, dur, 0)
+        child = np.flatnonzero(rows & (parent >= 0))
+        np.add.at(self_cpu, parent[child], -dur[child])
+        self_cpu = np.maximum(self_cpu, 0)
     cpu_total = np.where(is_host, dur, 0)
 
     # device time: kernels/memcpy/memset count at the op that launched them and every op above
@@ -492,6 +507,7 @@ def averages_frame(
     with_flops: bool = False,
     tensor_list_shapes: bool = False,
     overload_names: bool = False,
+    python_functions: bool = True,
 ) -> pl.DataFrame:
     """One row per key (name, and input shapes / top-N stack frames), torch's sums, in
     ``AVERAGES_SCHEMA`` (times in us, memory in bytes), over one or more Traces.
@@ -509,6 +525,7 @@ def averages_frame(
             with_shapes=group_by_input_shape or with_flops,
             tensor_list_shapes=tensor_list_shapes,
             overload_names=overload_names,
+            python_functions=python_functions,
         )
         flops = flops_of(frame, t) if with_flops else pl.lit(0, pl.Int64).alias("flops")
         frames.append(frame.with_columns(flops))

@@ -51,6 +51,10 @@ from torchscope.compat.events import EventList, FunctionEvent, build_events, exp
 from torchscope.errors import ProfilerStateError, UsageAssertionError, UsageError, UsageTypeError
 from torchscope.trace.model import Trace
 
+# torch 2.12 put the Python frames of with_stack=True into events() and key_averages()
+# (pytorch#178168); the tables of an older torch have none, and so have ours under it
+TORCH_LISTS_PYTHON_FRAMES = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 12)
+
 __all__ = [
     "DeviceType",
     "ExecutionTraceObserver",
@@ -548,6 +552,7 @@ class profile:
             with_flops=self.with_flops,
             tensor_list_shapes=tensor_list_shapes,
             overload_names=bool(experimental_option(self.experimental_config, "capture_overload_names")),
+            python_functions=TORCH_LISTS_PYTHON_FRAMES,
         )
 
     def events(self) -> EventList:

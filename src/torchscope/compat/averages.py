@@ -257,6 +257,7 @@ def key_averages(
     with_flops: bool = False,
     tensor_list_shapes: bool = False,
     overload_names: bool = False,
+    python_functions: bool = True,
 ) -> KeyAverages:
     """Average events by name (and input shapes / top-N stack frames), as torch does.
 
@@ -267,6 +268,8 @@ def key_averages(
     split rows, as in torch.
     ``tensor_list_shapes=True`` keys tensor-list arguments by their tensors' shapes (torch
     shows ``[]`` for them; see docs/api.md).
+    ``python_functions=False`` leaves the Python frames of ``with_stack=True`` out, as torch 2.11
+    and older did (2.12 and later list them); the live profiler follows the installed torch.
     """
     traces = trace if isinstance(trace, list) else [trace]
     if use_device is None:
@@ -281,5 +284,6 @@ def key_averages(
         with_flops=with_flops,
         tensor_list_shapes=tensor_list_shapes,
         overload_names=overload_names,
+        python_functions=python_functions,
     )
     return KeyAverages(frame, use_device=use_device, profile_memory=profile_memory, with_flops=with_flops)
