@@ -32,12 +32,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import nn
 
 import torchscope
 from torchscope.analysis.advisor import advise
 from torchscope.compat.averages import key_averages
-from torchscope.models import resnet18
+from torchscope.models.training import fixed_step, flawed_step, resnet_step
 
 # ``--device cpu`` runs the same script on a CPU machine (no kernels): a dry run of its code
 DEV = torch.device("cuda", 0)
@@ -72,16 +71,7 @@ def guarded(fn: Callable[[], None]) -> bool:
 # -- 1. torch's key_averages vs ours on one session -------------------------------------------
 def same_session(out: Path) -> None:
     section("1. torch.profiler's key_averages vs ours from its exported JSON (ResNet-18 step)")
-    torch.backends.cudnn.benchmark = True
-    model = resnet18().to(DEV)
-    x = torch.randn(32, 3, 224, 224, device=DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def step() -> None:
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
-
+    step = resnet_step(DEV)
     for _ in range(3):
         step()
     sync()
@@ -151,52 +141,17 @@ def same_session(out: Path) -> None:
 
 
 # -- 2. the drop-in profiler on a flawed and a fixed training loop -----------------------------
-class Net(nn.Module):
-    def __init__(self, width: int, depth: int) -> None:
-        super().__init__()
-        self.layers = nn.Sequential(
-            *[nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(depth)]
-        )
-        self.head = nn.Linear(width, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.layers(x))
-
-
 def flawed_loop(steps: int, step_fn: Callable[[], None]) -> None:
-    """fp32 without TF32 or AMP, width 1000, a host batch copied every step, .item(), float64."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    model = Net(1000, 6).to(DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    host_x, host_y = torch.randn(4096, 1000), torch.randint(0, 10, (4096,))
-    losses = []
+    step = flawed_step(DEV)
     for _ in range(steps):
-        x, y = host_x.to(DEV), host_y.to(DEV)  # pageable host memory, every step
-        weights = torch.ones(10).to(DEV)  # made on the host, then copied
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y, weight=weights)
-        loss.backward()
-        opt.step()
-        stats = x.double().std(dim=0)  # a float64 statistic on the device
-        losses.append(loss.item() + stats.mean().item())  # two device syncs per step
+        step()
         step_fn()
 
 
 def fixed_loop(steps: int, step_fn: Callable[[], None]) -> None:
-    """bf16 autocast, TF32 on, width 1024, data on the device, no syncs in the loop."""
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.set_float32_matmul_precision("high")
-    model = Net(1024, 6).to(DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=True)
-    x, y = torch.randn(4096, 1024, device=DEV), torch.randint(0, 10, (4096,), device=DEV)
+    step = fixed_step(DEV)
     for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(DEV.type, dtype=torch.bfloat16):
-            loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
+        step()
         step_fn()
 
 

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from torchscope.models import resnet18
+from torchscope.models.training import fixed_step, flawed_step, resnet_step
 
 DEV = torch.device("cuda", 0)  # ``--device cpu``: a dry run of this script on a CPU machine
 
@@ -45,68 +44,6 @@ AVG_FIELDS = (
     "device_memory_usage",
     "self_device_memory_usage",
 )
-
-
-class Net(nn.Module):
-    def __init__(self, width: int, depth: int) -> None:
-        super().__init__()
-        self.layers = nn.Sequential(
-            *[nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(depth)]
-        )
-        self.head = nn.Linear(width, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.layers(x))
-
-
-def resnet_step() -> Callable[[], None]:
-    torch.backends.cudnn.benchmark = True
-    model = resnet18().to(DEV)
-    x = torch.randn(32, 3, 224, 224, device=DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def step() -> None:
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
-
-    return step
-
-
-def flawed_step() -> Callable[[], None]:
-    """fp32 without TF32, width 1000, pageable host batches, .item() twice, a float64 op."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    model = Net(1000, 6).to(DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    host_x, host_y = torch.randn(4096, 1000), torch.randint(0, 10, (4096,))
-
-    def step() -> None:
-        x, y = host_x.to(DEV), host_y.to(DEV)
-        weights = torch.ones(10).to(DEV)
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y, weight=weights)
-        loss.backward()
-        opt.step()
-        _ = loss.item() + x.double().std(dim=0).mean().item()
-
-    return step
-
-
-def fixed_step() -> Callable[[], None]:
-    """bf16 autocast, TF32 on, width 1024, data on the device, no syncs."""
-    torch.backends.cuda.matmul.allow_tf32 = True
-    model = Net(1024, 6).to(DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=True)
-    x, y = torch.randn(4096, 1024, device=DEV), torch.randint(0, 10, (4096,), device=DEV)
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(DEV.type, dtype=torch.bfloat16):
-            loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-
-    return step
 
 
 def avg_rows(averages: Any, by_shape: bool) -> list[dict[str, Any]]:
@@ -184,11 +121,11 @@ def main() -> None:
     global DEV
     DEV = torch.device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
-    record(args.out, "resnet18", resnet_step)
-    record(args.out, "mlp_flawed", flawed_step, profile_memory=True)
+    record(args.out, "resnet18", lambda: resnet_step(DEV))
+    record(args.out, "mlp_flawed", lambda: flawed_step(DEV), profile_memory=True)
     # with Python stacks: the advisor's rules name the user's line (torch 2.11 lists no frames)
-    record(args.out, "mlp_flawed_stack", flawed_step, profile_memory=True, with_stack=True)
-    record(args.out, "mlp_fixed", fixed_step, profile_memory=True)
+    record(args.out, "mlp_flawed_stack", lambda: flawed_step(DEV), profile_memory=True, with_stack=True)
+    record(args.out, "mlp_fixed", lambda: fixed_step(DEV), profile_memory=True)
 
 
 if __name__ == "__main__":
