@@ -176,3 +176,18 @@ def test_tables_list_torchs_rows_in_torchs_order(case: Any) -> None:
     assert [line for line in ours if line.startswith("Self CPU time total")] == [
         line for line in theirs if line.startswith("Self CPU time total")
     ]
+
+
+def test_the_cli_prints_torch_211s_table_of_a_with_stack_session(capsys: pytest.CaptureFixture[str]) -> None:
+    from torchscope.cli.main import main
+
+    truth = _truth("mlp_flawed_stack")
+    path = DATA / "mlp_flawed_stack.pt.trace.json.gz"
+    assert (
+        main(["table", str(path), "--sort-by", "cpu_time_total", "--row-limit", "15", "--no-python-frames"])
+        == 0
+    )
+    ours = capsys.readouterr().out.splitlines()
+    theirs = truth["tables"]["cpu_time_total"].splitlines()
+    assert [line[:55] for line in ours if line.strip()] == [line[:55] for line in theirs if line.strip()]
+    assert "Self CPU time total: 8.541ms" in ours

@@ -149,13 +149,41 @@ def test_export_stacks_sum_to_host_self_time(traces_dir: Path, tmp_path: Path) -
     trace = torchscope.load(src)
     import polars as pl
 
-    host = trace.events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation", "python_function"]))
+    from torchscope.trace.schema import HOST_KINDS
+
+    host = trace.events.filter(pl.col("kind").is_in(HOST_KINDS))
     total_us = int(host["self_ns"].sum()) // 1000
     folded_us = sum(int(line.rsplit(" ", 1)[1]) for line in lines)
     assert (
         total_us - len(lines) - 2000 <= folded_us <= total_us
     )  # rounding down per path, sub-us paths dropped
     assert any(";aten::conv2d;" in line for line in lines)
+
+
+def test_export_stacks_keep_the_cuda_calls_an_op_waits_in(tmp_path: Path) -> None:
+    """On an H200 step with .item() and pageable copies, the flame graph showed the ops as cheap:
+    their cudaStreamSynchronize and cudaMemcpyAsync (and Kineto's buffer request) were no frame,
+    and their time was in no frame at all. Now the main thread's stacks add up to its events."""
+    import polars as pl
+
+    import torchscope
+
+    src = Path(__file__).parents[1] / "data" / "cuda_truth" / "mlp_flawed.pt.trace.json.gz"
+    out = tmp_path / "f.folded"
+    assert main(["export", str(src), "--to", "stacks", "-o", str(out)]) == 0
+    lines = [line.rsplit(" ", 1) for line in out.read_text().splitlines()]
+    trace = torchscope.load(src)
+    ev = trace.events
+    main_tid = int(ev.filter(pl.col("kind") == "cpu_op")["tid"][0])
+    top = ev.filter((pl.col("tid") == main_tid) & (pl.col("parent") < 0) & (pl.col("kind") != "instant"))
+    on_main = [int(v) for p, v in lines if p.startswith(f"thread {main_tid};")]
+    assert (
+        int(top["dur_ns"].sum()) // 1000 - len(on_main) - 1
+        <= sum(on_main)
+        <= int(top["dur_ns"].sum()) // 1000
+    )
+    assert any(p.endswith(";aten::_local_scalar_dense;cudaStreamSynchronize") for p, _ in lines)
+    assert any(p.endswith(";aten::copy_;Activity Buffer Request") for p, _ in lines)
 
 
 def test_bad_input_exits_2(tmp_path: Path, traces_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -41,7 +41,7 @@ import polars as pl
 from torchscope.analysis import keys as K
 from torchscope.analysis import names
 from torchscope.analysis.frames import kinds
-from torchscope.analysis.operators import _device_time_per_row
+from torchscope.analysis.operators import _device_time_per_row, _self_calls
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, overview
 from torchscope.analysis.report import records
 from torchscope.trace.model import Trace, TraceSet
@@ -218,10 +218,13 @@ def _rank_rows(
     in_steps = pl.col("step").is_in(list(steps)) if steps else pl.lit(True)
     self_dev, _ = _device_time_per_row(tr)
     o = kinds(tr, "cpu_op").filter(in_steps & ~names.PROFILER_STEP)
-    o = o.with_columns(pl.Series("device_self_ns", self_dev[o["id"].to_numpy()]))
+    # an op calling itself is one call (torch's tables, ours and the report fold it); its time
+    # is under the same name either way
+    folded = _self_calls(tr)[o["id"].to_numpy()]
+    o = o.with_columns(pl.Series("device_self_ns", self_dev[o["id"].to_numpy()]), pl.Series("folded", folded))
     ops.append(
         o.group_by(pl.col("name").cast(pl.String)).agg(
-            (pl.len().cast(pl.Float64) / div).alias("calls"),
+            ((~pl.col("folded")).sum().cast(pl.Float64) / div).alias("calls"),
             ((pl.col("self_ns") + pl.col("device_self_ns")).sum().cast(pl.Float64) / div).alias("ns"),
         )
     )

@@ -74,6 +74,10 @@ class DiffCommand:
         return EXIT_OK
 
 
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
 def print_diff(
     diff: dict[str, Any], console: Any, name_a: str, name_b: str, *, top: int, averaged: bool = False
 ) -> None:
@@ -88,7 +92,7 @@ def print_diff(
 
     step = diff[K.DIFF_STEP]
     da, db = diff[K.DIFF_A], diff[K.DIFF_B]
-    sides = f"A {_esc(name_a)} ({da['steps']} steps) · B {_esc(name_b)} ({db['steps']} steps)"
+    sides = f"A {_esc(name_a)} ({_steps(da['steps'])}) · B {_esc(name_b)} ({_steps(db['steps'])})"
     ranks = max(da.get("ranks", 1), db.get("ranks", 1))
     console.print(sides + (" · per step, averaged over ranks" if ranks > 1 or averaged else ""))
     for line in compared_lines(da, db):

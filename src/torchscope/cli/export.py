@@ -14,14 +14,28 @@ import polars as pl
 
 from torchscope.cli.base import EXIT_OK
 from torchscope.cli.common import load_single, print_json, progress
+from torchscope.trace.derive import overhead_holders, profiler_overhead
 from torchscope.trace.model import Trace
+from torchscope.trace.schema import HOST_KINDS
 
 FORMATS = ("chrome", "parquet", "stacks")
 
 
 def folded_stacks(trace: Trace) -> list[tuple[str, int]]:
-    """Host self time per call path, ``(path, self_us)``, paths as ``root;...;leaf`` per thread."""
-    ev = trace.events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation", "python_function"]))
+    """Host self time per call path, ``(path, self_us)``, paths as ``root;...;leaf`` per thread.
+
+    Every host event is a frame, the runtime calls too (``cudaStreamSynchronize`` under an
+    ``.item()``, ``cudaMemcpyAsync`` under a copy: their time is not their op's self time, so
+    leaving them out lost it), and so is Kineto's own buffer request, under the op it ran in."""
+    every = trace.events
+    holder = np.full(every.height, -1, np.int64)
+    rows, held_by = overhead_holders(
+        every, every["kind"].is_in(HOST_KINDS).to_numpy(), every["parent"].fill_null(-1).to_numpy()
+    )
+    holder[rows] = held_by
+    ev = every.with_columns(
+        pl.when(profiler_overhead(every)).then(pl.Series(holder)).otherwise(pl.col("parent")).alias("parent")
+    ).filter(pl.col("kind").is_in(HOST_KINDS) | profiler_overhead(every))
     if ev.height == 0:
         return []
     ids = ev["id"].to_numpy()

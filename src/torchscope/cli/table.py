@@ -42,6 +42,11 @@ class TableCommand:
             "--group-by-stack", type=int, default=0, metavar="N", help="group by the top N Python frames"
         )
         parser.add_argument(
+            "--no-python-frames",
+            action="store_true",
+            help="leave out the Python frames of with_stack=True, as torch 2.11 and older print the table",
+        )
+        parser.add_argument(
             "--json", action="store_true", help="the rows as JSON (times in us, memory in bytes)"
         )
 
@@ -57,6 +62,7 @@ class TableCommand:
                 group_by_input_shape=args.group_by_input_shape,
                 group_by_stack_n=args.group_by_stack,
                 tensor_list_shapes=args.tensor_list_shapes,
+                python_functions=not args.no_python_frames,
             )
         if args.json:  # the rows the table would show, in its order
             frame = sorted_rows(ka.to_polars(), options)

@@ -109,10 +109,18 @@ def cycle_table(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "max_step_ns": spread["max"],
                 "slowest_rank": spread["max_rank"],
                 "file": per[0][1]["file"] if len(per) == 1 else None,  # a one-rank cycle's trace
-                "findings": sorted({f["rule"] for _, c in per for f in c["findings"]}),
+                "findings": _by_impact(f for _, c in per for f in c["findings"]),
             }
         )
     return rows
+
+
+def _by_impact(findings: Any) -> list[str]:
+    """Rule ids, the largest impact (over ranks) first: a line that shows a few shows the worst."""
+    worst: dict[str, float] = {}
+    for f in findings:
+        worst[f["rule"]] = max(worst.get(f["rule"], 0.0), float(f.get("impact", 0.0)))
+    return sorted(worst, key=lambda r: (-worst[r], r))
 
 
 def _straggler_finding(s: dict[str, Any], step_ns: float, of_ranks: int) -> dict[str, Any]:

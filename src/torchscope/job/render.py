@@ -39,7 +39,8 @@ def _cycles(rows: list[dict[str, Any]]) -> list[str]:
         if r is None:
             out.append(f"  ... {len(rows) - 7} more cycles (--json has them all)")
             continue
-        fired = ", ".join(r["findings"][:3]) or "-"
+        more = len(r["findings"]) - 3
+        fired = (", ".join(r["findings"][:3]) or "-") + (f" (+{more} more)" if more > 0 else "")
         out.append(
             f"  cycle {r['cycle']}: {_plural(r['ranks'], 'rank')}, {_plural(r['steps'], 'step')}: "
             f"shortest {fmt_ns(r['min_step_ns'])}, median {fmt_ns(r['median_step_ns'])}, "

@@ -220,11 +220,12 @@ def cpu_tensor_copied_to_device(ctx: Context) -> list[Finding]:
     if hits.height == 0:
         return []
     made = hits.group_by("prev").len().sort(["len", "prev"], descending=[True, False])
+    factory = "torch." + str(made["prev"][0]).removeprefix("aten::")
     return [
         Finding(
             rule="cpu_tensor_copied_to_device",
             message=f"{hits.height} tensors are created on the CPU ({', '.join(made['prev'].head(3).to_list())}) and then copied to the device.",
-            fix="Create them on the device directly: torch.zeros(..., device='cuda') instead of torch.zeros(...).to('cuda').",
+            fix=f"Create them on the device directly: {factory}(..., device='cuda') instead of {factory}(...).to('cuda').",
             evidence={
                 "copies": hits.height,
                 "factories": {k: int(v) for k, v in made.iter_rows()},
