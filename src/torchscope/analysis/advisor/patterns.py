@@ -389,7 +389,7 @@ def launch_bound(ctx: Context) -> list[Finding]:
         Finding(
             rule="launch_bound",
             message=(
-                f"{ls.short_kernels / ls.launched:.0%} of {ls.launched} kernels run shorter than their launch call, "
+                f"{ls.short_kernels / ls.launched:.0%} of {ls.launched} launches (kernels, copies, memsets) run shorter than their launch call, "
                 f"and device {device} sits idle waiting on the host {share:.0%} of the step time{busy_text}."
             ),
             fix="Launch fewer, larger kernels: CUDA graphs (torch.compile mode='reduce-overhead'), torch.compile fusion, fused optimizers, larger batches.",
