@@ -44,7 +44,7 @@ def records(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
     """
     if top is not None:
         df = df.head(top)
-    return [M.record(r) for r in df.iter_rows(named=True)]
+    return M.records_of(df)
 
 
 def _recorded(trace: Trace, setting: str, found: bool) -> bool:
