@@ -339,6 +339,15 @@ def host_wait_ns(trace: Trace, lo: int, hi: int, consecutive_kernel_delay_ns: in
 
 
 def _classified_gaps(trace: Trace, consecutive_kernel_delay_ns: int) -> pl.DataFrame:
+    """Each gap between kernels, classified (idle time and the host-wait share read the same)."""
+    return memo(
+        trace,
+        f"classified_gaps_{consecutive_kernel_delay_ns}",
+        lambda: _classified_gaps_uncached(trace, consecutive_kernel_delay_ns),
+    )
+
+
+def _classified_gaps_uncached(trace: Trace, consecutive_kernel_delay_ns: int) -> pl.DataFrame:
     """Every gap between consecutive device events on a stream, with HTA's idle category."""
     d = device_in_scope(trace).sort("device", "stream", "start_ns")
     ev = trace.events

@@ -97,6 +97,10 @@ def memory_timeline(trace: Trace) -> pl.DataFrame:
 
 def memory_peaks(trace: Trace) -> pl.DataFrame:
     """Per device: peak allocated and reserved bytes, when, and the op live at the allocated peak."""
+    return memo(trace, "memory_peaks", lambda: _memory_peaks(trace))
+
+
+def _memory_peaks(trace: Trace) -> pl.DataFrame:
     ev = memory_events(trace)
     if ev.height == 0:
         return pl.DataFrame(

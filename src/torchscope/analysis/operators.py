@@ -67,6 +67,11 @@ def _self_calls(trace: Trace) -> np.ndarray:
 
 
 def _op_rows(trace: Trace, fold_self_calls: bool = False) -> pl.DataFrame:
+    """Op rows with their device self/total time (the operator view, flops and diffs read them)."""
+    return memo(trace, f"op_rows_{fold_self_calls}", lambda: _op_rows_uncached(trace, fold_self_calls))
+
+
+def _op_rows_uncached(trace: Trace, fold_self_calls: bool) -> pl.DataFrame:
     self_dev, total_dev = _device_time_per_row(trace)
     # ProfilerStep#N spans steps, not an op; torchscope#... are the runner's setup/tail spans
     rows = kinds(trace, *OP_KINDS).filter(~names.PROFILER_STEP & ~names.TORCHSCOPE_SPAN)
