@@ -252,15 +252,13 @@ def _python_stacks(ev: pl.DataFrame, depth_limit: int) -> pl.Series:
     return frame.select(pl.concat_list(pl.all()).list.drop_nulls().alias("stack")).to_series()
 
 
-def _nest_overhead(
-    ev: pl.DataFrame, overhead: np.ndarray, parent: np.ndarray, self_cpu: np.ndarray, host: np.ndarray
-) -> None:
-    """Make each overhead event a row under the innermost host row of the main thread holding it,
-    as torch's tables do (its time already left that event's self time: ``Trace.self_ns``).
-    In place: ``parent`` of the overhead rows, and their ``self_cpu`` (their whole length)."""
+def _nest_overhead(ev: pl.DataFrame, parent: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """Put each overhead event under the innermost host row of the main thread holding it, as
+    torch's tables do (its time already left that event's self time: ``Trace.self_ns``).
+    Updates ``parent`` in place; returns the overhead rows."""
     rows, holder = overhead_holders(ev, host, parent)
     parent[rows] = holder
-    self_cpu[rows] = ev["dur_ns"].fill_null(0).to_numpy()[rows]
+    return rows
 
 
 def event_frame(
@@ -302,7 +300,8 @@ def event_frame(
     # self CPU: the Trace's self time, plus the time of filtered children torch never sees
     self_cpu = np.where(is_host, ev["self_ns"].fill_null(0).to_numpy().astype(np.int64), 0)
     if python_functions:
-        _nest_overhead(ev, np.nonzero(overhead.to_numpy())[0], parent, self_cpu, is_host & is_row_np)
+        nested = _nest_overhead(ev, parent, is_host & is_row_np)
+        self_cpu[nested] = dur[nested]  # on a track of its own: no children
         hidden = np.nonzero(is_host & ~is_row_np & (parent >= 0))[0]
         if hidden.size:
             np.add.at(self_cpu, parent[hidden], dur[hidden])
@@ -311,7 +310,7 @@ def event_frame(
         # row ancestor, its self time its length minus its row children's
         rows = is_host & is_row_np
         parent = nearest_ancestor(parent, np.arange(n), rows)
-        _nest_overhead(ev, np.nonzero(overhead.to_numpy())[0], parent, self_cpu, rows)
+        _nest_overhead(ev, parent, rows)
         self_cpu = np.where(rows, dur, 0)
         child = np.flatnonzero(rows & (parent >= 0))
         np.add.at(self_cpu, parent[child], -dur[child])

@@ -78,13 +78,17 @@ _TENSOR_CORE_MARK = (
 )
 # (cuDNN's ``xmma__5x_cudnn::init_device_workspace_kernel`` only zeroes a workspace)
 _CUDA_CORE_MARK = r"(?i)(simt|_ffma_|_dfma_|_hfma2?_|init_device_workspace)"
-TENSOR_CORE_KERNEL = by_name(
-    lambda n: n.str.contains(_TENSOR_CORE_MARK) & ~n.str.contains(_CUDA_CORE_MARK)
-)
+
+
+def _on_tensor_cores(n: pl.Expr) -> pl.Expr:
+    return n.str.contains(_TENSOR_CORE_MARK) & ~n.str.contains(_CUDA_CORE_MARK)
+
+
+TENSOR_CORE_KERNEL = by_name(_on_tensor_cores)
 # A matrix product computed in FP32 on the CUDA cores (no TF32, no Tensor Cores).
 FP32_GEMM_KERNEL = by_name(
     lambda n: n.str.contains(r"(?i)(sgemm|gemm.*f32|_f32_|fp32)")
-    & ~(n.str.contains(_TENSOR_CORE_MARK) & ~n.str.contains(_CUDA_CORE_MARK))
+    & ~_on_tensor_cores(n)
     & ~n.str.contains(r"(?i)(tf32|bf16|f16|half|splitKreduce)")
 )
 

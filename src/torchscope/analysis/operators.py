@@ -56,7 +56,12 @@ def _self_calls(trace: Trace) -> np.ndarray:
     """Events that are the only child of a parent of the same name (``aten::std`` calling
     ``aten::std``): torch's ``_remove_dup_nodes`` folds them into the parent, so its table, ours
     and the operator view count such a call once. Children are counted as key_averages counts
-    its rows (the profiler's bookkeeping ops are not children)."""
+    its rows (the profiler's bookkeeping ops are not children). Read by the operator view, its
+    kernel chain and the diff: computed once per trace."""
+    return memo(trace, "self_calls", lambda: _self_calls_uncached(trace))
+
+
+def _self_calls_uncached(trace: Trace) -> np.ndarray:
     ev = trace.events
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
     code = ev["name"].to_physical().to_numpy()

@@ -104,11 +104,6 @@ def us_map(d: dict[str, float]) -> dict[str, Any]:
     return {k: us_of(v) for k, v in d.items()}
 
 
-def record(row: dict[str, Any]) -> dict[str, Any]:
-    """One DataFrame row for the report: ``*_ns`` as exact ``*_us``, addresses as hex, NaN as null."""
-    return {_renamed(k): _convert(k, v) for k, v in row.items()}
-
-
 def _renamed(column: str) -> str:
     if column.endswith("_ns"):
         return column[:-3] + "_us"
@@ -126,8 +121,9 @@ def _convert(column: str, v: Any) -> Any:
 
 
 def records_of(df: pl.DataFrame) -> list[dict[str, Any]]:
-    """``record`` of every row, the conversion chosen once per column: rows of a report are
-    thousands on a small trace, and a per-value test of each column name was most of their cost."""
+    """The rows of a DataFrame for the report: ``*_ns`` as exact ``*_us``, addresses as hex, NaN
+    as null. The conversion is chosen once per column: rows of a report are thousands on a small
+    trace, and a per-value test of each column name was most of their cost."""
     names = [_renamed(c) for c in df.columns]
     convert: list[Any] = []
     for c, dtype in zip(df.columns, df.dtypes, strict=True):
@@ -146,7 +142,7 @@ def records_of(df: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 class Row(msgspec.Struct, kw_only=True):
-    """A table row; ``from_frame`` fills rows from an analysis DataFrame (``record``)."""
+    """A table row; ``from_frame`` fills rows from an analysis DataFrame (``records_of``)."""
 
     @classmethod
     def from_frame(cls, df: pl.DataFrame, top: int | None = None) -> list[Any]:

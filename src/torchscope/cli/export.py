@@ -28,14 +28,11 @@ def folded_stacks(trace: Trace) -> list[tuple[str, int]]:
     ``.item()``, ``cudaMemcpyAsync`` under a copy: their time is not their op's self time, so
     leaving them out lost it), and so is Kineto's own buffer request, under the op it ran in."""
     every = trace.events
-    holder = np.full(every.height, -1, np.int64)
-    rows, held_by = overhead_holders(
-        every, every["kind"].is_in(HOST_KINDS).to_numpy(), every["parent"].fill_null(-1).to_numpy()
-    )
-    holder[rows] = held_by
-    ev = every.with_columns(
-        pl.when(profiler_overhead(every)).then(pl.Series(holder)).otherwise(pl.col("parent")).alias("parent")
-    ).filter(pl.col("kind").is_in(HOST_KINDS) | profiler_overhead(every))
+    host = every["kind"].is_in(HOST_KINDS)
+    nesting = every["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    rows, held_by = overhead_holders(every, host.to_numpy(), nesting)
+    nesting[rows] = held_by  # Kineto's buffer request: under the op it ran in
+    ev = every.with_columns(pl.Series("parent", nesting)).filter(host | profiler_overhead(every))
     if ev.height == 0:
         return []
     ids = ev["id"].to_numpy()

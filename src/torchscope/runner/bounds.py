@@ -38,6 +38,7 @@ from torchscope.process_memory import rss_mb
 # with shapes add ~65 MB, and a 60 s small-op loop (no steps: 2 caps) writes ~175 MB of trace
 DEFAULT_CAP_MB = 96
 SETUP_FACTOR = 2  # the allowance before the first optimizer step, in caps
+DEFAULT_REPEAT = 3  # cycles of a --wait/--warmup/--active schedule without --repeat
 # how long the cap waits, over the cap, for a device runtime that is starting to finish (its
 # context and libraries, not our recording, are what grew: 253 MB for CUDA on an H200)
 RUNTIME_START_S = 2.0
@@ -63,7 +64,6 @@ def cuda_ready() -> bool | None:
         return False if cuda.is_available() else None  # no device: nothing will start
     except Exception:  # noqa: BLE001 - a half-imported module: treat as not started
         return None
-DEFAULT_REPEAT = 3  # cycles of a --wait/--warmup/--active schedule without --repeat
 
 
 @dataclass(frozen=True)

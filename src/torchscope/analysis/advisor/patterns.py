@@ -12,6 +12,7 @@ from torchscope.analysis.advisor.base import Context, Finding
 from torchscope.analysis.advisor.plugin import DATALOADER_SHARE, dataloader_share
 from torchscope.analysis.frames import kinds
 from torchscope.analysis.kernels import host_wait_ns
+from torchscope.analysis.operators import _device_time_per_row
 from torchscope.trace.tree import nearest_ancestor
 
 MATMUL_OPS = ["aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"]
@@ -128,12 +129,11 @@ def conv_bias_before_batchnorm(ctx: Context) -> list[Finding]:
 
 
 def _device_or_host_ns(ctx: Context, ops: pl.DataFrame) -> int:
-    """What ``ops`` cost: the device time of the kernels they launched, when the trace has
-    kernels; else their host time."""
-    k = kinds(ctx.trace, "kernel").filter(pl.col("op").is_in(ops["id"].implode()))
-    if k.height:
-        return int(k["dur_ns"].sum())
-    return int(ops["dur_ns"].sum())
+    """What ``ops`` cost: the device time of the work they launched, when they launched any;
+    else their host time."""
+    self_dev, _ = _device_time_per_row(ctx.trace)
+    device = int(self_dev[ops["id"].to_numpy()].sum())
+    return device if device else int(ops["dur_ns"].sum())
 
 
 def matmul_dims_not_multiple_of_8(ctx: Context) -> list[Finding]:
@@ -195,7 +195,7 @@ def cpu_tensor_copied_to_device(ctx: Context) -> list[Finding]:
     if h2d.height == 0:
         return []
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
-    is_to = ev["name"].cast(pl.String).is_in(["aten::to", "aten::_to_copy", "aten::copy_"]).to_numpy()
+    is_to = ctx.names.is_in(["aten::to", "aten::_to_copy", "aten::copy_"]).to_numpy()
     # the outermost aten::to / _to_copy / copy_ above each copy: all copies walk up at once, one
     # level a step (a per-copy Python walk over every event's name as an object was 50 ms)
     cur = h2d["op"].fill_null(-1).to_numpy().astype(np.int64)
