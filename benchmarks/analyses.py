@@ -2,6 +2,8 @@
 
 Same files, same work on each side, each side in its own process (so peak memory is its own):
   ours  torchscope.load + build_report (every analysis, the advisor included)
+  cli   ``torchscope report FILE --json`` as a user runs it (argument parsing, the same report,
+        and the JSON printed), timed inside its process as the other sides are
   HTA   TraceAnalysis(trace_dir) + temporal, kernel type and idle time breakdowns
   tb    RunProfileData.parse + process + analyze per rank (overview, ops, kernels, memory, advice)
 Prints wall seconds, peak RSS and our speedup over the faster peer. Run:
@@ -54,6 +56,16 @@ def run_ours(path: Path) -> None:
     SPLIT.update({"import": (t1 - t0) + (t3 - t2), "load": t2 - t1, "report": t4 - t3})
 
 
+def run_cli(path: Path) -> None:
+    import contextlib
+    import io
+
+    from torchscope.cli.main import main
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["report", str(path), "--json"]) == 0
+
+
 def run_hta(path: Path) -> None:
     from hta.trace_analysis import TraceAnalysis
 
@@ -78,7 +90,7 @@ def run_tb(path: Path) -> None:
             run.analyze()
 
 
-SIDES = {"ours": run_ours, "HTA": run_hta, "tb-profiler": run_tb}
+SIDES = {"ours": run_ours, "ours (CLI)": run_cli, "HTA": run_hta, "tb-profiler": run_tb}
 
 
 def child(side: str, path: str) -> None:
@@ -120,6 +132,7 @@ def main() -> None:
             print(f"  {side:12s} {secs:7.2f} s   peak RSS {rss:7.0f} MB{parts}")
         peer = min(("HTA", "tb-profiler"), key=lambda s: res[s][0])
         print(f"  ours is {res[peer][0] / res['ours'][0]:.1f}x faster than the faster peer ({peer})")
+        print(f"  ours (CLI) is {res[peer][0] / res['ours (CLI)'][0]:.1f}x faster than {peer}")
 
 
 if __name__ == "__main__":

@@ -166,3 +166,26 @@ def test_hostile_names_survive_as_data() -> None:
     names = {r["name"] for r in payload["report"][K.OPERATORS]}
     assert "<script>window.__pwned=1</script>" in names
     assert payload["warnings"] == []
+
+
+def test_a_payload_without_the_page_views_prints_the_same_summary_and_json(traces_dir: Path) -> None:
+    # ``report --json`` and ``--no-html`` build the payload without what only the page draws
+    # (memory curves, flame graphs, timeline); the summary and the JSON must not change
+    from io import StringIO
+
+    from rich.console import Console
+
+    from torchscope.render.console import print_summary
+    from torchscope.render.payload import full_report
+
+    trace = torchscope.load(traces_dir / "cuda/nccl_rank0_of_2.json.gz")
+    full, bare = build_payload(trace), build_payload(trace, views=False)
+    assert set(full["runs"][0]) >= {"name", "source", "memory_curves", "flame", "timeline"}
+    assert bare["runs"] == [{"name": full["runs"][0]["name"], "source": full["runs"][0]["source"]}]
+    assert json.dumps(full_report(full)) == json.dumps(full_report(bare))
+    printed = []
+    for payload in (full, bare):
+        buf = StringIO()
+        print_summary(payload, Console(file=buf, width=120))
+        printed.append(buf.getvalue())
+    assert printed[0] == printed[1] and "aten::" in printed[0]

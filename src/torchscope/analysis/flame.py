@@ -12,6 +12,9 @@ Five trees come out of one shape (``Flame``, parallel numpy arrays, parents befo
 * ``sampled_flame``: the Python stacks ``torchscope run``'s sampler caught, weighted by time.
 * ``diff_flame``: B's tree with A's value at the same path beside each node (colour by change).
 
+``folded_stacks`` writes the host tree in the text format other flame-graph tools read
+(``export --to stacks``).
+
 No Python object per event: paths are merged level by level with ``np.unique`` on
 (parent node, name) keys, totals summed bottom-up with ``np.add.at``. A node's self time is
 its events' duration minus their children's (never below zero), and its total is its self plus
@@ -33,6 +36,7 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.analysis.modules import MODULE_PREFIX
+from torchscope.trace.derive import overhead_holders, profiler_overhead
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS
 from torchscope.trace.tree import nearest_ancestor
@@ -495,3 +499,32 @@ def sampled_flame_json(hotspots: HotSpots | None) -> dict[str, Any] | None:
     if hotspots is None or hotspots.samples == 0:
         return None
     return fold(sampled_flame(hotspots)).to_json()
+
+
+def folded_stacks(trace: Trace) -> list[tuple[str, int]]:
+    """Host self time per call path, ``(path, self_us)``, paths as ``root;...;leaf`` per thread.
+
+    Every host event is a frame, the runtime calls too (``cudaStreamSynchronize`` under an
+    ``.item()``, ``cudaMemcpyAsync`` under a copy: their time is not their op's self time, so
+    leaving them out lost it), and so is Kineto's own buffer request, under the op it ran in."""
+    every = trace.events
+    host = every["kind"].is_in(HOST_KINDS)
+    nesting = every["parent"].fill_null(-1).to_numpy().astype(np.int64)
+    rows, held_by = overhead_holders(every, host.to_numpy(), nesting)
+    nesting[rows] = held_by  # Kineto's buffer request: under the op it ran in
+    ev = every.with_columns(pl.Series("parent", nesting)).filter(host | profiler_overhead(every))
+    if ev.height == 0:
+        return []
+    ids = ev["id"].to_numpy()
+    pos = {int(i): k for k, i in enumerate(ids.tolist())}
+    parent = ev["parent"].fill_null(-1).to_list()
+    names = [n.replace(";", ":") for n in ev["name"].cast(pl.String).fill_null("?").to_list()]
+    self_ns = ev["self_ns"].fill_null(0).to_numpy()
+    tid = ev["tid"].to_list()
+    paths: list[str] = [""] * ev.height
+    for k in range(ev.height):  # rows are sorted by start: a parent precedes its children
+        up = pos.get(parent[k], -1) if parent[k] is not None and parent[k] >= 0 else -1
+        paths[k] = (paths[up] if up >= 0 else f"thread {tid[k]}") + ";" + names[k]
+    frame = pl.DataFrame({"path": paths, "self_ns": self_ns.astype(np.int64)})
+    agg = frame.group_by("path").agg(pl.col("self_ns").sum()).sort("path")
+    return [(p, int(ns // 1000)) for p, ns in agg.iter_rows() if ns >= 1000]

@@ -83,11 +83,28 @@ def load_input(path: str | Path, early: Prefetch | None = None) -> Trace | Trace
         return load(p, early=early)
 
 
-def load_single(path: str | Path) -> Trace:
-    """One trace; a directory holding exactly one trace is accepted too."""
+def read_early(path: str | Path, at_most: int | None = None) -> Prefetch | None:
+    """Start reading ``path`` on a thread (``trace.files.prefetch``): a command calls this
+    before importing its analyses, so that inflating and scanning the file overlaps the
+    ~0.2 s of polars/NumPy imports instead of following them. ``at_most``: only a file up
+    to this many bytes on disk (None when larger: it is read when loaded)."""
+    from torchscope.trace.files import prefetch
+
+    if at_most is not None:
+        try:
+            if os.stat(Path(path).expanduser()).st_size > at_most:
+                return None
+        except OSError:
+            return None  # the loader says what is wrong with it
+    return prefetch(path)
+
+
+def load_single(path: str | Path, early: Prefetch | None = None) -> Trace:
+    """One trace; a directory holding exactly one trace is accepted too. ``early``: the
+    file's read, started before the command's imports (``read_early``)."""
     from torchscope.trace.model import TraceSet
 
-    loaded = load_input(path)
+    loaded = load_input(path, early)
     if isinstance(loaded, TraceSet):
         if len(loaded) != 1:
             names = ", ".join(list(loaded)[:5])

@@ -10,12 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchscope.analysis import keys as K
 from torchscope.cli.base import EXIT_BAD_INPUT, EXIT_OK
-from torchscope.cli.common import at_least_one, html_target, load_input, print_json, progress
-from torchscope.trace.model import Trace, TraceSet
+from torchscope.cli.common import at_least_one, html_target, load_input, print_json, progress, read_early
+
+if TYPE_CHECKING:  # imported when used: both files start reading before polars imports
+    from torchscope.trace.model import Trace, TraceSet
+
+
+EARLY_SECOND_BYTES = 32 * 1024 * 1024  # the second file is read early up to this size on disk
 
 
 class DiffCommand:
@@ -39,7 +44,10 @@ class DiffCommand:
     def run(self, args: argparse.Namespace) -> int:
         if args.html:
             html_target(args.html, args.a, args.b)  # never an input: refused before any work
-        a, b = load_input(args.a), load_input(args.b)
+        # both read while polars imports; B only when small, so that a large B's text does not
+        # sit in memory beside all of A's work
+        early_a, early_b = read_early(args.a), read_early(args.b, at_most=EARLY_SECOND_BYTES)
+        a, b = load_input(args.a, early_a), load_input(args.b, early_b)
         one_a, one_b = _one(a), _one(b)
         if args.html and (one_a is None or one_b is None):
             print(
@@ -177,6 +185,8 @@ def distinct_labels(a: str, b: str) -> tuple[str, str]:
 
 def _one(loaded: Trace | TraceSet) -> Trace | None:
     """The trace, when there is one (a directory of one trace counts); None for several ranks or cycles."""
+    from torchscope.trace.model import TraceSet
+
     if isinstance(loaded, TraceSet):
         return next(iter(loaded.values())) if len(loaded) == 1 else None
     return loaded

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from torchscope.analysis import keys as K
 from torchscope.cli.base import EXIT_OK
-from torchscope.cli.common import at_least_one, html_target, load_input, print_json, progress
+from torchscope.cli.common import at_least_one, html_target, load_input, print_json, progress, read_early
 
 
 class ReportCommand:
@@ -54,11 +54,9 @@ class ReportCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from torchscope.trace.files import prefetch
-
         if args.html:
             html_target(args.html, args.path)  # never the input itself: refused before any work
-        early = prefetch(args.path)  # a file inflates while the analysis modules below import
+        early = read_early(args.path)  # a file inflates while the analysis modules below import
         from torchscope.job.cli import job_directory, report_job
         from torchscope.render.html import write_html
         from torchscope.render.payload import build_payload
@@ -69,7 +67,8 @@ class ReportCommand:
         subject = load_input(args.path, early)
         want_html = not args.no_html and bool(args.html or not args.json or args.open)
         with progress("analysing"):
-            payload = build_payload(subject, with_timeline=want_html)
+            # the page's views (timeline, flame graphs, memory curves) only when a page is written
+            payload = build_payload(subject, views=want_html)
         html_path: Path | None = None
         if want_html:
             html_path = Path(args.html) if args.html else Path(f"{payload['title']}.torchscope.html")

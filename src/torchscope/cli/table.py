@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from torchscope.cli.base import EXIT_OK
-from torchscope.cli.common import load_single, print_json, progress
+from torchscope.cli.common import load_single, print_json, progress, read_early
 
 
 class TableCommand:
@@ -51,10 +51,11 @@ class TableCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        early = read_early(args.path)  # before the imports below, which it overlaps
         from torchscope.compat import TableOptions, key_averages
         from torchscope.compat.table import sorted_rows
 
-        trace = load_single(args.path)
+        trace = load_single(args.path, early)
         options = TableOptions(sort_by=args.sort_by, row_limit=args.row_limit)
         with progress("averaging"):
             ka = key_averages(

@@ -25,7 +25,7 @@ FORMATTED_TYPES = (
 )
 
 
-def _payload(x: Any, *, with_timeline: bool = True) -> dict[str, Any]:
+def _payload(x: Any, *, views: bool = True) -> dict[str, Any]:
     """The dashboard payload of whatever the user has in hand."""
     from pathlib import Path
 
@@ -45,7 +45,7 @@ def _payload(x: Any, *, with_timeline: bool = True) -> dict[str, Any]:
         raise TypeError(
             f"torchscope.show: cannot show a {type(x).__name__}; give a Trace, TraceSet, path or profiler"
         )
-    return build_payload(x, with_timeline=with_timeline)
+    return build_payload(x, views=views)
 
 
 def summary_html(x: Any) -> str:
@@ -57,7 +57,7 @@ def summary_html(x: Any) -> str:
     # force_jupyter=False: inside a kernel rich would also send every print to the notebook,
     # and the summary would appear twice (once as terminal text, once as this HTML)
     console = Console(record=True, width=110, file=io.StringIO(), force_terminal=True, force_jupyter=False)
-    print_summary(_payload(x, with_timeline=False), console)
+    print_summary(_payload(x, views=False), console)
     body = console.export_html(inline_styles=True, code_format="<pre style='font-size:12px'>{code}</pre>")
     return f"<div class='torchscope-summary'>{body}</div>"
 
