@@ -821,6 +821,17 @@ typedef struct {
 /* Rows [from, to) of a column set to "missing"; rows with a value overwrite it later. */
 static void set_missing(Column *c, Py_ssize_t from, Py_ssize_t to)
 {
+    if (to - from == 1) { /* the common case, a column every row has: stores, not memset calls */
+        if (c->codes)
+            c->codes[from] = -1;
+        if (c->ints)
+            c->ints[from] = 0;
+        if (c->flags)
+            c->flags[from] = 0;
+        if (c->floats)
+            c->floats[from] = NAN;
+        return;
+    }
     size_t n = (size_t)(to - from);
     if (c->codes)
         memset(c->codes + from, 0xFF, n * sizeof(int32_t)); /* -1 */
