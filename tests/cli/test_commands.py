@@ -324,3 +324,40 @@ def test_piped_diff_keeps_each_op_name_on_one_line(
     assert all(n in names for n in expected if len(n) <= 50)
     assert [n for n in names if n in expected] == [n for n in expected if n in set(names)]
     assert all(name for name in names)
+
+
+def test_export_never_overwrites_its_input_and_says_why_it_cannot_write(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "in.json.gz"
+    shutil.copy(traces_dir / "cuda/nccl_rank0_of_2.json.gz", trace)
+    (tmp_path / "link.json.gz").symlink_to(trace)
+    before = trace.read_bytes()
+    for to, target in (("stacks", trace), ("chrome", tmp_path / "link.json.gz")):
+        assert main(["export", str(trace), "--to", to, "-o", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"torchscope export: error: -o {target} is the input trace {trace}: it would be "
+            "overwritten; name another file"
+        )
+    assert trace.read_bytes() == before
+    # a path that cannot be written: one line naming it, exit 2 (it was a traceback for stacks)
+    assert main(["export", str(trace), "--to", "stacks", "-o", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"torchscope export: error: {tmp_path}: cannot write: Is a directory"
+
+
+def test_table_takes_any_row_limit_and_a_closed_pipe_is_no_error(traces_dir: Path) -> None:
+    import subprocess
+    import sys
+
+    trace = traces_dir / "cuda/nccl_rank0_of_2.json.gz"
+    code = "from torchscope.cli.main import main; import sys; sys.exit(main(sys.argv[1:]))"
+    for argv in (["table", str(trace), "--row-limit", str(2**64)], ["report", str(trace), "--no-html"]):
+        # ``| head -1``: the reader closes the pipe after one line
+        proc = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        # our commands exit 0; rich's console (the report) exits 1 on a closed pipe, by design
+        assert proc.wait(timeout=120) in (0, 1) and "Traceback" not in err and "Error" not in err, err

@@ -15,7 +15,7 @@ from torchscope.errors import TraceError
 from torchscope.trace import TraceSet, read_chrome, read_chrome_document
 from torchscope.trace.schema import EVENTS_SCHEMA, FLOWS_SCHEMA, MEMORY_SCHEMA, THREADS_SCHEMA
 
-from .conftest import raw_counts, read_once
+from .conftest import TRACES, raw_counts, read_once
 
 
 def test_every_trace_keeps_every_event(trace_path: Path) -> None:
@@ -543,3 +543,32 @@ def test_a_truncated_trace_keeps_its_complete_events(
     closed = cut_after_last_event(inflated)
     assert closed is not None
     assert got.events.equals(read_chrome_document(closed[0]).events)
+
+
+def test_nanosecond_times_beyond_a_double_are_read_exactly() -> None:
+    # Kineto writes ns as three decimals of epoch microseconds (1712195495521133.783): a double
+    # holds those only to 0.25 us, which shifted every event and broke nesting (children outside
+    # their parents, self times up to 29% high). Both decoders read the digits exactly.
+    from decimal import Decimal
+
+    from torchscope.trace import reader
+
+    path = TRACES / "cuda" / "rank0_ns_resolution.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+    want = sorted(
+        (int(Decimal(e["ts"]) * 1000), int(Decimal(e.get("dur", 0)) * 1000))
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e.get("name") != "[memory]"
+    )
+    saved = reader.SCANNER_ENABLED
+    try:
+        for scanner in (True, False):
+            reader.SCANNER_ENABLED = scanner
+            ev = read_chrome(path).events.filter(pl.col("dur_ns") > 0)
+            got = sorted(zip(ev["start_ns"].to_list(), ev["dur_ns"].to_list(), strict=True))
+            assert got == [w for w in want if w[1] > 0], f"scanner={scanner}"
+    finally:
+        reader.SCANNER_ENABLED = saved
+    ev = read_chrome(path).events
+    first = ev.filter(pl.col("name") == "aten::convolution_backward").row(0, named=True)
+    assert (first["start_ns"], first["dur_ns"]) == (1712195495521133783, 131797)

@@ -15,6 +15,7 @@ import math
 import random
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,8 @@ def expected_columns(events: list[Event]) -> dict[str, list[Any]]:
         values = list(map(attrgetter(attr), events if where == "event" else args))
         if kind == "raw":
             values = [bytes(v).decode() if len(v) else None for v in values]
+        if kind == "num":  # a number written with decimals: its double and its exact ns
+            values = [(float(v), int((v * 1000).to_integral_value())) if type(v) is Decimal else v for v in values]
         out[column] = values
     return out
 
@@ -126,13 +129,14 @@ def scanned_columns(result: dict[str, Any]) -> dict[str, list[Any]]:
             table = np.array([*value[3], None], dtype=object)
             obj[flag == 2] = table[codes[flag == 2]]
             out[column] = obj.tolist()
-        else:  # num: ints exact, floats the double, kind 1 int / 2 float
+        else:  # num: kind 1 an int (exact in ints), 2 a float, 3 a float with its exact ns in ints
             ints, floats = np.frombuffer(value[0], np.int64), np.frombuffer(value[1], np.float64)
             flag = np.frombuffer(value[2], np.uint8)
             assert (floats[flag == 1] == ints[flag == 1].astype(np.float64)).all()
-            assert not ints[flag != 1].any() and np.isnan(floats[flag == 0]).all()
+            assert not ints[(flag == 0) | (flag == 2)].any() and np.isnan(floats[flag == 0]).all()
             obj = _objects(ints, flag == 0)
-            obj[flag == 2] = floats[flag == 2].astype(object)
+            for k in np.flatnonzero(flag >= 2).tolist():
+                obj[k] = (float(floats[k]), int(ints[k]) if flag[k] == 3 else None)
             out[column] = obj.tolist()
     return out
 
@@ -262,8 +266,8 @@ def test_buffer_layout_marks_missing_values() -> None:
 
     assert (arr(got["ph"][0], np.int32), got["ph"][1]) == ([0, -1], ["X"])
     assert (arr(got["cat"][0], np.int32), got["cat"][1]) == ([-1, 0], ["c"])
-    ints, floats, kind = got["ts"]
-    assert arr(ints, np.int64) == [0, 0] and arr(kind, np.uint8) == [2, 0]
+    ints, floats, kind = got["ts"]  # 1.5 us: the double, and its exact ns (kind 3)
+    assert arr(ints, np.int64) == [1500, 0] and arr(kind, np.uint8) == [3, 0]
     assert arr(floats, np.float64)[0] == 1.5 and math.isnan(arr(floats, np.float64)[1])
     ints, floats, kind = got["dur"]
     assert arr(ints, np.int64) == [3, 0] and arr(kind, np.uint8) == [1, 0]
@@ -341,7 +345,8 @@ def test_document_declines(text: bytes) -> None:
         b"  \n ",
         b'{"ph": "X", "ts": 1.5, "dur": 2, "pid": "stream 7", "tid": -3}',
         b'{"ts": 9223372036854775807, "dur": -9223372036854775808}',
-        b'{"ts": 1e-400, "dur": -0.0}, {"ts": 0.1, "dur": 123456789012345678e-30}',
+        b'{"ts": 1e-4, "dur": -0.0}, {"ts": 0.1, "dur": 123456789012345678e-30}',
+        b'{"args": {"blocks per SM": 1e-400, "warps per SM": 123456789012345678e-30}}',
         b'{"name": "a\\u00e9\\ud83d\\ude00\\n\\"\\/\\\\", "cat": ""}, {"name": "a\xc3\xa9\xf0\x9f\x98\x80\\n\\"/\\\\"}',
         b'{"args": null}, {"args": {}}, {"args": {"Input Dims": null, "grid": [1, 2,  3]}}',
         b'{"args": {"blocks per SM": 3, "warps per SM": 2.5e1, "stream": "0x0", "name": "x"}}',
@@ -576,10 +581,25 @@ def test_many_decimals_round_exactly() -> None:
         texts.append(f"{2 ** rng.randint(53, 63) + rng.choice([-1, 1, 2, 3])}.5")
         m = str(rng.randrange(2**53, 10**19))
         texts.append(m[:-3] + "." + m[-3:])
-    body = ",".join(f'{{"ts": {t}}}' for t in texts).encode()
+    body = ",".join(f'{{"args": {{"blocks per SM": {t}}}}}' for t in texts).encode()
     result = _scan.scan_events(body, 0, len(body))
     assert result is not None
-    assert np.frombuffer(result["ts"][1], np.float64).tolist() == [float(t) for t in texts]
+    assert np.frombuffer(result["blocks_per_sm"], np.float64).tolist() == [float(t) for t in texts]
+
+
+def test_times_with_decimals_give_their_exact_nanoseconds() -> None:
+    """Kineto's ns-resolution times (1712195495521133.783 us) are beyond a double's precision:
+    the scanner reads their nanoseconds from the digits, rounding half to even past the third
+    decimal; a time it cannot read exactly (too many digits) is left to msgspec's Decimal."""
+    texts = ["1712195495521133.783", "0.0005", "0.0015", "-2.5e-3", "1.2345e3", "131.797", "7e2"]
+    body = ", ".join(f'{{"ts": {t}}}' for t in texts).encode()
+    result = check_events(body)
+    assert result is not None
+    ints, _, kind = result["ts"]
+    assert np.frombuffer(kind, np.uint8).tolist() == [3] * len(texts)
+    assert np.frombuffer(ints, np.int64).tolist() == [1712195495521133783, 0, 2, -2, 1234500, 131797, 700000]
+    long = b'{"ts": 0.12345678901234567890123}'
+    assert _scan.scan_events(long, 0, len(long)) is None
 
 
 def test_float_text_rounds_like_msgspec() -> None:
@@ -594,9 +614,9 @@ def test_float_text_rounds_like_msgspec() -> None:
         "0.30000000000000004",
         "1661203462598738.123",
     ]
-    body = ", ".join(f'{{"ts": {t}, "args": {{"blocks per SM": {t}}}}}' for t in texts).encode()
+    body = ", ".join(f'{{"args": {{"blocks per SM": {t}}}}}' for t in texts).encode()
     result = check_events(body)
     assert result is not None
-    floats = np.frombuffer(result["ts"][1], np.float64)
+    floats = np.frombuffer(result["blocks_per_sm"], np.float64)
     assert floats.tolist() == [float(t) for t in texts]
     assert not any(math.isnan(v) for v in floats)

@@ -38,6 +38,12 @@ def at_least_one(text: str) -> int:
 def html_target(html: str | Path, *inputs: str | Path) -> Path:
     """The ``--html`` path, refused when it is one of the inputs: writing the page there would
     overwrite the trace it was made from."""
+    return output_target("--html", html, *inputs)
+
+
+def output_target(option: str, html: str | Path, *inputs: str | Path) -> Path:
+    """The path an ``option`` names for output, refused when it is one of the inputs (the same
+    file by any name: a link, ``./``) before any work: writing there would destroy the trace."""
     from torchscope.errors import UsageError
 
     out = Path(html).expanduser()
@@ -50,7 +56,7 @@ def html_target(html: str | Path, *inputs: str | Path) -> Path:
             same = False
         if same:
             raise UsageError(
-                f"--html {html} is the input trace {given}: it would be overwritten; name another file"
+                f"{option} {html} is the input trace {given}: it would be overwritten; name another file"
             )
     return out
 

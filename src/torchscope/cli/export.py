@@ -10,7 +10,8 @@ import argparse
 from pathlib import Path
 
 from torchscope.cli.base import EXIT_OK
-from torchscope.cli.common import load_single, print_json, progress, read_early
+from torchscope.cli.common import load_single, output_target, print_json, progress, read_early
+from torchscope.errors import TraceError
 
 FORMATS = ("chrome", "parquet", "stacks")
 
@@ -32,6 +33,8 @@ class ExportCommand:
         parser.add_argument("--json", action="store_true", help="print what was written as JSON")
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.output:
+            output_target("-o", args.output, args.path)  # never the input: refused before any work
         trace = load_single(args.path, read_early(args.path))
         stem = Path(args.path).name.removesuffix(".gz").removesuffix(".json")
         default = {"chrome": f"{stem}.chrome.json.gz", "parquet": f"{stem}.store", "stacks": f"{stem}.folded"}
@@ -47,7 +50,10 @@ class ExportCommand:
                 from torchscope.analysis.flame import folded_stacks
 
                 lines = folded_stacks(trace)
-                out.write_text("".join(f"{p} {v}\n" for p, v in lines), encoding="utf-8")
+                try:
+                    out.write_text("".join(f"{p} {v}\n" for p, v in lines), encoding="utf-8")
+                except OSError as exc:
+                    raise TraceError(str(out), f"cannot write: {exc.strerror or exc}") from None
                 written = out
                 detail = {"stacks": len(lines)}
         if args.json:

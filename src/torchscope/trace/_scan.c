@@ -387,6 +387,8 @@ typedef struct {
     int64_t i;
     int fast_ok;     /* not an int, and d holds the exactly rounded double */
     double d;
+    int ns_ok;       /* not an int, and ns holds the value x 1000 rounded to an integer */
+    int64_t ns;
 } Num;
 
 static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
@@ -469,6 +471,57 @@ static inline int exact_path(uint64_t m, Py_ssize_t exp10, double *out)
     return 0;
 }
 
+static const uint64_t POW10_U64[] = {1ULL,
+                                     10ULL,
+                                     100ULL,
+                                     1000ULL,
+                                     10000ULL,
+                                     100000ULL,
+                                     1000000ULL,
+                                     10000000ULL,
+                                     100000000ULL,
+                                     1000000000ULL,
+                                     10000000000ULL,
+                                     100000000000ULL,
+                                     1000000000000ULL,
+                                     10000000000000ULL,
+                                     100000000000000ULL,
+                                     1000000000000000ULL,
+                                     10000000000000000ULL,
+                                     100000000000000000ULL,
+                                     1000000000000000000ULL,
+                                     10000000000000000000ULL};
+
+/* m * 10^(exp10 + 3) (microseconds to nanoseconds) rounded to an integer, half to even, from
+ * the number's decimal digits: exact where a double is not (Kineto writes ns as three decimals
+ * of microseconds, and from 2^53 ns, about 104 days of epoch time, a double's spacing in
+ * microseconds exceeds a nanosecond: 1712195495502094.565 reads as ...094.5). 0 when the
+ * result would not fit int64. */
+static int exact_ns(uint64_t m, Py_ssize_t exp10, int neg, int64_t *out)
+{
+    Py_ssize_t shift = exp10 + 3;
+    uint64_t q;
+    if (shift >= 0) {
+        if (shift > 18 || (m && m > (uint64_t)INT64_MAX / POW10_U64[shift]))
+            return 0;
+        q = m * POW10_U64[shift];
+    } else {
+        if (shift < -19) { /* m < 2^64 < 10^20 / 2: under half a nanosecond */
+            *out = 0;
+            return 1;
+        }
+        uint64_t p10 = POW10_U64[-shift], r;
+        q = m / p10;
+        r = m % p10;
+        if (r > p10 - r || (r == p10 - r && (q & 1)))
+            q++;
+        if (q > (uint64_t)INT64_MAX)
+            return 0;
+    }
+    *out = neg ? -(int64_t)q : (int64_t)q;
+    return 1;
+}
+
 /* Appends the run of digits at p to m (wrapping past 19 digits; callers count them). */
 static inline Ptr read_digits(Ptr p, Ptr end, uint64_t *m)
 {
@@ -490,7 +543,7 @@ static Ptr scan_number(Ptr p, Ptr end, Num *num)
     Ptr digits;
 
     num->start = p;
-    num->int_ok = num->fast_ok = 0;
+    num->int_ok = num->fast_ok = num->ns_ok = 0;
     if (p < end && *p == '-') {
         neg = 1;
         p++;
@@ -541,6 +594,8 @@ static Ptr scan_number(Ptr p, Ptr end, Num *num)
         return p;
     }
     exp10 -= frac;
+    if (!big && exp10 >= -40 && exp10 <= 40)
+        num->ns_ok = exact_ns(m, exp10, neg, &num->ns);
     if (!big && exact_path(m, exp10, &num->d)) {
         num->d = neg ? -num->d : num->d;
         num->fast_ok = 1;
@@ -1051,10 +1106,14 @@ static Ptr field_value(Scanner *s, int col, Ptr p, int depth)
         return num.end;
     case K_FLOAT:
         return put_double(s, col, &c->floats[r], &num);
-    case K_NUM:
+    case K_NUM: /* flags: 1 an int (in ints), 3 a float whose exact ns are in ints */
+        if (!num.is_int && !num.ns_ok)
+            return decline(s); /* msgspec reads its digits exactly (a Decimal), or says why not */
         if (num.is_int && num.int_ok)
             c->ints[r] = num.i;
-        c->flags[r] = num.is_int ? 1 : 2;
+        else if (!num.is_int && num.ns_ok)
+            c->ints[r] = num.ns;
+        c->flags[r] = num.is_int ? 1 : (num.ns_ok ? 3 : 2);
         return put_double(s, col, &c->floats[r], &num);
     default:
         return decline(s);

@@ -12,7 +12,9 @@ Columns (one row per JSON event, in file order):
 - ``pid``, ``tid``, ``id``, ``stream``, ``stream_id``: ints, with ``*_text`` holding the value
   when the file wrote it as a string ("stream 7"); both null when absent
 - ``ts``, ``dur``: the value as a float (null when absent) and ``ts_int``/``dur_int`` when it
-  was written as an integer, so that integer microseconds convert to ns exactly
+  was written as an integer, so that integer microseconds convert to ns exactly; a value
+  written with decimals also has ``ts_exact_ns``/``dur_exact_ns``, its nanoseconds from the
+  decimal text (a double cannot hold ``1712195495502094.565`` to the nanosecond)
 - one column per modelled ``args`` key (``events.Args``): ints, floats, and the verbatim JSON
   text of ``input_dims``, ``input_types``, ``concrete_inputs``, ``grid``, ``block``
 
@@ -23,7 +25,9 @@ fills them only there (it is per-event Python work) while the scanner fills them
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from decimal import ROUND_HALF_EVEN, Decimal
 from operator import attrgetter
 from typing import Any
 
@@ -65,12 +69,13 @@ SCHEMA: dict[str, type[pl.DataType]] = {
     **{f"{c}_text": pl.String for c in INT_OR_TEXT},
     **{c: pl.Float64 for c in NUMBERS},
     **{f"{c}_int": pl.Int64 for c in NUMBERS},
+    **{f"{c}_exact_ns": pl.Int64 for c in NUMBERS},
     **{c: pl.Int64 for c in INT_ARGS},
     **{c: pl.Float64 for c in FLOAT_ARGS},
     **{c: pl.String for c in RAW_ARGS},
 }
 
-FLOW_COLUMNS = ("cat", "ph", "id", "id_text", "pid", "pid_text", "tid", "tid_text", "ts", "ts_int")
+FLOW_COLUMNS = ("cat", "ph", "id", "id_text", "pid", "pid_text", "tid", "tid_text", "ts", "ts_int", "ts_exact_ns")
 META_COLUMNS = ("name", "pid", "pid_text", "tid", "tid_text", "arg_name", "sort_index")
 
 # args read on every span row; the rest only on the rows of ``ROW_GROUPS``
@@ -151,9 +156,40 @@ def _int_or_text(values: list[Any]) -> tuple[pl.Series, pl.Series]:
     return ints, pl.Series(text, dtype=pl.String)
 
 
-def _number(values: list[Any]) -> tuple[pl.Series, pl.Series]:
-    """A float column and, where the value is an int64, the exact int."""
-    return _floats(values), _ints([v if type(v) is int else None for v in values])
+def _number(values: list[Any], overflowed: list[int]) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """A float column; where the value is an int64, the exact int; where it was written with
+    decimals (msgspec gives a ``Decimal``), its exact nanoseconds, as the scanner reads them.
+
+    A number too large for a double (``1E400``) is null, as the repair of a float field makes
+    it; ``overflowed`` gets how many there were, for the same warning."""
+    decimals: list[Decimal | None] = []
+    floats: list[Any] = []
+    for v in values:
+        if type(v) is Decimal:
+            f = float(v)
+            if v.is_finite() and math.isinf(f):
+                overflowed.append(1)
+                decimals.append(None)
+                floats.append(None)
+            else:
+                decimals.append(v)
+                floats.append(f)
+        else:
+            decimals.append(None)
+            floats.append(v)
+    return (
+        _floats(floats),
+        _ints([v if type(v) is int else None for v in values]),
+        _ints([None if v is None else _exact_ns(v) for v in decimals]),
+    )
+
+
+def _exact_ns(us: Decimal) -> int | None:
+    """Microseconds to nanoseconds, rounded half to even (None when not finite or too large)."""
+    if not us.is_finite():
+        return None
+    ns = int((us * 1000).to_integral_value(rounding=ROUND_HALF_EVEN))
+    return ns if -(2**63) <= ns < 2**63 else None
 
 
 _SEP = b"\x1f"  # a control character cannot appear unescaped in JSON text
@@ -178,16 +214,21 @@ def _arg_series(column: str, values: list[Any]) -> pl.Series:
     return pl.Series(values, dtype=pl.String)  # arg_name
 
 
-def from_events(events: list[Event]) -> pl.DataFrame:
-    """The batch of msgspec-decoded events (the fallback decoder)."""
+def from_events(events: list[Event], warnings: list[str] | None = None) -> pl.DataFrame:
+    """The batch of msgspec-decoded events (the fallback decoder); ``warnings`` gets what was
+    read as null (a time too large for a double)."""
     n = len(events)
+    overflowed: list[int] = []
     cols: dict[str, pl.Series] = {}
     for c in ("ph", "cat", "name"):
         cols[c] = pl.Series(_col(events, c), dtype=pl.String)
     for c in ("pid", "tid", "id"):
         cols[c], cols[f"{c}_text"] = _int_or_text(_col(events, c))
     for c in NUMBERS:
-        cols[c], cols[f"{c}_int"] = _number(_col(events, c))
+        cols[c], cols[f"{c}_int"], cols[f"{c}_exact_ns"] = _number(_col(events, c), overflowed)
+    if overflowed and warnings is not None:
+        k = len(overflowed)
+        warnings.append(f"read {k:,} NaN, Infinity or out-of-range number{'s' if k != 1 else ''} as null")
     args = [EMPTY_ARGS if a is None else a for a in _col(events, "args")]
     for c in COMMON_ARGS:
         cols[c] = _arg_series(c, _col(args, c))
@@ -271,6 +312,8 @@ def from_scan(result: dict[str, Any]) -> pl.DataFrame:
             k = np.frombuffer(kind, dtype=np.uint8)
             cols[name] = _masked(np.frombuffer(floats, dtype=np.float64), k != 0)
             cols[f"{name}_int"] = _masked(np.frombuffer(ints, dtype=np.int64), k == 1)
+            if (k == 3).any():  # written with decimals: the exact ns the scanner read
+                cols[f"{name}_exact_ns"] = _masked(np.frombuffer(ints, dtype=np.int64), k == 3)
     for name in INT_ARGS:
         if (got := result.pop(name, None)) is not None:
             values, present = got

@@ -84,12 +84,15 @@ class Ids:
         return arr
 
 
-def us_to_ns(floats: pl.Series, ints: pl.Series) -> tuple[I64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+def us_to_ns(
+    floats: pl.Series, ints: pl.Series, exact: pl.Series | None = None
+) -> tuple[I64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """Microseconds to int64 ns, a validity mask, and which values were not valid because they
     are too large for int64 ns (the caller says what becomes of those events, once).
 
     A value written as an integer converts exactly; one with decimals (Kineto writes ns as
-    three decimals) is rounded to the nearest ns from its float64 value.
+    three decimals) takes the nanoseconds both decoders read from its text (``exact``), and
+    only where they could not (a value beyond int64 ns) is rounded from its float64 value.
     """
     f = floats.fill_null(np.nan).to_numpy().astype(np.float64, copy=False)
     is_int = ints.is_not_null().to_numpy()
@@ -103,6 +106,11 @@ def us_to_ns(floats: pl.Series, ints: pl.Series) -> tuple[I64, npt.NDArray[np.bo
     whole = np.floor(safe)
     from_float = whole.astype(np.int64) * 1000 + np.rint((safe - whole) * 1000.0).astype(np.int64)
     ns = np.where(valid & is_int, np.where(valid, i, 0) * 1000, from_float)
+    if exact is not None and exact.null_count() < exact.len():
+        has = exact.is_not_null().to_numpy()
+        ns = np.where(has, exact.fill_null(0).to_numpy(), ns)
+        valid |= has
+        big &= ~has
     return ns, valid, big
 
 
@@ -137,20 +145,26 @@ def span_frames(
         narrow = batch.select(names)
         return narrow if rows is None else narrow[rows]
 
-    spans = take("ph", "name", "ts", "ts_int", "dur", "dur_int", "pid", "pid_text", "tid", "tid_text")
+    spans = take(
+        "ph", "name", "ts", "ts_int", "ts_exact_ns", "dur", "dur_int", "dur_exact_ns",
+        "pid", "pid_text", "tid", "tid_text",
+    )
     n = spans.height
     at = np.arange(n) if rows is None else rows  # span row -> batch row
     ph = spans["ph"]
     name = spans["name"].fill_null("")
-    start, ok_ts, big_ts = us_to_ns(spans["ts"], spans["ts_int"])
-    dur, ok_dur, big_dur = us_to_ns(spans["dur"], spans["dur_int"])
+    start, ok_ts, big_ts = us_to_ns(spans["ts"], spans["ts_int"], spans["ts_exact_ns"])
+    dur, ok_dur, big_dur = us_to_ns(spans["dur"], spans["dur_int"], spans["dur_exact_ns"])
     missing_ids = _missing(spans, "pid") + _missing(spans, "tid")
     if missing_ids:
         warnings.append(f"{missing_ids} pid/tid values were missing; read as 0")
     pid = _ids(spans, "pid", ids)
     tid = _ids(spans, "tid", ids)
     del spans
-    _drop_consumed(batch, ("ts", "ts_int", "dur", "dur_int", "pid", "pid_text", "tid", "tid_text"))
+    _drop_consumed(
+        batch,
+        ("ts", "ts_int", "ts_exact_ns", "dur", "dur_int", "dur_exact_ns", "pid", "pid_text", "tid", "tid_text"),
+    )
 
     is_x = (ph == "X").to_numpy()
     bad_dur = is_x & ~ok_dur
@@ -282,7 +296,7 @@ def flow_frame(flows: pl.DataFrame, ids: Ids, warnings: list[str]) -> pl.DataFra
     }
     if not flows.height:
         return pl.DataFrame(schema=schema)
-    ts, ok, big = us_to_ns(flows["ts"], flows["ts_int"])
+    ts, ok, big = us_to_ns(flows["ts"], flows["ts_int"], flows["ts_exact_ns"])
     df = pl.DataFrame(
         {
             "cat": flows["cat"].fill_null(""),

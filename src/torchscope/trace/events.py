@@ -8,6 +8,7 @@ are ``msgspec.Raw`` slices of the original text.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -58,8 +59,9 @@ class Event(msgspec.Struct, gc=False):
     name: str | None = None
     pid: int | str | None = None
     tid: int | str | None = None
-    ts: int | float | None = None
-    dur: int | float | None = None
+    # a Decimal keeps a value written with decimals exact (a float cannot hold 1.7e15 us to the ns)
+    ts: int | Decimal | None = None
+    dur: int | Decimal | None = None
     id: int | str | None = None
     bp: str | None = None
     args: Args | None = None

@@ -429,7 +429,7 @@ def _or_decoded(
     """The scanned piece's tables, or the piece decoded by msgspec when the scanner declined it."""
     if got is not None:
         return got
-    return finish(raw.from_events(_decode_piece(data, begin, end, source, warnings)))
+    return finish(raw.from_events(_decode_piece(data, begin, end, source, warnings), warnings))
 
 
 # The top-level keys we keep (``Document``'s), whichever decoder read them; absent = null.
@@ -664,7 +664,7 @@ def _build(
     )
     if chunks is None:
         data = _as_bytes(data)
-        chunks = (raw.from_events(events) for events in _decode_chunks(data, source, warnings, top))
+        chunks = (raw.from_events(events, warnings) for events in _decode_chunks(data, source, warnings, top))
     kept_text: Text | None = data  # for the verbatim args of events we do not model
     if _read_whole(data):
         # one piece: decode it first, then free the JSON text before the columns are built,
