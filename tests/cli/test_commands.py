@@ -122,7 +122,9 @@ def test_diff_of_two_runs_of_several_ranks(
     runs = traces_dir / "multirank"
     assert main(["diff", str(runs), str(runs), "--json"]) == 0
     same = json.loads(capsys.readouterr().out)
-    assert same["step_us"]["ratio"] == 1.0 and len(same["operators"]) == 50
+    # every op row (the JSON was cut at 50 while the docs said every row): 164 distinct ops
+    assert same["step_us"]["ratio"] == 1.0 and len(same["operators"]) == 164
+    assert {r["status"] for r in same["operators"]} == {"unchanged"}
     assert all(r["delta_us"] == 0 for r in same["changes"])
     one = runs / "rank-1.json.gz"
     assert main(["diff", str(runs), str(one), "--json"]) == 0
@@ -361,3 +363,52 @@ def test_table_takes_any_row_limit_and_a_closed_pipe_is_no_error(traces_dir: Pat
         err = proc.stderr.read().decode() if proc.stderr else ""
         # our commands exit 0; rich's console (the report) exits 1 on a closed pipe, by design
         assert proc.wait(timeout=120) in (0, 1) and "Traceback" not in err and "Error" not in err, err
+
+
+def test_table_and_diff_say_what_a_damaged_input_lost(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # report printed these; table and diff read the same truncated file without a word
+    whole = traces_dir / "cuda/nccl_rank0_of_2.json.gz"
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(whole.read_bytes()[:100_000])
+    assert main(["table", str(cut), "--row-limit", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert "Self CPU time total" in out and "warning" not in out  # stdout stays torch's table
+    assert f"torchscope table: warning: {cut}: the gzip stream is truncated" in err
+    assert main(["diff", str(cut), str(whole), "--json"]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    assert f"torchscope diff: warning: {cut}: the file ends mid-event (truncated?)" in err
+
+
+def test_diff_refuses_a_directory_of_several_runs(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two unrelated runs in one folder were averaged as ranks of one run (a x12 "step time")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(traces_dir / "multirank/rank-0.json.gz", mixed / "a_rank0.json.gz")
+    shutil.copy(traces_dir / "cuda/nccl_rank0_of_2.json.gz", mixed)
+    assert main(["diff", str(traces_dir / "multirank"), str(mixed), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == (
+        f"torchscope diff: error: {mixed} holds 2 runs (mixed/a_rank0, mixed/nccl_rank0_of_2): diff compares"
+        f" one run with another; `torchscope report {mixed}` shows each"
+    )
+
+
+def test_contradictory_report_options_and_an_unchanged_diff_say_so(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = traces_dir / "cuda/nccl_rank0_of_2.json.gz"
+    page = tmp_path / "z.html"
+    for argv, problem in (
+        (["--html", str(page), "--no-html"], "--html and --no-html contradict each other: give one"),
+        (["--html", ""], "--html needs a file name"),
+    ):
+        assert main(["report", str(trace), *argv]) == 2
+        assert capsys.readouterr().err.strip() == f"torchscope report: error: {problem}"
+    assert not page.exists()
+    assert main(["diff", str(trace), str(trace)]) == 0
+    assert "no op or kernel changed: the same calls and times per step" in capsys.readouterr().out

@@ -412,3 +412,58 @@ def test_a_run_none_of_whose_files_reads_is_a_warning_not_a_run(traces_dir: Path
     job = analyse_job(root, engine="local:1")
     assert [r["run"] for r in job["runs"]] == ["t/a", "t/b"]
     assert any("bad.pt.trace.json" in w and w.startswith("skipped ") for w in job["warnings"])
+
+
+def test_an_op_outside_the_others_top_ops_is_not_called_zero_on_them() -> None:
+    # each rank keeps its top 40 ops; an op the straggler runs for 148 us a step that the other
+    # rank ran for 131 us (outside its top 40, whose smallest was 200 us) was "0 ns on the others"
+    from torchscope.job.straggler import _excess
+
+    def rank(ops: dict[str, float], floor: float) -> dict:
+        return {"cycles": [{"steps": 2, "ops_ns": ops, "ops_floor_ns": floor}]}
+
+    straggler = rank({"aten::mm": 900.0, "aten::add_": 148.0}, floor=148.0)
+    other = rank({"aten::mm": 500.0, **{f"op{i}": 300.0 for i in range(39)}}, floor=200.0)
+    rows = {r["name"]: r for r in _excess(straggler, [other], "ops_ns")}
+    assert rows["aten::mm"] == {
+        "name": "aten::mm",
+        "rank_ns": 900.0,
+        "median_ns": 500.0,
+        "excess_ns": 400.0,
+        "median_is_bound": False,
+    }
+    assert "aten::add_" not in rows  # at most 200 on the other: no excess can be claimed
+    # a table that was not full leaves nothing out: absent is truly 0
+    rows = {r["name"]: r for r in _excess(straggler, [rank({"aten::mm": 500.0}, floor=0.0)], "ops_ns")}
+    assert rows["aten::add_"]["median_ns"] == 0.0 and rows["aten::add_"]["median_is_bound"] is False
+    rows = {r["name"]: r for r in _excess(rank({"aten::add_": 250.0}, 0.0), [other], "ops_ns")}
+    assert rows["aten::add_"]["median_ns"] == 200.0 and rows["aten::add_"]["median_is_bound"] is True
+
+
+def test_a_cycle_without_device_work_is_reduced_in_the_runs_categories() -> None:
+    # a truncated cycle had no kernels, so it was summarized in the host's categories; averaged
+    # with the device categories of the other cycles, both systems were shown, each halved
+    from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES
+    from torchscope.job.reduce import one_category_system
+
+    def cycle(device: bool, kernel: float) -> dict:
+        dev = {c: 0.0 for c in (*BREAKDOWN_CATEGORIES, "Total")} | {"Kernel": kernel, "CPU Exec": 10.0}
+        host = {c: 0.0 for c in (*HOST_CATEGORIES, "Total")} | {"Operators": 10.0 + kernel}
+        chosen = dev if device else host
+        return {
+            "steps": 1,
+            "categories": list(BREAKDOWN_CATEGORIES if device else HOST_CATEGORIES),
+            "breakdown_ns": chosen,
+            "device_worked": device,
+            "device_breakdown_ns": dev,
+            "host_breakdown_ns": host,
+        }
+
+    ranks = [{"rank": 0, "cycles": [cycle(True, 90.0), cycle(False, 0.0)]}]
+    (rank,) = one_category_system(ranks)
+    assert [c["categories"] for c in rank["cycles"]] == [list(BREAKDOWN_CATEGORIES)] * 2
+    assert [set(c["breakdown_ns"]) for c in rank["cycles"]] == [{*BREAKDOWN_CATEGORIES, "Total"}] * 2
+    assert [c["breakdown_ns"]["Kernel"] for c in rank["cycles"]] == [90.0, 0.0]
+    # a run no cycle of which had device work stays in the host's categories
+    (host_only,) = one_category_system([{"rank": 0, "cycles": [cycle(False, 0.0)]}])
+    assert host_only["cycles"][0]["categories"] == list(HOST_CATEGORIES)

@@ -275,3 +275,20 @@ def test_a_damaged_top_level_value_in_a_large_file(
     assert trace.events.equals(expected)
     assert trace.meta.device_properties[0]["name"] == read_as
     assert any(warning in w for w in trace.meta.warnings)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (b"null", "JSON, but a bare null: not a trace (an object or a list of events)"),
+        (b' "x" ', "JSON, but a bare string: not a trace (an object or a list of events)"),
+        (b"garbage", "not JSON (does not start with '{' or '[')"),
+    ],
+)
+def test_a_json_value_that_is_no_trace_is_not_called_not_json(tmp_path: Path, text: bytes, problem: str) -> None:
+    # ``null`` is valid JSON: "not JSON" sent the user looking for a syntax error
+    path = tmp_path / "x.json"
+    path.write_bytes(text)
+    with pytest.raises(TraceError) as err:
+        read_chrome(path)
+    assert str(err.value) == f"{path}: {problem}"

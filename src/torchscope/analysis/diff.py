@@ -44,6 +44,7 @@ from torchscope.analysis.frames import kinds
 from torchscope.analysis.operators import _device_time_per_row, _self_calls
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, overview
 from torchscope.analysis.report import records
+from torchscope.analysis.report_model import us_of
 from torchscope.trace.model import Trace, TraceSet
 
 _TABLE: dict[str, Any] = {"name": pl.String(), "calls": pl.Float64(), "ns": pl.Float64()}
@@ -323,23 +324,24 @@ class TraceDiff:
     def _breakdown(self, side: Side) -> dict[str, float]:
         return side.breakdown_ns if self.categories is BREAKDOWN_CATEGORIES else side.host_breakdown_ns
 
-    def to_dict(self, top: int = 50) -> dict[str, Any]:
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
         """The JSON of ``torchscope diff``; categories and changes are ordered by |delta|, so
-        what changed leads."""
+        what changed leads. Every row of each table (``top``: the first rows only); times in
+        µs to the nanosecond, as the report writes them (``us_of``)."""
         a, b = self.a, self.b
         return {
             K.VERSION: K.REPORT_VERSION,
             K.DIFF_A: _side_dict(a),
             K.DIFF_B: _side_dict(b),
             K.DIFF_STEP: {
-                "a": a.step_ns / 1e3,
-                "b": b.step_ns / 1e3,
-                "delta": (b.step_ns - a.step_ns) / 1e3,
+                "a": us_of(a.step_ns),
+                "b": us_of(b.step_ns),
+                "delta": us_of(b.step_ns - a.step_ns),
                 "ratio": (b.step_ns / a.step_ns) if a.step_ns else None,
-                "noise_floor": self.noise_floor_ns / 1e3,
+                "noise_floor": us_of(self.noise_floor_ns),
             },
             K.DIFF_BREAKDOWN: {
-                c: {"a": self._breakdown(a)[c] / 1e3, "b": self._breakdown(b)[c] / 1e3, "delta": d / 1e3}
+                c: {"a": us_of(self._breakdown(a)[c]), "b": us_of(self._breakdown(b)[c]), "delta": us_of(d)}
                 for c, d in self.breakdown_delta_ns.items()
             },
             K.DIFF_CHANGES: records(self.changes, top),

@@ -119,6 +119,22 @@ def load_single(path: str | Path, early: Prefetch | None = None) -> Trace:
     return loaded
 
 
+def input_warnings(loaded: Trace | TraceSet) -> list[str]:
+    """What reading ``loaded`` repaired or skipped, one line each (a file of a directory named):
+    the lines ``report`` prints, for commands whose stdout is a table or JSON."""
+    from torchscope.trace.model import TraceSet
+
+    if not isinstance(loaded, TraceSet):
+        return [f"{loaded.meta.source}: {w}" for w in loaded.meta.warnings]
+    return [*loaded.skipped, *(f"{t.meta.source}: {w}" for t in loaded.values() for w in t.meta.warnings)]
+
+
+def warn_on_stderr(command: str, lines: list[str]) -> None:
+    """``lines`` as ``torchscope COMMAND: warning: ...`` on stderr (stdout stays a clean table)."""
+    for line in lines:
+        print(f"torchscope {command}: warning: {line}", file=sys.stderr)
+
+
 def exact_json(data: Any) -> str:
     """``data`` as indented JSON, microseconds that are not whole (``report_model.Us``) written
     exactly as the trace's nanoseconds say (``1712195495502094.565``, not ``...094.5``).

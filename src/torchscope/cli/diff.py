@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from torchscope.analysis import keys as K
 from torchscope.cli.base import EXIT_BAD_INPUT, EXIT_OK
-from torchscope.cli.common import at_least_one, html_target, load_input, print_json, progress, read_early
+from torchscope.cli.common import (
+    at_least_one,
+    html_target,
+    input_warnings,
+    load_input,
+    print_json,
+    progress,
+    read_early,
+    warn_on_stderr,
+)
 
 if TYPE_CHECKING:  # imported when used: both files start reading before polars imports
     from torchscope.trace.model import Trace, TraceSet
@@ -47,7 +56,10 @@ class DiffCommand:
         # both read while polars imports; B only when small, so that a large B's text does not
         # sit in memory beside all of A's work
         early_a, early_b = read_early(args.a), read_early(args.b, at_most=EARLY_SECOND_BYTES)
+        for path in (args.a, args.b):
+            _one_run(path)  # a directory of several runs: refused, not merged into one
         a, b = load_input(args.a, early_a), load_input(args.b, early_b)
+        warn_on_stderr(self.name, [*input_warnings(a), *input_warnings(b)])  # repaired or skipped files
         one_a, one_b = _one(a), _one(b)
         if args.html and (one_a is None or one_b is None):
             print(
@@ -118,6 +130,9 @@ def print_diff(
             t.add_row(cat, fmt_us(v["a"]), fmt_us(v["b"]), signed(v["delta"]))
     console.print(t)
     floor = step.get("noise_floor")
+    if not diff[K.DIFF_CHANGES]:
+        console.print("no op or kernel changed: the same calls and times per step")
+        return
     t = Table(
         title="ops and kernels by change per step (B - A): new, gone or other call counts first"
         + (f"; same-count changes under {fmt_us(floor)} (1% of the step) dimmed as noise" if floor else ""),
@@ -181,6 +196,21 @@ def distinct_labels(a: str, b: str) -> tuple[str, str]:
         if la != lb:
             return la, lb
     return Path(a).name, Path(b).name  # the same file twice
+
+
+def _one_run(path: str) -> None:
+    """Refuse a directory that holds several runs (``report`` tells them apart): its ranks would
+    be averaged together as if they were one run, and the diff would mean nothing."""
+    from torchscope.errors import UsageError
+    from torchscope.job.cli import job_directory
+
+    found = job_directory(path)
+    if found is not None and len(found.runs) > 1:
+        names = ", ".join(run.name for run in found.runs[:4]) + (", ..." if len(found.runs) > 4 else "")
+        raise UsageError(
+            f"{path} holds {len(found.runs)} runs ({names}): diff compares one run with another;"
+            f" `torchscope report {path}` shows each"
+        )
 
 
 def _one(loaded: Trace | TraceSet) -> Trace | None:

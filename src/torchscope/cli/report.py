@@ -14,6 +14,7 @@ from pathlib import Path
 from torchscope.analysis import keys as K
 from torchscope.cli.base import EXIT_OK
 from torchscope.cli.common import at_least_one, html_target, load_input, print_json, progress, read_early
+from torchscope.errors import UsageError
 
 
 class ReportCommand:
@@ -54,6 +55,10 @@ class ReportCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.html is not None and args.no_html:
+            raise UsageError("--html and --no-html contradict each other: give one")
+        if args.html is not None and not args.html.strip():
+            raise UsageError("--html needs a file name")
         if args.html:
             html_target(args.html, args.path)  # never the input itself: refused before any work
         early = read_early(args.path)  # a file inflates while the analysis modules below import

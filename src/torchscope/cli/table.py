@@ -10,7 +10,14 @@ import argparse
 import sys
 
 from torchscope.cli.base import EXIT_OK
-from torchscope.cli.common import load_single, print_json, progress, read_early
+from torchscope.cli.common import (
+    input_warnings,
+    load_single,
+    print_json,
+    progress,
+    read_early,
+    warn_on_stderr,
+)
 
 
 def _row_limit(text: str) -> int:
@@ -66,6 +73,7 @@ class TableCommand:
         from torchscope.compat.table import sorted_rows
 
         trace = load_single(args.path, early)
+        warn_on_stderr(self.name, input_warnings(trace))  # a truncated file: say what was read
         options = TableOptions(sort_by=args.sort_by, row_limit=args.row_limit)
         with progress("averaging"):
             ka = key_averages(

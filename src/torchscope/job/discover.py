@@ -17,6 +17,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchscope.trace.json_repair import not_a_document
+
 HEAD_BYTES = 64 * 1024  # enough for distributedInfo, which Kineto writes before the events
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
@@ -122,7 +124,7 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
     text = raw.decode("utf-8", errors="replace")
     body = text.lstrip()
     if not body.startswith(("{", "[")):
-        raise ValueError("not a JSON trace (does not start with '{' or '[')")
+        raise ValueError(not_a_document(raw, whole=len(raw) < size))
     if body.startswith("{") and _EVENTS.search(text) is None:
         looks_like_trace = "trace" in path.name.lower()
         if _OURS.match(body):

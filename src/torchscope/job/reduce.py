@@ -12,7 +12,7 @@ from collections import defaultdict
 from statistics import median
 from typing import Any
 
-from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES
 from torchscope.job.straggler import align, per_step, straggler
 
 OUTLIER_MADS = 3.0  # a rank is an outlier when its step is this many MADs from the median
@@ -209,9 +209,26 @@ def collective_table(aligned: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def one_category_system(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks with every cycle's breakdown in one category system: the device's when any
+    cycle of the run had device work, else the host's. A cycle without device work (a short or
+    truncated one) is summarized in the host's; averaged with the others' device categories,
+    both halves were shown and the shares summed to about 50 %."""
+    cycles = [c for r in ranks for c in r["cycles"]]
+    if not all("device_breakdown_ns" in c for c in cycles):
+        return ranks  # summaries without both systems: nothing to choose
+    device = any(c["device_worked"] for c in cycles)
+    cats = list(BREAKDOWN_CATEGORIES if device else HOST_CATEGORIES)
+    key = "device_breakdown_ns" if device else "host_breakdown_ns"
+    return [
+        {**r, "cycles": [{**c, "categories": cats, "breakdown_ns": c[key]} for c in r["cycles"]]}
+        for r in ranks
+    ]
+
+
 def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """The job summary of one run from its rank summaries."""
-    ranks = sorted(ranks, key=lambda r: r["rank"])
+    ranks = one_category_system(sorted(ranks, key=lambda r: r["rank"]))
     live = [r for r in ranks if r["cycles"]]
     steps = {r["rank"]: rank_step_ns(r) for r in live}
     med_step = float(median(steps.values())) if steps else 0.0

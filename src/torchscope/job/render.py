@@ -117,7 +117,12 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
             )
         for c in (s["ops"] + s["kernels"] + s["categories"])[:4]:
             lines.append(
-                f"  {short_name(c['name'])}: {fmt_ns(c['rank_ns'])}/step vs {fmt_ns(c['median_ns'])} on the others"
+                f"  {short_name(c['name'])}: {fmt_ns(c['rank_ns'])}/step vs "
+                + (
+                    f"at most {fmt_ns(c['median_ns'])} on the others (outside some ranks' top ops)"
+                    if c.get("median_is_bound")
+                    else f"{fmt_ns(c['median_ns'])} on the others"
+                )
             )
     elif run["ranks"] > 1 and run["collectives"]:
         lines.append(

@@ -151,18 +151,39 @@ def per_step(rank: dict[str, Any], key: str) -> dict[str, float]:
     return {k: v / max(steps, 1) for k, v in total.items()}
 
 
+def _floor_of(rank: dict[str, Any], key: str) -> float:
+    """The most a name absent from the rank's cut ``key`` table had per step (``summarize``)."""
+    floor = key.removesuffix("_ns") + "_floor_ns"
+    return max((float(c.get(floor, 0.0)) for c in rank["cycles"]), default=0.0)
+
+
 def _excess(
     mine: dict[str, Any], others: list[dict[str, Any]], key: str, skip: tuple[str, ...] = ()
 ) -> list[dict[str, Any]]:
-    """Names whose ns per step on the straggler exceed the other ranks' median (absent = 0)."""
+    """Names whose ns per step on the straggler exceed the other ranks' median.
+
+    Each rank keeps only its top ops and kernels (``summarize``): a name absent from a full
+    table counts at that table's smallest value, an upper bound, and the row says so
+    (``median_is_bound``): "0 ns on the others" was printed for an op that rank 0 ran for
+    131 us a step but outside its top 40."""
     own = per_step(mine, key)
-    theirs = [per_step(o, key) for o in others]
+    theirs = [(per_step(o, key), _floor_of(o, key)) for o in others]
     rows: list[dict[str, Any]] = []
     for name, v in own.items():
         if name in skip:
             continue
-        typical = median([t.get(name, 0.0) for t in theirs])
+        values = [t.get(name, floor) for t, floor in theirs]
+        bound = any(name not in t and floor > 0 for t, floor in theirs)
+        typical = median(values)
         if v > typical:
-            rows.append({"name": name, "rank_ns": v, "median_ns": typical, "excess_ns": v - typical})
+            rows.append(
+                {
+                    "name": name,
+                    "rank_ns": v,
+                    "median_ns": typical,
+                    "excess_ns": v - typical,
+                    "median_is_bound": bound,
+                }
+            )
     rows.sort(key=lambda r: (-float(r["excess_ns"]), str(r["name"])))
     return rows[:TOP_CAUSES]

@@ -102,6 +102,12 @@ def _per_step(df: pl.DataFrame, key: str, value: str, steps: int, top: int) -> d
     return {str(k): float(v) / steps for k, v in zip(df[key], df[value], strict=True)}
 
 
+def _floor(kept: dict[str, float], top: int) -> float:
+    """What a name absent from a cut table may still have had per step: the smallest value
+    kept when the table was cut at ``top``, else 0 (every name with any time was kept)."""
+    return min(kept.values()) if len(kept) >= top else 0.0
+
+
 def summarize_cycle(trace: Trace) -> dict[str, Any]:
     """A cycle's small summary (see the module doc); the Trace can be dropped afterwards."""
     ctx = Context(trace)
@@ -130,12 +136,19 @@ def summarize_cycle(trace: Trace) -> dict[str, Any]:
         "steps_from_trace": ov.steps_from_trace,
         "step_ns": [int(x) for x in ov.steps["dur_ns"].to_list()],
         "breakdown_ns": {c: float(source[c]) for c in (*cats, "Total")},
+        # both systems, so that a run whose cycles differ (one without device work) is reduced
+        # in one of them (``reduce.one_category_system``)
+        "device_worked": device,
+        "device_breakdown_ns": {c: float(ov.breakdown_ns[c]) for c in (*BREAKDOWN_CATEGORIES, "Total")},
+        "host_breakdown_ns": {c: float(ov.host_breakdown_ns[c]) for c in (*HOST_CATEGORIES, "Total")},
         "comm_overlap_ns": {
             c: float(ov.comm_overlap[c].sum()) / n
             for c in ("computation_ns", "communication_ns", "overlap_ns", "other_ns")
         },
-        "ops_ns": _per_step(ops, "name", "host_self_ns", steps, TOP_OPS),
-        "kernels_ns": _per_step(kernels, "name", "total_ns", steps, TOP_KERNELS),
+        "ops_ns": (ops_ns := _per_step(ops, "name", "host_self_ns", steps, TOP_OPS)),
+        "ops_floor_ns": _floor(ops_ns, TOP_OPS),
+        "kernels_ns": (kernels_ns := _per_step(kernels, "name", "total_ns", steps, TOP_KERNELS)),
+        "kernels_floor_ns": _floor(kernels_ns, TOP_KERNELS),
         "collectives": compact(collectives(trace)),
         "findings": findings,
         "warnings": list(trace.meta.warnings),

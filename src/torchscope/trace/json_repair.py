@@ -254,3 +254,31 @@ def flatten_deep_values(text: bytes, limit: int = NEST_LIMIT) -> tuple[bytes, st
     return b"".join(parts), (
         f"kept {kept:,} value{'s' if kept != 1 else ''} nested deeper than {limit} levels as JSON text"
     )
+
+
+_JSON_KINDS = {
+    type(None): "a bare null",
+    bool: "a bare true/false",
+    int: "a bare number",
+    float: "a bare number",
+    str: "a bare string",
+}
+
+
+def not_a_document(text: bytes, whole: bool) -> str:
+    """Why ``text``, which does not start with ``{`` or ``[``, is not a trace: empty, only white
+    space, a JSON value that is no object or list (``null``: valid JSON, so "not JSON" was
+    wrong), or not JSON at all. ``whole``: ``text`` is the whole file, not its head."""
+    body = text.strip()
+    if whole and not text:
+        return "file is empty"
+    if whole and not body:
+        return "file holds only white space"
+    if whole and len(body) <= 4096:
+        try:
+            value = json.loads(body)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            return f"JSON, but {_JSON_KINDS.get(type(value), 'a bare value')}: not a trace (an object or a list of events)"
+    return "not JSON (does not start with '{' or '[')"

@@ -52,6 +52,7 @@ from torchscope.trace.json_repair import (
     describe,
     escape_raw_strings,
     flatten_deep_values,
+    not_a_document,
     repair_values,
     replace_invalid_utf8,
     replace_lone_surrogates,
@@ -524,7 +525,8 @@ def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, An
         raise TraceError(source, "file is empty" if not data else "file holds only white space")
     head = data[first.start() : first.start() + 64]
     if head[:1] not in (b"{", b"["):
-        raise TraceError(source, "not JSON (does not start with '{' or '[')")
+        rest = data[first.start() : first.start() + 8192]
+        raise TraceError(source, not_a_document(rest, whole=first.start() + len(rest) == len(data)))
     try:
         if head.startswith(b"["):
             return {}, _EVENTS_DECODER.decode(data)

@@ -31,7 +31,7 @@ const viewJob = (() => {
       if (R.straggler) {
         out.push(h("h4", {}, `Rank ${R.straggler.rank} arrives last at ${R.straggler.last} of ${R.straggler.matched} collectives; it spends more on`));
         out.push(table([{ key: "name", label: "op / kernel / category", cls: "name" }, { key: "rank_ns", label: "on the straggler", num: true, fmt: fmtNs },
-          { key: "median_ns", label: "other ranks' median", num: true, fmt: fmtNs }, { key: "excess_ns", label: "excess per step", num: true, fmt: fmtNs }],
+          { key: "median_ns", label: "other ranks' median", num: true, fmt: (v, r) => (r.median_is_bound ? "≤ " : "") + fmtNs(v) }, { key: "excess_ns", label: "excess per step", num: true, fmt: fmtNs }],
           [...R.straggler.ops, ...R.straggler.kernels, ...R.straggler.categories], { id: "job-straggler", sort: "excess_ns" }));
       }
       if ((R.collectives || []).length) {
