@@ -356,6 +356,19 @@ def test_a_script_with_its_own_torch_profiler_keeps_its_files_and_exit_code(tmp_
     assert report["run"]["exit_code"] == 7
 
 
+def test_with_no_redirect_torchs_own_profiler_runs_after_ours_stops(tmp_path: Path) -> None:
+    """--no-redirect leaves torch.profiler torch's: it started a second Kineto session beside ours
+    and the process died (139) with nothing written. Ours now stops before torch's prepares."""
+    out, logs = tmp_path / "run", tmp_path / "tb"
+    done = _run_cli("--no-redirect", "--out", str(out), str(SCRIPTS / "own_profiler.py"), str(logs), "7")
+    assert done.returncode == 7, done.stderr[-2000:]
+    assert "torch.profiler.profiler profiled True" in done.stdout  # the script got torch's own
+    assert len(list(logs.glob("mine.*.pt.trace.json"))) == 1
+    report = _report(out)
+    assert any("started torch's own profiler" in n and "--no-redirect" in n for n in report["run"]["notes"])
+    assert report["run"]["exit_code"] == 7
+
+
 def test_legacy_autograd_profiler_and_torchscope_profile_inside_run(tmp_path: Path) -> None:
     out = tmp_path / "legacy"
     done = _run_cli("--out", str(out), "--no-summary", str(SCRIPTS / "own_legacy_profiler.py"), "4")

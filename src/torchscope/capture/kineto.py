@@ -346,12 +346,13 @@ class KinetoSession:
     """One Kineto session: prepare (warm up), start recording, stop into a ``Cycle``."""
 
     def __init__(self, options: dict[str, Any], scratch: _Scratch) -> None:
-        from torchscope.capture.redirect import torch_original
+        from torchscope.capture.redirect import OWNED, torch_original
 
         torch_profile = torch_original("torch.autograd.profiler", "profile")  # ours when redirected
 
         self._scratch = scratch
         self._profiler = torch_profile(use_kineto=True, **options)
+        setattr(self._profiler, OWNED, True)  # ours, not a script's (``redirect.guard_torch_profiler``)
         self.use_device: str | None = self._profiler.use_device
         # torch's memory profiler reads Kineto's results: kept until the next cycle for it
         self._keep_kineto = all(options.get(k) for k in MEMORY_TIMELINE_OPTIONS)

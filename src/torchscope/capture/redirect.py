@@ -125,6 +125,39 @@ def add_host(on_profiler: Callable[[Any], None]) -> None:
         ours.PREPARE_HOOKS.append(_ask_hosts)
 
 
+# What the hosts are called with when torch's own profiler (not redirected) is about to prepare
+TORCH_PROFILER = object()
+# set on the torch profiler objects our own sessions drive (``capture.kineto``): not the script's
+OWNED = "_torchscope_owned"
+_GUARDED: list[Any] = []  # torch's own ``_prepare_trace`` while guarded
+
+
+def guard_torch_profiler() -> None:
+    """Without ``install()`` (``torchscope run --no-redirect``): torch's names stay torch's, but
+    its profiler asks the hosts before it prepares Kineto, so that the host's recording stops
+    first: a second Kineto session beside ours ended in a segmentation fault. Idempotent."""
+    import torch.autograd.profiler as autograd_profiler
+
+    if _GUARDED:
+        return
+    original = autograd_profiler.profile._prepare_trace
+
+    def _prepare_trace(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, OWNED, False):
+            _ask_hosts(TORCH_PROFILER)
+        return original(self, *args, **kwargs)
+
+    _GUARDED.append(original)
+    autograd_profiler.profile._prepare_trace = _prepare_trace  # type: ignore[method-assign]
+
+
+def unguard_torch_profiler() -> None:
+    import torch.autograd.profiler as autograd_profiler
+
+    if _GUARDED:
+        autograd_profiler.profile._prepare_trace = _GUARDED.pop()  # type: ignore[method-assign]
+
+
 def remove_host(on_profiler: Callable[[Any], None]) -> None:
     if on_profiler in _HOSTS:
         _HOSTS.remove(on_profiler)

@@ -363,9 +363,21 @@ class _Recording:
         """``other`` (the script's or its framework's profiler) is about to record: ours stops for
         good, and each cycle ``other`` finishes is copied into the run directory too. ``None``:
         the script switches off whatever profiler is on (``torch.autograd._disable_profiler``)."""
+        from torchscope.capture.redirect import TORCH_PROFILER
+
         if other is None:
             if self.prof is not None and self.prof._started:
                 self._stop_ours()
+            return
+        if other is TORCH_PROFILER:  # torch's own, not redirected (--no-redirect): its files are its own
+            if self.prof is not None and self.prof._started:
+                steps = self.hook.count if self.hook is not None else 0
+                self._stop_ours()
+                self.notes.append(
+                    f"the script started torch's own profiler after {steps} optimizer steps (--no-redirect):"
+                    " torchscope run stopped recording there (one recording at a time); the script's"
+                    " profiler writes its own output"
+                )
             return
         if other is self.prof:
             return
@@ -471,6 +483,8 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
     redirected = options.redirect and not redirect.installed()
     if redirected:
         redirect.install()
+    elif not options.redirect:
+        redirect.guard_torch_profiler()  # torch's own profiler asks ours to stop before it starts
     redirect.add_host(rec.on_other_profiler)
     handle = register_optimizer_step_post_hook(hook)
     t0 = time.perf_counter()
@@ -498,6 +512,8 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         redirect.remove_host(rec.on_other_profiler)
         if redirected:
             redirect.uninstall()
+        elif not options.redirect:
+            redirect.unguard_torch_profiler()
         hook.finish()
         rec.stopping.append(hook.count)
         if prof._started:
