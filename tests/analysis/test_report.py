@@ -88,3 +88,22 @@ def test_an_empty_trace_gives_a_complete_empty_report() -> None:
     assert r[K.STEPS] == [] and r[K.RECOMMENDATIONS] == [] and r[K.BREAKDOWN_US]["Total"] == 0
     assert tuple(diff_traces(Trace(), Trace()).to_dict()) == K.DIFF_KEYS
     json.dumps(r, allow_nan=False)
+
+
+def test_one_process_cycles_are_not_ranks(load_trace: Callable[[str], Trace]) -> None:
+    # torchscope run's cycles were reported as ranks: a "straggler" in a single process, each
+    # finding once per cycle labelled "rank 0", and averages that ignored each cycle's steps
+    from torchscope.trace.model import TraceSet
+
+    a, b = load_trace("cuda/nccl_rank0_of_2.json.gz"), load_trace("multirank/rank-0.json.gz")
+    as_ranks = build_report(TraceSet({"step_4": a, "step_22": b}))
+    r = build_report(TraceSet({"step_4": a, "step_22": b}, members="cycles"))
+    assert len(as_ranks[K.DISTRIBUTED]["ranks"]) == 2
+    assert r[K.DISTRIBUTED]["ranks"] == [] and r[K.DISTRIBUTED]["slowest_rank"] is None
+    steps = {k: len(v[K.STEPS]) for k, v in r[K.RANKS].items()}
+    assert steps == {"step_4": 3, "step_22": 2} and r[K.STEPS] == 5
+    totals = {k: v[K.BREAKDOWN_US]["Total"] for k, v in r[K.RANKS].items()}
+    weighted = (totals["step_4"] * 3 + totals["step_22"] * 2) / 5
+    assert r[K.BREAKDOWN_US]["Total"] == pytest.approx(weighted, abs=0.001)
+    rules = [f["rule"] for f in r[K.RECOMMENDATIONS]]
+    assert len(rules) == len(set(rules)) and all("rank" not in f for f in r[K.RECOMMENDATIONS])

@@ -380,25 +380,55 @@ def _rank_rows(ts: TraceSet, ranks: pl.DataFrame, slowest: int | None) -> list[M
     ]
 
 
+def _cycle_findings(ranks: dict[str, M.TraceReport]) -> list[M.Finding]:
+    """One process's cycles: each rule once, as the cycle where it weighs most found it (the same
+    finding in every cycle, each labelled "rank 0", read as several ranks)."""
+    best: dict[str, M.Finding] = {}
+    for r in ranks.values():
+        for rec in r.recommendations:
+            kept = best.get(rec.rule)
+            if kept is None or float(rec.evidence.get("share") or 0) > float(kept.evidence.get("share") or 0):
+                best[rec.rule] = rec
+    return list(best.values())
+
+
 def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
-    """The typed report of several ranks: each rank's report, the distributed view, averages."""
+    """The typed report of several ranks: each rank's report, the distributed view, averages.
+
+    For one process's cycles (``ts.members == "cycles"``) there are no ranks to compare: no
+    distributed view or straggler, averages weighted by each cycle's steps, each finding once."""
     ranks = {name: report_model(tr, top) for name, tr in ts.items()}
-    dist = distributed(ts)
-    n = max(len(ranks), 1)
-    avg = {c: sum(r.breakdown_us[c] for r in ranks.values()) / n for c in (*BREAKDOWN_CATEGORIES, "Total")}
-    havg = {c: sum(r.host_breakdown_us[c] for r in ranks.values()) / n for c in (*HOST_CATEGORIES, "Total")}
-    recs = [
-        msgspec.structs.replace(rec, rank=rank_of(name, ts[name]))
-        for name, r in ranks.items()
-        for rec in r.recommendations
-    ]
+    cycles = ts.members == "cycles"
+    dist = distributed(TraceSet({}) if cycles else ts)
+    weight = {name: (max(len(r.steps), 1) if cycles else 1) for name, r in ranks.items()}
+    n = max(sum(weight.values()), 1)
+    avg = {
+        c: sum(r.breakdown_us[c] * weight[k] for k, r in ranks.items()) / n
+        for c in (*BREAKDOWN_CATEGORIES, "Total")
+    }
+    havg = {
+        c: sum(r.host_breakdown_us[c] * weight[k] for k, r in ranks.items()) / n
+        for c in (*HOST_CATEGORIES, "Total")
+    }
+    recs = (
+        _cycle_findings(ranks)
+        if cycles
+        else [
+            msgspec.structs.replace(rec, rank=rank_of(name, ts[name]))
+            for name, r in ranks.items()
+            for rec in r.recommendations
+        ]
+    )
     collectives = records(dist.collectives)
     wait = records(dist.wait_for_slowest)
     return M.TraceSetReport(
         report_version=K.REPORT_VERSION,
         kind="traceset",
         source=ts.source,
-        steps=max((len(r.steps) for r in ranks.values()), default=0),
+        # a process's cycles add up; ranks run side by side (the most steps of any rank)
+        steps=sum(len(r.steps) for r in ranks.values())
+        if cycles
+        else max((len(r.steps) for r in ranks.values()), default=0),
         breakdown_us={k: M.us_of(v * 1e3) for k, v in avg.items()},  # type: ignore[misc]
         host_breakdown_us={k: M.us_of(v * 1e3) for k, v in havg.items()},  # type: ignore[misc]
         distributed=M.DistributedView(

@@ -262,6 +262,7 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
         else TraceSet(
             {p.name.removesuffix(".pt.trace.json"): t for p, t in zip(paths, traces, strict=False)},
             source=str(options.out),
+            members="cycles",  # one process's cycles: no ranks, no straggler
         )
     )
     payload = build_payload(subject, title=title, extra=extra)

@@ -188,6 +188,9 @@ class TraceSet(Mapping[str, Trace]):
     # files of the directory that were not read, one line each (the file and why): a config
     # file beside the traces, a rank whose file is broken beyond repair
     skipped: tuple[str, ...] = ()
+    # "ranks" (or workers: processes side by side) or "cycles" (one process's profiling cycles,
+    # one after the other: ``torchscope run``'s traces), which have no straggler to compare
+    members: str = "ranks"
 
     def __getitem__(self, key: str) -> Trace:
         return self.traces[key]

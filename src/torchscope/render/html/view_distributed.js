@@ -12,7 +12,8 @@ const viewDistributed = (() => {
     const R = report() || {}, d = R.distributed;
     /** @type {Node[]} */
     const out = [h("h2", {}, "Distributed")];
-    if (!d) {
+    // one trace, or one process's cycles (`torchscope run`): no ranks to compare
+    if (!d || !(d.ranks || []).length) {
       const steps = rep().steps || [];
       if (!steps.some((/** @type {Obj} */ x) => x.comm_overlap_us.communication_us)) return [...out, empty("One trace without communication; no per-rank data.")];
       out.push(h("h3", {}, "Computation and communication per step"));
