@@ -6,7 +6,9 @@ thread reads the main thread's frame every ``interval_s`` via ``sys._current_fra
 one compact record per sample (wall-clock time, an interned stack id). A sample weighs the
 time since the previous one: a C call that holds the GIL (NumPy's ``nonzero``) delays the
 sampler, and the whole delay is then charged to the frame found when it returns, which is the
-Python function that made the call. ``HotSpots.table``
+Python function that made the call. While it samples, the interpreter's switch interval is
+the sampling interval (it is 5 ms by default, and a busy pure-Python loop would otherwise let
+the sampler in only that often, which looked like long C calls). ``HotSpots.table``
 aggregates per function: total and self time, and, given the trace's op intervals on the same
 thread, the share of that time no op covered: the part only this table shows. "Self" time is
 charged to the call the user's code made (``hot_frame``), so the table names ``np.argwhere``
@@ -182,9 +184,17 @@ class Sampler:
     _stacks: dict[tuple[tuple[CodeType, ...], tuple[int, ...]], int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _switch: float | None = None  # the interpreter's switch interval before start(), restored by stop()
 
     def start(self) -> None:
         self._stop.clear()
+        # A thread waiting for the GIL gets it only after the interpreter's switch interval (5 ms
+        # by default): a script busy in pure Python was sampled every ~5 ms, and each such gap,
+        # taken for a C call holding the GIL (``_charge_long_gaps``), went to the frames the
+        # samples around it shared: a 9 ms pure-Python function called at module level showed as
+        # ``<module>``'s self time. Switching as often as we sample keeps gaps for real C calls.
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, self.interval_s))
         self._thread = threading.Thread(target=self._loop, name="torchscope-sampler", daemon=True)
         self._thread.start()
 
@@ -192,6 +202,9 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._switch is not None:
+            sys.setswitchinterval(self._switch)
+            self._switch = None
         return HotSpots.from_samples(self)
 
     def _loop(self) -> None:
