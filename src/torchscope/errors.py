@@ -52,3 +52,9 @@ class UsageTypeError(UsageError, TypeError):
 class ProfilerStateError(TorchscopeError, RuntimeError):
     """A profiler session used out of order (``step()`` before ``start()``, ``stop()`` twice,
     ``events()`` under ``trace_only``, ...): a ``RuntimeError``, as torch's are."""
+
+
+class NoCycleYetError(ProfilerStateError, AssertionError):
+    """Results asked for before any profiling cycle finished (``key_averages()`` right after
+    ``start()``): torch asserts there (``assert self.profiler``), so this is an ``AssertionError``
+    too, and a script's ``except AssertionError`` written for torch keeps working."""

@@ -48,7 +48,7 @@ from torchscope.capture.schedule import ProfilerAction, as_action, default_sched
 from torchscope.compat.averages import KeyAverages, key_averages
 from torchscope.compat.event_args import LazyEventArgs
 from torchscope.compat.events import EventList, FunctionEvent, build_events, export_stacks
-from torchscope.errors import ProfilerStateError, UsageAssertionError, UsageError, UsageTypeError
+from torchscope.errors import NoCycleYetError, ProfilerStateError, UsageAssertionError, UsageError, UsageTypeError
 from torchscope.trace.model import Trace
 
 # torch 2.12 put the Python frames of with_stack=True into events() and key_averages()
@@ -506,7 +506,7 @@ class profile:
     # -- results ----------------------------------------------------------------------------
     def _require_cycle(self, what: str) -> list[Cycle]:
         if not self._cycles:
-            raise ProfilerStateError(f"{what}: no profiling cycle has finished yet")
+            raise NoCycleYetError(f"{what}: no profiling cycle has finished yet")
         return self._cycles
 
     def trace(self) -> Trace:
@@ -538,7 +538,7 @@ class profile:
         ``compat.averages``. ``tensor_list_shapes=True`` keys tensor-list arguments by their
         tensors' shapes, where torch shows ``[]``."""
         deadline = self._check_post_processing()
-        traces = self.traces()
+        traces = [c.trace for c in self._require_cycle("key_averages()")]
         if deadline is not None and time.perf_counter() >= deadline:
             _timed_out(self.post_processing_timeout_s, 0)
             traces = []  # torch's post-processing keeps what it made by then: nothing

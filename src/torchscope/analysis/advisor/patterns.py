@@ -107,22 +107,29 @@ def conv_bias_before_batchnorm(ctx: Context) -> list[Finding]:
     convs = ops.filter(
         (pl.col("name").cast(pl.String) == "aten::conv2d") & (pl.col("next") == "aten::batch_norm")
     )
-    with_bias = 0
+    calls = 0
+    layers: set[str] = set()  # a layer is called once a step: count them by their shapes
     for dims in convs["input_dims"].to_list():
         try:
             d = json.loads(dims) if dims else []
         except ValueError:
             continue
         if len(d) > 2 and isinstance(d[2], list) and len(d[2]) > 0:
-            with_bias += 1
-    if with_bias == 0:
+            calls += 1
+            layers.add(dims)
+    if calls == 0:
         return []
+    n = len(layers)
+    # "5 convolutions" for one layer over five steps sent users looking for layers that do not exist
     return [
         Finding(
             rule="conv_bias_before_batchnorm",
-            message=f"{with_bias} convolutions with a bias feed straight into BatchNorm, which cancels the bias.",
+            message=(
+                f"{n} convolution layer{'s' if n != 1 else ''} with a bias feed{'s' if n == 1 else ''}"
+                f" straight into BatchNorm, which cancels the bias ({calls} call{'s' if calls != 1 else ''})."
+            ),
             fix="Create those Conv2d layers with bias=False.",
-            evidence={"convolutions": with_bias},
+            evidence={"convolutions": n, "calls": calls},
             impact=0.01,
         )
     ]
