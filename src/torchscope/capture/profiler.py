@@ -48,7 +48,13 @@ from torchscope.capture.schedule import ProfilerAction, as_action, default_sched
 from torchscope.compat.averages import KeyAverages, key_averages
 from torchscope.compat.event_args import LazyEventArgs
 from torchscope.compat.events import EventList, FunctionEvent, build_events, export_stacks
-from torchscope.errors import NoCycleYetError, ProfilerStateError, UsageAssertionError, UsageError, UsageTypeError
+from torchscope.errors import (
+    NoCycleYetError,
+    ProfilerStateError,
+    UsageAssertionError,
+    UsageError,
+    UsageTypeError,
+)
 from torchscope.trace.model import Trace
 
 # torch 2.12 put the Python frames of with_stack=True into events() and key_averages()
