@@ -59,9 +59,10 @@ def test_a_cpu_diff_uses_the_reports_host_categories(runs: tuple[Trace, Trace]) 
     assert d.categories == HOST_CATEGORIES
     r = d.to_dict()
     assert "Operators" in r["breakdown_us"] and "CPU Exec" not in r["breakdown_us"]
-    # the same numbers the report shows for each run (its host breakdown, per step)
+    # the same numbers the report shows for each run (its host breakdown, per step), to the
+    # nanosecond as the report writes averages
     ops_a = overview(a).host_breakdown_ns["Operators"] / 1e3
-    assert r["breakdown_us"]["Operators"]["a"] == pytest.approx(ops_a, rel=1e-9)
+    assert r["breakdown_us"]["Operators"]["a"] == pytest.approx(ops_a, abs=0.0005)
     assert sum(v["delta"] for v in r["breakdown_us"].values()) == pytest.approx(
         r["step_us"]["delta"], abs=0.01
     )
