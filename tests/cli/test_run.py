@@ -354,6 +354,12 @@ def test_a_script_with_its_own_torch_profiler_keeps_its_files_and_exit_code(tmp_
     assert "my_step" in {r["name"] for r in report["report"]["ranks"][names[-1]]["operators"]}
     assert any("stepped aside" in n for n in report["run"]["notes"])
     assert report["run"]["exit_code"] == 7
+    # ours stepped aside when the script's profiler started, before any optimizer step: nothing
+    # of the script's steps (its own ProfilerStep#0 of the wait phase) lands in our recording
+    assert any("after 0 optimizer steps" in n for n in report["run"]["notes"])
+    ours = [p for p in (out / "traces").glob("*.pt.trace.json") if not p.name.startswith("script_profiler")]
+    for path in ours:
+        assert "ProfilerStep#" not in path.read_text()
 
 
 def test_with_no_redirect_torchs_own_profiler_runs_after_ours_stops(tmp_path: Path) -> None:

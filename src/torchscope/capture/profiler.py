@@ -350,6 +350,10 @@ class profile:
         """Begin profiling (step 0 of the schedule)."""
         if self._started:
             raise ProfilerStateError("profile.start() called twice; call stop() first")
+        # a host (``torchscope run``) steps aside now, not at the first prepare: the steps this
+        # profiler marks during its wait phase would land in the host's recording
+        for hook in list(PREPARE_HOOKS):
+            hook(self)
         self._started = True
         try:
             self._transit(ProfilerAction.NONE, self.current_action)

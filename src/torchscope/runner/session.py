@@ -280,7 +280,8 @@ class _Recording:
         self.kept: list[Path] = []  # the files the report reads
         self.problems: list[str] = []
         self.notes: list[str] = []
-        self.stopping: list[int] = []  # holds the optimizer step count once the script has ended
+        # the optimizer step count once the script has ended, or once ours stepped aside for good
+        self.stopping: list[int] = []
         self.prof: Any = None
         self.hook: _StepHook | None = None
         self.cap: RecordingCap | None = None
@@ -358,6 +359,14 @@ class _Recording:
         except Exception as exc:  # noqa: BLE001 - keep the script's exit code and what was written
             self.problems.append(f"profiler stop: {type(exc).__name__}: {exc}")
 
+    def _step_aside(self) -> None:
+        """Stop ours for good because the script's profiler takes over: the step it had just
+        opened after the last ``optimizer.step()`` is no step (a 0.1 ms ``ProfilerStep#N`` made
+        "5 steps, 180 ms per step" of four 225 ms ones), so its trace names it as the tail."""
+        if self.hook is not None:
+            self.stopping.append(self.hook.count)
+        self._stop_ours()
+
     # -- a profiler of the script's own ------------------------------------------------------
     def on_other_profiler(self, other: Any) -> None:
         """``other`` (the script's or its framework's profiler) is about to record: ours stops for
@@ -372,7 +381,7 @@ class _Recording:
         if other is TORCH_PROFILER:  # torch's own, not redirected (--no-redirect): its files are its own
             if self.prof is not None and self.prof._started:
                 steps = self.hook.count if self.hook is not None else 0
-                self._stop_ours()
+                self._step_aside()
                 self.notes.append(
                     f"the script started torch's own profiler after {steps} optimizer steps (--no-redirect):"
                     " torchscope run stopped recording there (one recording at a time); the script's"
@@ -387,7 +396,7 @@ class _Recording:
         self._adopted.append(other)
         steps = self.hook.count if self.hook is not None else 0
         if self.prof is not None and self.prof._started:
-            self._stop_ours()
+            self._step_aside()
         if len(self._adopted) == 1:
             self.notes.append(
                 f"the script started its own profiler after {steps} optimizer steps: torchscope run stepped "
