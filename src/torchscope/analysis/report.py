@@ -381,8 +381,9 @@ def _rank_rows(ts: TraceSet, ranks: pl.DataFrame, slowest: int | None) -> list[M
 
 
 def _cycle_findings(ranks: dict[str, M.TraceReport]) -> list[M.Finding]:
-    """One process's cycles: each rule once, as the cycle where it weighs most found it (the same
-    finding in every cycle, each labelled "rank 0", read as several ranks)."""
+    """One process's cycles: each rule once (the same finding in every cycle, each labelled
+    "rank 0", read as several ranks). The kept one is the cycle's whose evidence measured the
+    largest ``share``; for a rule whose evidence has none, the first cycle's."""
     best: dict[str, M.Finding] = {}
     for r in ranks.values():
         for rec in r.recommendations:

@@ -24,12 +24,19 @@ if TYPE_CHECKING:  # imported when used: a command starts reading its trace befo
     from torchscope.trace.model import Trace, TraceSet
 
 
-def at_least_one(text: str) -> int:
-    """An argparse type for a count of rows: a whole number of at least 1."""
+def whole_number(text: str) -> int:
+    """An argparse type: a whole number, however large (capped at ``sys.maxsize``, which is
+    every row there can be: an int beyond it overflowed the table's slicing)."""
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    return min(n, sys.maxsize)
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type for a count of rows: a whole number of at least 1."""
+    n = whole_number(text)
     if n < 1:
         raise argparse.ArgumentTypeError(f"{n} is less than 1")
     return n

@@ -7,7 +7,6 @@ off a cluster reads like the one the training script would have printed.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from torchscope.cli.base import EXIT_OK
 from torchscope.cli.common import (
@@ -17,16 +16,8 @@ from torchscope.cli.common import (
     progress,
     read_early,
     warn_on_stderr,
+    whole_number,
 )
-
-
-def _row_limit(text: str) -> int:
-    """torch's ``row_limit``: a whole number (-1 or less: every row), however large."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    return min(n, sys.maxsize)
 
 
 class TableCommand:
@@ -44,7 +35,7 @@ class TableCommand:
             "--sort-by", default=None, help="a torch sort key, e.g. cpu_time_total, self_cuda_time_total"
         )
         parser.add_argument(
-            "--row-limit", type=_row_limit, default=30, help="rows to print (default 30; -1 for all)"
+            "--row-limit", type=whole_number, default=30, help="rows to print (default 30; -1 for all)"
         )
         parser.add_argument(
             "--group-by-input-shape", action="store_true", help="one row per op and input shapes"

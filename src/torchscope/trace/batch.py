@@ -156,19 +156,20 @@ def _int_or_text(values: list[Any]) -> tuple[pl.Series, pl.Series]:
     return ints, pl.Series(text, dtype=pl.String)
 
 
-def _number(values: list[Any], overflowed: list[int]) -> tuple[pl.Series, pl.Series, pl.Series]:
+def _number(values: list[Any]) -> tuple[pl.Series, pl.Series, pl.Series, int]:
     """A float column; where the value is an int64, the exact int; where it was written with
     decimals (msgspec gives a ``Decimal``), its exact nanoseconds, as the scanner reads them.
 
     A number too large for a double (``1E400``) is null, as the repair of a float field makes
-    it; ``overflowed`` gets how many there were, for the same warning."""
+    it; the last item says how many there were, for the same warning."""
     decimals: list[Decimal | None] = []
     floats: list[Any] = []
+    overflowed = 0
     for v in values:
         if type(v) is Decimal:
             f = float(v)
             if v.is_finite() and math.isinf(f):
-                overflowed.append(1)
+                overflowed += 1
                 decimals.append(None)
                 floats.append(None)
             else:
@@ -181,6 +182,7 @@ def _number(values: list[Any], overflowed: list[int]) -> tuple[pl.Series, pl.Ser
         _floats(floats),
         _ints([v if type(v) is int else None for v in values]),
         _ints([None if v is None else _exact_ns(v) for v in decimals]),
+        overflowed,
     )
 
 
@@ -218,16 +220,17 @@ def from_events(events: list[Event], warnings: list[str] | None = None) -> pl.Da
     """The batch of msgspec-decoded events (the fallback decoder); ``warnings`` gets what was
     read as null (a time too large for a double)."""
     n = len(events)
-    overflowed: list[int] = []
+    overflowed = 0
     cols: dict[str, pl.Series] = {}
     for c in ("ph", "cat", "name"):
         cols[c] = pl.Series(_col(events, c), dtype=pl.String)
     for c in ("pid", "tid", "id"):
         cols[c], cols[f"{c}_text"] = _int_or_text(_col(events, c))
     for c in NUMBERS:
-        cols[c], cols[f"{c}_int"], cols[f"{c}_exact_ns"] = _number(_col(events, c), overflowed)
+        cols[c], cols[f"{c}_int"], cols[f"{c}_exact_ns"], k = _number(_col(events, c))
+        overflowed += k
     if overflowed and warnings is not None:
-        k = len(overflowed)
+        k = overflowed
         warnings.append(f"read {k:,} NaN, Infinity or out-of-range number{'s' if k != 1 else ''} as null")
     args = [EMPTY_ARGS if a is None else a for a in _col(events, "args")]
     for c in COMMON_ARGS:

@@ -85,32 +85,24 @@ class Ids:
 
 
 def us_to_ns(
-    floats: pl.Series, ints: pl.Series, exact: pl.Series | None = None
+    floats: pl.Series, ints: pl.Series, exact: pl.Series
 ) -> tuple[I64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """Microseconds to int64 ns, a validity mask, and which values were not valid because they
     are too large for int64 ns (the caller says what becomes of those events, once).
 
     A value written as an integer converts exactly; one with decimals (Kineto writes ns as
-    three decimals) takes the nanoseconds both decoders read from its text (``exact``), and
-    only where they could not (a value beyond int64 ns) is rounded from its float64 value.
+    three decimals) has the nanoseconds both decoders read from its digits (``exact``; a double
+    holds epoch microseconds only to 0.25 us). A finite number with neither is one whose ns do
+    not fit int64; NaN, Infinity and absent values are not valid.
     """
     f = floats.fill_null(np.nan).to_numpy().astype(np.float64, copy=False)
     is_int = ints.is_not_null().to_numpy()
     i = ints.fill_null(0).to_numpy().astype(np.int64, copy=False)
-    valid = np.isfinite(f) | is_int
-    big = (is_int & ((i > _LIMIT) | (i < -_LIMIT))) | (
-        valid & ~is_int & (np.abs(np.where(valid, f, 0.0)) >= _LIMIT)
-    )
-    valid &= ~big
-    safe = np.where(valid & ~is_int, f, 0.0)
-    whole = np.floor(safe)
-    from_float = whole.astype(np.int64) * 1000 + np.rint((safe - whole) * 1000.0).astype(np.int64)
-    ns = np.where(valid & is_int, np.where(valid, i, 0) * 1000, from_float)
-    if exact is not None and exact.null_count() < exact.len():
-        has = exact.is_not_null().to_numpy()
-        ns = np.where(has, exact.fill_null(0).to_numpy(), ns)
-        valid |= has
-        big &= ~has
+    has = exact.is_not_null().to_numpy()
+    int_big = is_int & ((i > _LIMIT) | (i < -_LIMIT))
+    big = int_big | (~is_int & ~has & np.isfinite(f))
+    valid = (is_int & ~int_big) | has
+    ns = np.where(has, exact.fill_null(0).to_numpy(), np.where(valid, i, 0) * 1000)
     return ns, valid, big
 
 
