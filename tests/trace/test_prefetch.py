@@ -8,6 +8,7 @@ light (if they imported polars, there would be nothing left to overlap).
 from __future__ import annotations
 
 import gzip
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,57 @@ def test_each_command_starts_reading_before_polars_imports(argv: list[str], tmp_
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     reads = 2 if argv[0] == "diff" else 1
     assert out.stdout.strip().splitlines()[-1] == "0 " + repr([[]] * reads)
+
+
+def test_a_load_pauses_garbage_collection_and_restores_it() -> None:
+    # collection resumes after a load, also after one that failed; a caller's own choice holds
+    import gc
+
+    seen: list[bool] = []
+    original = Prefetch._read
+
+    def spy(self: Prefetch) -> None:
+        seen.append(gc.isenabled())
+        original(self)
+
+    Prefetch._read = spy  # type: ignore[method-assign]
+    try:
+        torchscope.load(SMALL)
+        assert seen == [False] and gc.isenabled()
+        with pytest.raises(TraceError):
+            torchscope.load(TRACES / "no such file.json")
+        assert gc.isenabled()
+        gc.disable()
+        torchscope.load(SMALL)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        Prefetch._read = original  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize(
+    ("argv", "blas_threads"),
+    [(["table", "{f}"], "1"), (["report", "{f}", "--json"], "1"), (["demo", "--help"], None)],
+    ids=lambda v: v[0] if isinstance(v, list) else str(v),
+)
+def test_commands_that_only_read_traces_start_no_blas_threads(argv: list[str], blas_threads: str | None) -> None:
+    # NumPy's OpenBLAS spins a thread per core for ~0.1 s at import; commands that never
+    # multiply matrices ask for none, but not those that run a model or a user's script
+    args = [a.format(f=SMALL) for a in argv]
+    code = (
+        "import os, gc, io, contextlib\n"
+        "from torchscope.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        f"        rc = main({args!r})\n"
+        "    except SystemExit as exc:\n"
+        "        rc = exc.code\n"
+        "print(rc, os.environ.get('OPENBLAS_NUM_THREADS'), gc.isenabled())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip().splitlines()[-1] == f"0 {blas_threads} True"
+    # a user's own setting wins
+    env["OPENBLAS_NUM_THREADS"] = "3"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip().splitlines()[-1] == "0 3 True"

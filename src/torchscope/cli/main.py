@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from torchscope.cli.base import EXIT_BAD_INPUT, Command
 from torchscope.errors import TraceError, UsageError
+from torchscope.startup import gc_paused, one_blas_thread
 
 # name -> module; each module defines COMMAND (see cli.base.Command).
 SUBCOMMANDS: dict[str, str] = {
@@ -60,9 +61,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# commands that only read traces and exit: set up as ``startup`` says
+ONE_SHOT = ("report", "table", "diff", "export")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in argv if not a.startswith("-")), None)
+    if first in ONE_SHOT:
+        one_blas_thread()  # before anything imports NumPy
+        with gc_paused():
+            return _main(argv, first)
+    return _main(argv, first)
+
+
+def _main(argv: list[str], first: str | None) -> int:
     parser = build_parser(only=first if first in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
     command: Command | None = getattr(args, "_command", None)

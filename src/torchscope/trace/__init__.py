@@ -39,12 +39,14 @@ def load(
     more than a second (default: only when stderr is a terminal). ``early``: a read the caller
     started itself, before its own imports (``files.prefetch``).
     """
+    from torchscope.startup import gc_paused
     from torchscope.trace.files import prefetch
 
-    early = early or prefetch(path)
-    from torchscope.trace.loader import load as load_path
+    with gc_paused():  # imports and columns make no cycles worth collecting (``startup``)
+        early = early or prefetch(path)
+        from torchscope.trace.loader import load as load_path
 
-    return load_path(path, progress=progress, early=early)
+        return load_path(path, progress=progress, early=early)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,7 @@
 """Types of the optional C scanner ``torchscope.trace._scan`` (built from ``_scan.c``).
 
-Buffers are ``bytes`` in native byte order, to read with ``np.frombuffer``:
+Buffers are ``bytes`` or ``Block`` (equal when their bytes are), in native byte order, to read
+with ``np.frombuffer``:
 str/raw columns ``(codes int32, uniques)``, code -1 missing (for ``ph``: -1 means "");
 int ``(values int64, present uint8)``; float ``float64`` with NaN missing;
 intstr ``(values int64, kind uint8 0 missing/1 int/2 str, codes int32, uniques)``;
@@ -11,7 +12,8 @@ floats is the value as a double for ints too and NaN when missing.
 import mmap
 
 class Block:
-    """A buffer ``nest`` hands over without a copy: read-only, freed with its last reference."""
+    """A buffer handed over without a copy (``nest``'s results; the columns, on Linux): read-only,
+    freed with its last reference, equal to any buffer of the same bytes."""
 
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
