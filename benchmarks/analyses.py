@@ -62,8 +62,10 @@ def run_cli(path: Path) -> None:
 
     from torchscope.cli.main import main
 
+    # as the ``torchscope`` command runs it: its own command line, a process that ends with it
+    sys.argv = ["torchscope", "report", str(path), "--json"]
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["report", str(path), "--json"]) == 0
+        assert main() == 0
 
 
 def run_hta(path: Path) -> None:

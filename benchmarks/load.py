@@ -4,6 +4,7 @@ Each side runs in a fresh process (so import cost and peak RSS are its own) on t
   json   gzip + ``json.loads`` (the floor any Python JSON reader starts from)
   HTA    ``TraceAnalysis`` on the file + its temporal breakdown
   ours   ``torchscope.load`` + a printed ``key_averages().table()`` (so lazy loading gains nothing)
+  table (CLI)  ``torchscope table FILE``, the same work as the command runs it (``startup``)
   store  ``torchscope.load`` of the same trace saved in our Parquet store + the same table
   imports  only the imports our side needs (Polars, NumPy, msgspec, the reader): ~0.19 s
   floor  inflating the file plus one bare pass of our C scanner over its bytes (syntax only,
@@ -81,6 +82,20 @@ def run_ours(path: Path) -> dict[str, float]:
     return phases
 
 
+def run_cli(path: Path) -> dict[str, float]:
+    """``torchscope table FILE`` as the command runs it (its own command line, in a process
+    that ends with it): the same load and table as ``ours``, with the command's set-up."""
+    import contextlib
+    import io
+
+    from torchscope.cli.main import main
+
+    sys.argv = ["torchscope", "table", str(path)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main() == 0
+    return {}
+
+
 def run_store(path: Path) -> dict[str, float]:
     import torchscope
     import torchscope.trace.store  # noqa: F401 - imports are not what we compare here
@@ -121,6 +136,7 @@ SIDES = {
     "json.loads": run_json,
     "HTA": run_hta,
     "torchscope": run_ours,
+    "table (CLI)": run_cli,
     "our store": run_store,
     "floor": run_floor,
 }
@@ -179,7 +195,7 @@ def main() -> None:
         for side, (secs, rss, phases, cpu) in res.items():
             where = "  ".join(f"{k} {v:.3f}" for k, v in phases.items())
             print(f"  {side:11s} {secs:6.2f} s wall  {cpu:6.2f} s cpu  peak RSS {rss:6.0f} MB   {where}")
-        ours, hta, js, store = (res[s] for s in ("torchscope", "HTA", "json.loads", "our store"))
+        ours, hta, js, store, cli = (res[s] for s in ("torchscope", "HTA", "json.loads", "our store", "table (CLI)"))
         floor = sum(res["floor"][2].values())  # inflate + scan, without the import
         json_load = sum(v for k, v in ours[2].items() if k != "table")
         print(
@@ -189,6 +205,7 @@ def main() -> None:
             f" store reload vs reading the JSON: {json_load / store[2]['load']:.1f}x faster"
             f" ({store[2]['load']:.3f} s vs {json_load:.3f} s, imports excluded)"
         )
+        print(f"  torchscope table (CLI) vs HTA: {hta[0] / cli[0]:.1f}x faster, {cli[1] / hta[1]:.2f}x the peak memory")
         imports = res["imports"][0]
         print(
             f"  floor (inflate + bare scan): {floor:.3f} s; torchscope end to end is {ours[0] / floor:.1f}x it"

@@ -36,6 +36,23 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextmanager
+def command_without_gc(ends_process: bool) -> Iterator[None]:
+    """``gc_paused`` for a command; when the process ends with it (the ``torchscope`` command
+    itself, not a test calling ``main``), collection stays off and every object is frozen at
+    the end, so that neither a collection on resuming nor the interpreter's last one at exit
+    walks the hundreds of thousands of objects the imports made (~2 % of a ``table`` run)."""
+    if not ends_process:
+        with gc_paused():
+            yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+
+
 def one_blas_thread() -> None:
     """Ask OpenBLAS for no worker threads, if NumPy is not loaded yet and no one chose."""
     import sys

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from torchscope.cli.base import EXIT_BAD_INPUT, Command
 from torchscope.errors import TraceError, UsageError
-from torchscope.startup import gc_paused, one_blas_thread
+from torchscope.startup import command_without_gc, one_blas_thread
 
 # name -> module; each module defines COMMAND (see cli.base.Command).
 SUBCOMMANDS: dict[str, str] = {
@@ -66,11 +66,13 @@ ONE_SHOT = ("report", "table", "diff", "export")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line ``argv`` (default: this process's own, which then ends with it)."""
+    ends_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in argv if not a.startswith("-")), None)
     if first in ONE_SHOT:
         one_blas_thread()  # before anything imports NumPy
-        with gc_paused():
+        with command_without_gc(ends_process):
             return _main(argv, first)
     return _main(argv, first)
 
