@@ -8,7 +8,7 @@ so everything after (``trace.columns``) has one code path and the two decoders c
 tested for equality on every input (``tests/trace/test_batch.py``).
 
 Columns (one row per JSON event, in file order):
-- ``ph``, ``cat``, ``name``, ``arg_name``: text (null when absent; ``ph`` "")
+- ``ph``, ``cat``, ``name`` (Categorical), ``arg_name``: text (null when absent; ``ph`` "")
 - ``pid``, ``tid``, ``id``, ``stream``, ``stream_id``: ints, with ``*_text`` holding the value
   when the file wrote it as a string ("stream 7"); both null when absent
 - ``ts``, ``dur``: the value as a float (null when absent) and ``ts_int``/``dur_int`` when it
@@ -63,8 +63,11 @@ TEXT = ("ph", "cat", "name", "arg_name")
 INT_OR_TEXT = ("pid", "tid", "id", "stream", "stream_id")
 NUMBERS = ("ts", "dur")
 
+# text with few distinct values, compared and grouped but never edited: Categorical from the
+# start (the scanner's codes become its codes; a String column gathered its text per row)
+CATEGORICAL_TEXT = ("ph", "cat", "name")
 SCHEMA: dict[str, type[pl.DataType]] = {
-    **{c: pl.String for c in TEXT},
+    **{c: pl.Categorical if c in CATEGORICAL_TEXT else pl.String for c in TEXT},
     **{c: pl.Int64 for c in INT_OR_TEXT},
     **{f"{c}_text": pl.String for c in INT_OR_TEXT},
     **{c: pl.Float64 for c in NUMBERS},
@@ -285,11 +288,11 @@ def _masked(values: npt.NDArray[Any], present: npt.NDArray[np.bool_]) -> pl.Seri
     return pl.Series(np.ma.masked_array(values, mask=~present))
 
 
-def _texts(codes: bytes, uniques: list[str]) -> pl.Series:
-    """Codes into a table of unique strings (-1 = absent) as a text column."""
+def _texts(codes: bytes, uniques: list[str], dtype: type[pl.DataType] = pl.String) -> pl.Series:
+    """Codes into a table of unique strings (-1 = absent) as a text column of ``dtype``."""
     idx = np.frombuffer(codes, dtype=np.int32).astype(np.int64)
     idx[idx < 0] = len(uniques)
-    return pl.Series(uniques + [None], dtype=pl.String).gather(idx)
+    return pl.Series(uniques + [None], dtype=pl.String).cast(dtype).gather(idx)
 
 
 def from_scan(result: dict[str, Any]) -> pl.DataFrame:
@@ -301,7 +304,7 @@ def from_scan(result: dict[str, Any]) -> pl.DataFrame:
     cols: dict[str, pl.Series] = {}
     for name in TEXT + RAW_ARGS:
         if (got := result.pop(name, None)) is not None:
-            cols[name] = _texts(*got)
+            cols[name] = _texts(*got, dtype=SCHEMA[name])
     for name in INT_OR_TEXT:
         if (got := result.pop(name, None)) is not None:
             values, kind, codes, uniques = got

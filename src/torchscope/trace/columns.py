@@ -245,7 +245,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("name").is_in(list(dialect.COLLECTIVE_NAMES)))
         .then(pl.lit("collective"))
         # 2021 traces file ProfilerStep#N under "Operator"; it is a record_function label
-        .when((by_cat == "cpu_op") & pl.col("name").str.starts_with("ProfilerStep#"))
+        .when((by_cat == "cpu_op") & pl.col("name").cat.starts_with("ProfilerStep#"))
         .then(pl.lit("user_annotation"))
         .otherwise(kind)
     )
