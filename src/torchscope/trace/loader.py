@@ -22,7 +22,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from torchscope.errors import TraceError
-from torchscope.job.discover import natural, rank_in_name, scan
 from torchscope.trace.files import Prefetch
 from torchscope.trace.model import Trace, TraceSet
 from torchscope.trace.progress import LoadProgress
@@ -63,6 +62,8 @@ _TB = re.compile(r"^(?P<worker>.+?)\.\d+\.pt\.trace\.json(\.gz)?$")
 
 
 def _key(path: Path, trace: Trace, root: Path) -> str:
+    from torchscope.job.discover import rank_in_name
+
     if trace.meta.rank is not None:
         return f"rank{trace.meta.rank}"
     rank = rank_in_name(path, root)
@@ -82,6 +83,9 @@ def load_dir(
     directory: Path, read: Callable[[Path], Trace] = read_chrome, *, progress: bool | None = None
 ) -> TraceSet:
     """Every trace under ``directory``, read in parallel, keyed by rank or worker."""
+    # imported here: a single file's load (its critical path is its imports) does not need it
+    from torchscope.job.discover import natural, scan
+
     found, not_read = scan(directory)
     files = [f for f, _ in found]
     stores = sorted(d for d in directory.iterdir() if d.is_dir() and is_store(d))
