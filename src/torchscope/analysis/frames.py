@@ -51,6 +51,12 @@ def memo(trace: Trace, name: str, compute: Callable[[], T]) -> T:
     return store[name]  # type: ignore[no-any-return]
 
 
+def names_text(trace: Trace) -> pl.Series:
+    """Every event's name as text, cast once per trace: the report's analyses each cast the
+    whole Categorical column (123k rows, ~2 ms each, seven times on nccl_rank1_of_2)."""
+    return memo(trace, "names_text", lambda: trace.events["name"].cast(pl.String))
+
+
 def kinds(trace: Trace, *names: str) -> pl.DataFrame:
     """The events of the given kinds (in start order within each kind)."""
     parts = _parts(trace)

@@ -17,7 +17,7 @@ import polars as pl
 
 from torchscope.analysis import intervals as iv
 from torchscope.analysis import names
-from torchscope.analysis.frames import kinds, memo
+from torchscope.analysis.frames import kinds, memo, names_text
 from torchscope.trace import dialect
 from torchscope.trace.model import Trace
 
@@ -68,7 +68,7 @@ def kernel_stats(trace: Trace, by_op: bool = False) -> pl.DataFrame:
     """
     k = kinds(trace, "kernel")
     if by_op:
-        names_arr = trace.events["name"].cast(pl.String)
+        names_arr = names_text(trace)
         op_idx = k["op"].fill_null(-1)
         op_name = (
             names_arr.gather(op_idx.clip(0, None)).zip_with(

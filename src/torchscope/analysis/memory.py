@@ -13,7 +13,7 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.analysis import names
-from torchscope.analysis.frames import memo
+from torchscope.analysis.frames import memo, names_text
 from torchscope.trace.model import Trace
 from torchscope.trace.tree import subtree_sum
 
@@ -64,7 +64,7 @@ def memory_events(trace: Trace) -> pl.DataFrame:
 
 def _memory_events(trace: Trace) -> pl.DataFrame:
     mem = trace.memory
-    names_ = trace.events["name"].cast(pl.String)
+    names_ = names_text(trace)
     opi = mem["op"].fill_null(-1)
     op_name = (
         names_.gather(opi.clip(0, None)) if names_.len() else pl.Series([None] * mem.height, dtype=pl.String)
@@ -202,7 +202,7 @@ def allocations_by_op(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=_BY_OP_SCHEMA)
     ev = trace.events
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
-    names_ = ev["name"].cast(pl.String)
+    names_ = names_text(trace)
     # the categorical codes serve as name ids (no sort of every event's name)
     name_id = ev["name"].cast(pl.Categorical).to_physical().to_numpy().astype(np.int64)
     first_of = np.full(int(name_id.max()) + 1 if name_id.size else 0, -1, np.int64)

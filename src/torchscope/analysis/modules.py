@@ -23,7 +23,7 @@ def module_tree(trace: Trace) -> pl.DataFrame:
     ev = trace.events
     is_mod = (
         ev["kind"].is_in(["python_function", "user_annotation"])
-        & ev["name"].cast(pl.String).str.starts_with(MODULE_PREFIX)
+        & ev["name"].cat.starts_with(MODULE_PREFIX)
     ).to_numpy()
     empty = pl.DataFrame(
         schema={
@@ -104,7 +104,7 @@ def module_ops(trace: Trace) -> pl.DataFrame:
     }
     is_mod = (
         ev["kind"].is_in(["python_function", "user_annotation"])
-        & ev["name"].cast(pl.String).str.starts_with(MODULE_PREFIX)
+        & ev["name"].cat.starts_with(MODULE_PREFIX)
     ).to_numpy()
     if not is_mod.any():
         return pl.DataFrame(schema=schema)

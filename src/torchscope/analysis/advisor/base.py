@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from torchscope.analysis.frames import is_user_frame, tool_frame_rows
+from torchscope.analysis.frames import is_user_frame, names_text, tool_frame_rows
 from torchscope.analysis.kernels import LaunchStats, launch_stats
 from torchscope.analysis.operators import operators
 from torchscope.analysis.overview import Overview, overview
@@ -55,7 +55,7 @@ class Context:
 
     @cached_property
     def names(self) -> pl.Series:
-        return self.trace.events["name"].cast(pl.String)
+        return names_text(self.trace)
 
     @cached_property
     def step_ns(self) -> float:

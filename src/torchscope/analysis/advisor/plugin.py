@@ -7,7 +7,7 @@ import polars as pl
 from torchscope.analysis import names
 from torchscope.analysis.advisor.base import Context, Finding
 from torchscope.analysis.advisor.window import STARTUP_SHARE, startup_share
-from torchscope.analysis.frames import kinds
+from torchscope.analysis.frames import kinds, names_text
 from torchscope.analysis.memory import memory_peaks
 
 
@@ -77,11 +77,10 @@ def enable_amp(ctx: Context) -> list[Finding]:
     tc = [d.tensor_core_ratio for d in ctx.overview.devices if d.tensor_core_ratio is not None]
     if not tc or max(tc) > 0.0:
         return []
-    ev = ctx.trace.events
     k = kinds(ctx.trace, "kernel").filter(pl.col("op").fill_null(-1) >= 0)
     if k.height == 0:
         return []
-    op_names = ev["name"].cast(pl.String).gather(k["op"])
+    op_names = names_text(ctx.trace).gather(k["op"])
     eligible = pl.DataFrame({"name": op_names}).select(names.TENSOR_CORE_ELIGIBLE_OP).to_series()
     ratio = float(k["dur_ns"].filter(eligible).sum()) / float(k["dur_ns"].sum() or 1)
     if ratio <= 0.0:
