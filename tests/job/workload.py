@@ -21,7 +21,9 @@ def train(rank: int, steps: int, after_step: Callable[[], None] = lambda: None) 
     for _ in range(steps):
         if rank == SLOW_RANK:
             a = torch.randn(256, 256)
-            for _ in range(30):
+            # large enough that the straggler stands out when other tests load the machine
+            # (with 30, a run under the full suite now and then ranked rank 0's waiting first)
+            for _ in range(60):
                 a = torch.matmul(a, a).tanh_()
         opt.zero_grad()
         model(x).sum().backward()

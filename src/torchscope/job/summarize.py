@@ -30,7 +30,8 @@ _COLL = re.compile(
 )
 # point-to-point transfers (pipeline stages) are no synchronisation point of the whole group
 POINT_TO_POINT = ("send", "recv")
-_NOT_WORK = names.PROFILER_STEP | names.HOST_COLLECTIVE
+# not work a rank does (what a straggler "does more of" compares): steps and communication
+_NOT_WORK = names.PROFILER_STEP | names.HOST_COLLECTIVE | names.DISPATCHED_COLLECTIVE
 DEVICE_WORK = ("Kernel", "Memcpy", "Memset")  # as render.console decides device vs host categories
 
 
@@ -116,7 +117,7 @@ def summarize_cycle(trace: Trace) -> dict[str, Any]:
     ops = ctx.operators.filter(pl.col("kind") == "cpu_op")
     work = trace.events.filter(_NOT_WORK)["name"].cast(pl.String).unique().to_list()
     ops = ops.filter(~pl.col("name").is_in(work))
-    kernels = kernel_stats(trace)
+    kernels = kernel_stats(trace).filter(~names.COMM_KERNEL)  # work, as ``_NOT_WORK`` says
     n = max(ov.comm_overlap.height, 1)
     findings = []
     for f in advise(trace, ctx=ctx):

@@ -304,7 +304,8 @@ def from_scan(result: dict[str, Any]) -> pl.DataFrame:
     cols: dict[str, pl.Series] = {}
     for name in TEXT + RAW_ARGS:
         if (got := result.pop(name, None)) is not None:
-            cols[name] = _texts(*got, dtype=SCHEMA[name])
+            codes, uniques = got
+            cols[name] = _texts(codes, uniques, SCHEMA[name])
     for name in INT_OR_TEXT:
         if (got := result.pop(name, None)) is not None:
             values, kind, codes, uniques = got
