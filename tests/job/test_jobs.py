@@ -467,3 +467,24 @@ def test_a_cycle_without_device_work_is_reduced_in_the_runs_categories() -> None
     # a run no cycle of which had device work stays in the host's categories
     (host_only,) = one_category_system([{"rank": 0, "cycles": [cycle(False, 0.0)]}])
     assert host_only["cycles"][0]["categories"] == list(HOST_CATEGORIES)
+
+
+def test_a_small_job_runs_without_worker_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a spawned worker imports Polars again: for a job of a few hundred KB that cost more than the
+    # work; asking for workers (local:N) still gets them, and the results are the same either way
+    from torchscope.job import engine
+
+    src = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "multirank"
+    root = tmp_path / "job"
+    shutil.copytree(src, root)
+    pools: list[int] = []
+    real_pool = engine.ProcessPoolExecutor
+
+    def counting_pool(n: int, **kw: object) -> object:
+        pools.append(n)
+        return real_pool(n, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine, "ProcessPoolExecutor", counting_pool)
+    here = analyse_job(root)
+    assert pools == [] and engine.job_bytes([{"files": [str(f) for f in root.iterdir()]}]) < engine.SMALL_JOB_BYTES
+    assert analyse_job(root, engine="local:2") == here and pools == [2]
