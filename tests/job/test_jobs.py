@@ -488,3 +488,29 @@ def test_a_small_job_runs_without_worker_processes(tmp_path: Path, monkeypatch: 
     here = analyse_job(root)
     assert pools == [] and engine.job_bytes([{"files": [str(f) for f in root.iterdir()]}]) < engine.SMALL_JOB_BYTES
     assert analyse_job(root, engine="local:2") == here and pools == [2]
+
+
+def test_load_of_a_log_dir_keeps_cycles_and_ranks_apart(tmp_path: Path) -> None:
+    # torchscope.load(DIR) read every cycle as a rank: two ranks of three cycles gave six
+    # "ranks", rank 0 three times in the distributed view, one cycle named by another's file
+    import torchscope
+    from torchscope.analysis.report import build_report
+
+    run = tmp_path / "tb"
+    for rank in (0, 1):
+        _train(run, f"rank{rank}", 16)
+    ts = torchscope.load(run)
+    assert ts.members == "ranks" and list(ts) == ["rank0", "rank1"]
+    last = {rf.rank: rf.files[-1] for rf in discover(run).rank_files}
+    assert all(ts[f"rank{r}"].equals(torchscope.load(last[r])) for r in (0, 1))
+    assert [s.split(":")[0] for s in ts.skipped] == ["rank 0 of tb", "rank 1 of tb"]
+    assert all("read its last cycle" in s and "not the 2 before it" in s for s in ts.skipped)
+    ranks = build_report(ts)["distributed"]["ranks"]
+    assert [(r["rank"], r["name"]) for r in ranks] == [(0, "rank0"), (1, "rank1")]
+
+    # one process's cycles are cycles, each under its file's name
+    one = tmp_path / "one"
+    _train(one, "worker", 16)
+    cycles = torchscope.load(one)
+    assert cycles.members == "cycles" and len(cycles) == 3 and cycles.skipped == ()
+    assert sorted(cycles) == sorted(f.name.removesuffix(".pt.trace.json") for f in one.iterdir())

@@ -42,6 +42,12 @@ def rank_of(key: str, trace: Trace, default: int = 0) -> int:
     return default if r is None else r
 
 
+def ranks_of(ts: TraceSet) -> dict[str, int]:
+    """Each member's rank (``rank_of``, a member without one numbered by its position), as the
+    distributed view numbers them: every table of a set names ranks the same way."""
+    return {key: rank_of(key, tr, i) for i, (key, tr) in enumerate(ts.items())}
+
+
 def collective_stats(trace: Trace) -> pl.DataFrame:
     """Per collective and algorithm: count, total/mean ns, bytes, algbw and busbw (GB/s)."""
     k = kinds(trace, "kernel").filter(names.COMM_KERNEL)

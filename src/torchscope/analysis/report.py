@@ -19,7 +19,7 @@ import polars as pl
 from torchscope.analysis import keys as K
 from torchscope.analysis import report_model as M
 from torchscope.analysis.advisor import Context, advise
-from torchscope.analysis.distributed import distributed, rank_of
+from torchscope.analysis.distributed import distributed, ranks_of
 from torchscope.analysis.frames import kinds
 from torchscope.analysis.kernels import (
     comm_comp_overlap,
@@ -388,7 +388,7 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
 
 
 def _rank_rows(ts: TraceSet, ranks: pl.DataFrame, slowest: int | None) -> list[M.RankRow]:
-    names = {rank_of(name, tr): name for name, tr in ts.items()}
+    names = {rank: name for name, rank in ranks_of(ts).items()}
     rows = list(ranks.iter_rows(named=True)) if ranks.height else []
     fastest = min((r["step_ns"] for r in rows), default=0.0)
     return [
@@ -440,11 +440,12 @@ def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
         c: sum(r.host_breakdown_us[c] * weight[k] for k, r in ranks.items()) / n
         for c in (*HOST_CATEGORIES, "Total")
     }
+    rank_numbers = ranks_of(ts)
     recs = (
         _cycle_findings(ranks)
         if cycles
         else [
-            msgspec.structs.replace(rec, rank=rank_of(name, ts[name]))
+            msgspec.structs.replace(rec, rank=rank_numbers[name])
             for name, r in ranks.items()
             for rec in r.recommendations
         ]

@@ -72,6 +72,11 @@ def _key(path: Path, trace: Trace, root: Path) -> str:
     m = _TB.match(path.name)
     if m:
         return m.group("worker")
+    return _cycle_key(path, root)
+
+
+def _cycle_key(path: Path, root: Path) -> str:
+    """A cycle's name: its file's path under ``root`` without the trace suffix (``step_40``)."""
     rel = path.relative_to(root).as_posix()
     for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
         if rel.endswith(suffix):
@@ -82,12 +87,30 @@ def _key(path: Path, trace: Trace, root: Path) -> str:
 def load_dir(
     directory: Path, read: Callable[[Path], Trace] = read_chrome, *, progress: bool | None = None
 ) -> TraceSet:
-    """Every trace under ``directory``, read in parallel, keyed by rank or worker."""
-    # imported here: a single file's load (its critical path is its imports) does not need it
-    from torchscope.job.discover import natural, scan
+    """Every trace under ``directory``, read in parallel, keyed by rank or worker.
 
-    found, not_read = scan(directory)
-    files = [f for f, _ in found]
+    One process's cycles (one rank, several files: ``torchscope run``, a handler's repeats) are
+    a TraceSet of cycles, keyed by file. Ranks that each wrote several cycles give their last
+    one (as the TensorBoard plugin opened the latest), and ``skipped`` says which were not
+    read: a flat set of cycles of several ranks would be read as that many ranks (a rank
+    doubled in the distributed view, a cycle's file named as another's).
+    ``torchscope report DIR`` reads every cycle of every rank (``torchscope.job``).
+    """
+    # imported here: a single file's load (its critical path is its imports) does not need it
+    from torchscope.job.discover import discover, natural
+
+    found = discover(directory)
+    not_read = list(found.skipped)
+    groups = found.rank_files
+    cycles = len(groups) == 1 and groups[0].cycles > 1
+    files = [f for rf in groups for f in (rf.files if cycles else rf.files[-1:])]
+    for rf in groups if not cycles else ():
+        if rf.cycles > 1:
+            rel = rf.files[-1].relative_to(directory).as_posix()
+            not_read.append(
+                f"rank {rf.rank} of {rf.run}: read its last cycle ({rel}), not the {rf.cycles - 1} before it"
+                " (torchscope report DIR reads every cycle)"
+            )
     stores = sorted(d for d in directory.iterdir() if d.is_dir() and is_store(d))
     if not files and not stores:
         why = "no trace files (*.json, *.json.gz) or saved traces in this directory"
@@ -126,13 +149,14 @@ def load_dir(
         raise skipped[0][1]
     keyed: dict[str, Trace] = {}
     for path, trace in traces:
-        key = _key(path, trace, directory)
+        key = _cycle_key(path, directory) if cycles else _key(path, trace, directory)
         if key in keyed:
             key = path.relative_to(directory).as_posix()
         keyed[key] = trace
     return TraceSet(
         traces=dict(sorted(keyed.items(), key=lambda kv: natural(kv[0]))),
         source=str(directory),
+        members="cycles" if cycles else "ranks",
         skipped=(
             *not_read,
             *(f"skipped {f.relative_to(directory)}: {exc.problem}" for f, exc in skipped),
