@@ -16,6 +16,8 @@ add torch's other types), so a script's ``except ValueError`` keeps working afte
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class TorchscopeError(Exception):
     """The base of every error torchscope raises on purpose."""
@@ -58,3 +60,17 @@ class NoCycleYetError(ProfilerStateError, AssertionError):
     """Results asked for before any profiling cycle finished (``key_averages()`` right after
     ``start()``): torch asserts there (``assert self.profiler``), so this is an ``AssertionError``
     too, and a script's ``except AssertionError`` written for torch keeps working."""
+
+
+def why_unwritable(path: Path, exc: OSError) -> str:
+    """Why writing ``path`` failed, in words: the nearest existing ancestor that is a file is
+    named as such (``mkdir`` of ``/dev/null/x``'s parent said "File exists"). A closed pipe is
+    no reason to give: it is raised again, and the command ends quietly (``cli.main``)."""
+    if isinstance(exc, BrokenPipeError):
+        raise exc
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{parent} is not a directory"
+            break
+    return exc.strerror or str(exc)

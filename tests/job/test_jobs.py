@@ -514,3 +514,13 @@ def test_load_of_a_log_dir_keeps_cycles_and_ranks_apart(tmp_path: Path) -> None:
     cycles = torchscope.load(one)
     assert cycles.members == "cycles" and len(cycles) == 3 and cycles.skipped == ()
     assert sorted(cycles) == sorted(f.name.removesuffix(".pt.trace.json") for f in one.iterdir())
+
+
+@pytest.mark.parametrize("engine", ["local:0", "local:-1", "local:x"])
+def test_a_number_of_workers_below_one_is_refused(engine: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # local:0 ran with the default pool, local:x was a traceback
+    src = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "multirank"
+    assert main(["report", str(src), "--engine", engine, "--no-html"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"torchscope report: error: --engine {engine}: local:N takes a number of workers of at least 1"
+    )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from torchscope.cli.base import EXIT_OK
 from torchscope.cli.common import load_single, output_target, print_json, progress, read_early
-from torchscope.errors import TraceError
+from torchscope.errors import TraceError, why_unwritable
 
 FORMATS = ("chrome", "parquet", "stacks")
 
@@ -53,7 +53,7 @@ class ExportCommand:
                 try:
                     out.write_text("".join(f"{p} {v}\n" for p, v in lines), encoding="utf-8")
                 except OSError as exc:
-                    raise TraceError(str(out), f"cannot write: {exc.strerror or exc}") from None
+                    raise TraceError(str(out), f"cannot write: {why_unwritable(out, exc)}") from None
                 written = out
                 detail = {"stacks": len(lines)}
         if args.json:

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from torchscope.errors import TraceError, UsageError
+from torchscope.errors import TraceError, UsageError, why_unwritable
 from torchscope.runner.bounds import DEFAULT_CAP_MB, DEFAULT_REPEAT
 
 
@@ -225,7 +225,7 @@ def _check_writable(out: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise TraceError(str(out), f"cannot write the run directory here: {exc.strerror or exc}") from None
+        raise TraceError(str(out), f"cannot write the run directory here: {why_unwritable(out / 'probe', exc)}") from None
 
 
 def _print_summary(payload: dict | None, result: object, options: object, files: dict[str, str]) -> None:

@@ -102,12 +102,20 @@ def run_ray(
     return [results[i] for i in range(len(tasks))]
 
 
+def _workers(engine: str) -> int:
+    """N of ``local:N``: a whole number of at least 1 (``local:0`` ran with the default)."""
+    text = engine.split(":", 1)[1]
+    if not text.isdigit() or int(text) < 1:
+        raise TraceError(f"--engine {engine}", "local:N takes a number of workers of at least 1")
+    return int(text)
+
+
 def run_tasks(
     tasks: list[Task], engine: str = "local", on_done: Callable[[Task], None] | None = None
 ) -> list[dict[str, Any]]:
     """``engine``: ``local``, ``local:N`` (N worker processes), ``ray`` or ``ray://HOST:PORT``."""
     if engine == "local" or engine.startswith("local:"):
-        workers = int(engine.split(":", 1)[1]) if ":" in engine else None
+        workers = _workers(engine) if ":" in engine else None
         return run_local(tasks, workers, on_done)
     if engine == "ray":
         return run_ray(tasks, None, on_done)

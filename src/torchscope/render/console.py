@@ -27,9 +27,18 @@ __all__ = ["PIPE_WIDTH", "fmt_bytes", "fmt_ns", "print_report", "print_summary",
 PIPE_WIDTH = 140
 
 
+class _PipedConsole(Console):
+    """Rich's console, but a reader that stops early (``| head``) raises ``BrokenPipeError``,
+    which every command answers with exit 0 (``cli.main``); Rich's own answer was exit 1, so
+    ``report F | head`` failed where ``table F | head`` did not."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def terminal(file: IO[str]) -> Console:
     """A console on ``file``: the terminal's width, or ``PIPE_WIDTH`` when it is not a terminal."""
-    return Console(file=file, width=None if file.isatty() else PIPE_WIDTH)
+    return _PipedConsole(file=file, width=None if file.isatty() else PIPE_WIDTH)
 
 
 def _esc(text: Any, limit: int = DISPLAY_CHARS) -> str:

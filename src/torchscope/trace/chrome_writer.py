@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from torchscope.errors import TraceError
+from torchscope.errors import TraceError, why_unwritable
 from torchscope.trace.model import Trace
 
 # args key in the file -> (events column, how to write the value)
@@ -59,7 +59,7 @@ def write_chrome(trace: Trace, path: Path) -> Path:
         else:
             path.write_text(text)
     except OSError as exc:
-        raise TraceError(str(path), f"cannot write: {exc.strerror or exc}") from None
+        raise TraceError(str(path), f"cannot write: {why_unwritable(path, exc)}") from None
     return path
 
 

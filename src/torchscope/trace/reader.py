@@ -151,7 +151,8 @@ def read_chrome(
     if trace.events.height == 0 and trace.memory.height == 0:
         # a file that yields nothing to analyse is not a trace: say so rather than print empty
         # tables and exit 0 (a live document may be empty: an empty profiled region is fine)
-        skipped = f" ({'; '.join(trace.meta.warnings)})" if trace.meta.warnings else ""
+        said = [w for w in trace.meta.warnings if w != "the trace has no events"]  # said already
+        skipped = f" ({'; '.join(said)})" if said else ""
         raise TraceError(str(path), f"not a trace: no events{skipped}")
     return trace
 

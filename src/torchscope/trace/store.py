@@ -25,7 +25,7 @@ from typing import Any
 
 import polars as pl
 
-from torchscope.errors import TraceError
+from torchscope.errors import TraceError, why_unwritable
 from torchscope.trace.model import Trace, TraceMeta
 from torchscope.trace.schema import EVENTS_SCHEMA, FLOWS_SCHEMA, MEMORY_SCHEMA, THREADS_SCHEMA, conform
 
@@ -44,7 +44,7 @@ def save_trace(trace: Trace, path: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise TraceError(str(path), f"cannot create directory: {exc.strerror or exc}") from None
+        raise TraceError(str(path), f"cannot create directory: {why_unwritable(path / 'meta.json', exc)}") from None
     meta = {k: v for k, v in trace.meta.__dict__.items()}
     meta["device_properties"] = list(meta["device_properties"])
     meta["warnings"] = list(meta["warnings"])
@@ -57,7 +57,7 @@ def save_trace(trace: Trace, path: Path) -> Path:
         tmp.write_text(json.dumps(doc, default=str, indent=1))
         os.replace(tmp, path / "meta.json")  # written last: a store without it is incomplete
     except OSError as exc:
-        raise TraceError(str(path), f"cannot write: {exc.strerror or exc}") from None
+        raise TraceError(str(path), f"cannot write: {why_unwritable(path / 'meta.json', exc)}") from None
     return path
 
 

@@ -301,7 +301,7 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
         label = "the steps" if region == "ProfilerStep#*" else f"'{region}'"
         if culprits:
             message = (
-                f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} calls) runs Python outside "
+                f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} call{'s' if calls != 1 else ''}) runs Python outside "
                 f"torch ops; most of it in {', '.join(culprits)}."
             )
             fix = (
@@ -315,7 +315,7 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
                 else "the recorded Python stacks do not name it"
             )
             message = (
-                f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} calls) is outside every torch op, "
+                f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} call{'s' if calls != 1 else ''}) is outside every torch op, "
                 f"collective, runtime call and device kernel; {how}, so the code that ran there is unknown."
             )
             fix = (

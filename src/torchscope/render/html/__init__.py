@@ -100,7 +100,7 @@ def render_html(payload: dict[str, Any]) -> str:
 def write_html(payload: dict[str, Any], path: str | Path) -> Path:
     """Write the page to ``path``; a path that cannot be written (a directory, a read-only
     folder, ``/dev/null/x``) is a one-line ``UsageError`` naming it, not a traceback."""
-    from torchscope.errors import UsageError
+    from torchscope.errors import UsageError, why_unwritable
 
     out = Path(path)
     text = render_html(payload)
@@ -108,7 +108,7 @@ def write_html(payload: dict[str, Any], path: str | Path) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"{out}: cannot write the dashboard here: {exc.strerror or exc}") from None
+        raise UsageError(f"{out}: cannot write the dashboard here: {why_unwritable(out, exc)}") from None
     return out
 
 
