@@ -115,9 +115,16 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
                 )
                 + f"; the straggler is {fmt_ns(s['mean_lag_ns'])} behind the first arrival on average"
             )
-        for c in (s["ops"] + s["kernels"] + s["categories"])[:4]:
+        # the largest of each kind: the first four of ops + kernels + categories were ops only,
+        # and hid a straggler whose excess is a kernel or its device time (the JSON has them all)
+        causes = [
+            (kind, c)
+            for kind, rows in (("step time", s["categories"]), ("op", s["ops"]), ("kernel", s["kernels"]))
+            for c in rows[:2]
+        ]
+        for kind, c in causes:
             lines.append(
-                f"  {short_name(c['name'])}: {fmt_ns(c['rank_ns'])}/step vs "
+                f"  {kind} {short_name(c['name'])}: {fmt_ns(c['rank_ns'])}/step vs "
                 + (
                     f"at most {fmt_ns(c['median_ns'])} on the others (outside some ranks' top ops)"
                     if c.get("median_is_bound")
