@@ -403,13 +403,12 @@ def test_a_bad_out_is_a_one_line_error_before_the_script_runs(
 ) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    for out in ("/dev/null/x", str(blocker / "run")):
+    for out, under in (("/dev/null/x", "/dev/null"), (str(blocker / "run"), str(blocker))):
         assert main(["run", "--out", out, str(SCRIPTS / "exits.py"), "0"]) == 2
         captured = capsys.readouterr()
         assert captured.out == ""  # the script never ran
         lines = captured.err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"torchscope run: error: {out}: cannot write")
-        assert "Not a directory" in lines[0]
+        assert lines == [f"torchscope run: error: {out}: cannot write the run directory here: {under} is not a directory"]
 
 
 def _enospc(partial: bytes = b'{"traceEvents": [') -> OSError:
