@@ -401,9 +401,12 @@ def test_torchscope_run_cycles_are_one_run(traces_dir: Path, tmp_path: Path) -> 
     (out / "report.json").write_text(json.dumps({"version": 2, "title": "torchscope run x.py"}, indent=1))
     found = discover(out)
     assert [(r.name, [f.name for f in r.ranks[0].files]) for r in found.runs] == [
-        ("traces", ["step_1.pt.trace.json", "step_2.pt.trace.json", "step_10.pt.trace.json"])
-    ]
+        ("out", ["step_1.pt.trace.json", "step_2.pt.trace.json", "step_10.pt.trace.json"])
+    ]  # named by the run's folder, not its "traces" sub-folder
     assert found.skipped == ()
+    # beside other runs, each is named by its own folder
+    shutil.copytree(out, tmp_path / "other")
+    assert [r.name for r in discover(tmp_path).runs] == ["other", "out"]
 
 
 def test_a_run_none_of_whose_files_reads_is_a_warning_not_a_run(traces_dir: Path, tmp_path: Path) -> None:

@@ -45,9 +45,10 @@ TORCHSCOPE_SPAN = by_name(lambda n: n.str.starts_with("torchscope#"))
 
 # Host-side collective calls: c10d's ``nccl:all_reduce``-style ops and record_param_comms.
 HOST_COLLECTIVE = (pl.col("kind") == "collective") | name_matches(r"^(nccl|gloo|rccl|mpi|ucc):")
-# The dispatcher's side of a collective (``c10d::allreduce_``, ``c10d::broadcast_``, ...): its
-# time is the collective's launch and, on gloo, part of its wait; not work a rank does more of
-DISPATCHED_COLLECTIVE = name_matches(r"^c10d::")
+# The dispatcher's side of a collective (``c10d::allreduce_``, ``_c10d_functional::wait_tensor``)
+# and libraries' all-to-all steps (torchrec's ``All2All_Pooled_Req``/``...Wait``): their time is
+# a collective's launch and wait, not work a rank does more of
+DISPATCHED_COLLECTIVE = name_matches(r"^_?c10d(_functional)?::|(?i:all_?(2|to)_?all)")
 
 # Device-side kernel families (HTA's definitions, which its temporal breakdown uses).
 COMM_KERNEL = name_matches(r"^(nccl|rccl|ncclDev|ncclKernel)|^nccl.*Kernel")

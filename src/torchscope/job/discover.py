@@ -193,9 +193,12 @@ def rank_in_name(path: Path, root: Path) -> int | None:
 
 def _run_of(path: Path, root: Path) -> str:
     """The folder the file sits in, relative to root; with torchrun-style ``rank-N`` folders
-    (``OUT/rank-N/traces/``), the folder above the first of them."""
+    (``OUT/rank-N/traces/``), the folder above the first of them; for ``torchscope run``'s own
+    cycles (``OUT/traces/step_N...``), ``OUT`` (the run was headed "traces")."""
     parts = path.relative_to(root).parent.parts
     cut = next((i for i, p in enumerate(parts) if _RANK.fullmatch(p)), len(parts))
+    if cut == len(parts) and parts and parts[-1] == "traces" and _OUR_CYCLE.match(path.name):
+        cut -= 1
     return "/".join(parts[:cut]) or (root.name or str(root))
 
 
