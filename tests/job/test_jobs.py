@@ -530,3 +530,16 @@ def test_a_number_of_workers_below_one_is_refused(engine: str, capsys: pytest.Ca
     assert capsys.readouterr().err.strip() == (
         f"torchscope report: error: --engine {engine}: local:N takes a number of workers of at least 1"
     )
+
+
+def test_files_of_different_jobs_in_one_folder_are_said(tmp_path: Path) -> None:
+    # a trace of a 2-rank job copied beside a 128-rank job's ranks was merged into it silently
+    shared = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+    root = tmp_path / "ws"
+    shutil.copytree(shared / "multirank", root)
+    shutil.copy(shared / "cuda" / "nccl_rank0_of_2.json.gz", root / "rank-2.json.gz")
+    assert analyse_job(root)["warnings"] == [
+        "ws: its traces name different world sizes (2, 128): files of different jobs in one folder?"
+        " They are read as one job"
+    ]
+    assert analyse_job(shared / "multirank")["warnings"] == []

@@ -58,6 +58,8 @@ class RankFiles:
 class Run:
     name: str
     ranks: tuple[RankFiles, ...]
+    # every world size its files' heads name: more than one means files of different jobs
+    world_sizes: tuple[int, ...] = ()
 
     @property
     def cycles(self) -> int:
@@ -255,6 +257,7 @@ def discover(root: str | Path, files: list[Path] | None = None) -> Discovery:
         workers_per_run[run].add(worker)
         files_of[(run, worker)].extend(f for f, _ in members)
     runs: dict[str, list[RankFiles]] = defaultdict(list)
+    world_sizes: dict[str, set[int]] = defaultdict(set)
     for (run, rank, worker), members in groups.items():
         name = run
         if len(workers_per_run[run]) > 1 and worker:
@@ -262,6 +265,7 @@ def discover(root: str | Path, files: list[Path] | None = None) -> Discovery:
             name = f"{run}/{_worker(alone[0]) if len(alone) == 1 else worker}"
         members.sort(key=lambda fh: _cycle_order(fh[0]))
         heads = [h for _, h in members]
+        world_sizes[name].update(h.world_size for h in heads if h.world_size)
         runs[name].append(
             RankFiles(
                 run=name,
@@ -275,7 +279,7 @@ def discover(root: str | Path, files: list[Path] | None = None) -> Discovery:
             )
         )
     ordered = tuple(
-        Run(name, tuple(sorted(ranks, key=lambda r: r.rank)))
+        Run(name, tuple(sorted(ranks, key=lambda r: r.rank)), tuple(sorted(world_sizes[name])))
         for name, ranks in sorted(runs.items(), key=lambda kv: natural(kv[0]))
     )
     return Discovery(root=root, runs=ordered, skipped=tuple(skipped))

@@ -51,7 +51,7 @@ def analyse_job(
     every = [reduce_run(run.name, by_run[run.name]) for run in found.runs]
     # a run none of whose traces could be read is no run: its files are named in the warnings
     runs = [run for run in every if any(r["cycles"] for r in by_run[run["run"]])]
-    warnings = list(found.skipped) + [s for run in every for s in run["skipped"]]
+    warnings = list(found.skipped) + _world_size_conflicts(found) + [s for run in every for s in run["skipped"]]
     # what a reader kept of a damaged file (a cut trace) is said, as for a single trace
     warnings += [
         f"{_shown(c['file'], Path(root))}: {w}"
@@ -67,6 +67,17 @@ def analyse_job(
         "runs": runs,
         "warnings": warnings,
     }
+
+
+def _world_size_conflicts(found: Discovery) -> list[str]:
+    """A run whose files name different world sizes holds traces of different jobs (a trace
+    copied into another job's folder): it is still read as one job, and a warning says so."""
+    return [
+        f"{run.name}: its traces name different world sizes ({', '.join(map(str, run.world_sizes))}):"
+        " files of different jobs in one folder? They are read as one job"
+        for run in found.runs
+        if len(run.world_sizes) > 1
+    ]
 
 
 def _shown(file: str, root: Path) -> str:
