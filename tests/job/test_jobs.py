@@ -543,3 +543,34 @@ def test_files_of_different_jobs_in_one_folder_are_said(tmp_path: Path) -> None:
         " They are read as one job"
     ]
     assert analyse_job(shared / "multirank")["warnings"] == []
+
+
+def test_uneven_cycles_several_runs_and_dot_paths_are_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torchscope
+    from torchscope.analysis.report import build_report
+
+    # rank 1 wrote three cycles, rank 0 one: the cycles are paired by order, which is said
+    run = tmp_path / "tb"
+    _train(run, "rank1", 16)
+    _train(tmp_path / "r0", "rank0", 16)
+    shutil.copy(max((tmp_path / "r0").iterdir()), run)
+    assert analyse_job(run)["warnings"] == [
+        "tb: its ranks wrote different numbers of cycles (rank 0: 1, rank 1: 3); cycles are paired by"
+        " their order, so a cycle's ranks may come from different steps"
+    ]
+    # a folder given as "." is named by itself, not "."
+    monkeypatch.chdir(run)
+    assert [r["run"] for r in analyse_job(Path("."))["runs"]] == ["tb"]
+    # two runs loaded as one set: said, and a member without a rank takes a number no rank has
+    both = tmp_path / "both"
+    shutil.copytree(run, both / "ddp")
+    _train(both / "solo", "worker", 16)
+    ts = torchscope.load(both)
+    assert ts.skipped[0] == (
+        "holds 2 runs (ddp, solo): read side by side as one set, not compared as runs"
+        " (torchscope report DIR keeps them apart)"
+    )
+    ranks = build_report(ts)["distributed"]["ranks"]
+    assert sorted(r["rank"] for r in ranks) == [0, 1, 2]

@@ -43,9 +43,13 @@ def rank_of(key: str, trace: Trace, default: int = 0) -> int:
 
 
 def ranks_of(ts: TraceSet) -> dict[str, int]:
-    """Each member's rank (``rank_of``, a member without one numbered by its position), as the
-    distributed view numbers them: every table of a set names ranks the same way."""
-    return {key: rank_of(key, tr, i) for i, (key, tr) in enumerate(ts.items())}
+    """Each member's rank (``rank_of``); members without one take, in order, the numbers no
+    other member has (by position, they doubled a real rank 0). Every table of a set names
+    ranks this way."""
+    known = {key: rank_of(key, tr, -1) for key, tr in ts.items()}
+    taken = {r for r in known.values() if r >= 0}
+    free = (n for n in range(len(known) + len(taken) + 1) if n not in taken)
+    return {key: r if r >= 0 else next(free) for key, r in known.items()}
 
 
 def collective_stats(trace: Trace) -> pl.DataFrame:
@@ -110,8 +114,9 @@ class Distributed:
 def distributed(ts: TraceSet) -> Distributed:
     rows = []
     colls = []
-    for i, (key, tr) in enumerate(ts.items()):
-        r = rank_of(key, tr, i)
+    numbers = ranks_of(ts)
+    for key, tr in ts.items():
+        r = numbers[key]
         ov = overview(tr)
         co = ov.comm_overlap
         n = max(co.height, 1)

@@ -470,7 +470,8 @@ def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
         ),
         ranks=ranks,
         recommendations=recs,
-        warnings=list(ts.skipped),
+        # a member's own warnings (a cut cycle) are the set's too, named by the member
+        warnings=[*ts.skipped, *(f"{name}: {w}" for name, tr in ts.items() for w in tr.meta.warnings)],
         units=M.units_of(*collectives[:1], *wait[:1], *(r.units for r in ranks.values())),
     )
 

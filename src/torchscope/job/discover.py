@@ -199,9 +199,16 @@ def _run_of(path: Path, root: Path) -> str:
     cycles (``OUT/traces/step_N...``), ``OUT`` (the run was headed "traces")."""
     parts = path.relative_to(root).parent.parts
     cut = next((i for i, p in enumerate(parts) if _RANK.fullmatch(p)), len(parts))
-    if cut == len(parts) and parts and parts[-1] == "traces" and _OUR_CYCLE.match(path.name):
+    ours = _OUR_CYCLE.match(path.name) is not None
+    if cut == len(parts) and parts and parts[-1] == "traces" and ours:
         cut -= 1
-    return "/".join(parts[:cut]) or (root.name or str(root))
+    if parts[:cut]:
+        return "/".join(parts[:cut])
+    # the directory itself: by its name, also when given as "." or "..", or as OUT/traces
+    here = root.resolve()
+    if here.name == "traces" and ours and cut == len(parts) and here.parent.name:
+        here = here.parent
+    return here.name or str(root)
 
 
 def _worker(path: Path) -> str:

@@ -51,7 +51,12 @@ def analyse_job(
     every = [reduce_run(run.name, by_run[run.name]) for run in found.runs]
     # a run none of whose traces could be read is no run: its files are named in the warnings
     runs = [run for run in every if any(r["cycles"] for r in by_run[run["run"]])]
-    warnings = list(found.skipped) + _world_size_conflicts(found) + [s for run in every for s in run["skipped"]]
+    warnings = [
+        *found.skipped,
+        *_world_size_conflicts(found),
+        *_uneven_cycles(found),
+        *(s for run in every for s in run["skipped"]),
+    ]
     # what a reader kept of a damaged file (a cut trace) is said, as for a single trace
     warnings += [
         f"{_shown(c['file'], Path(root))}: {w}"
@@ -67,6 +72,21 @@ def analyse_job(
         "runs": runs,
         "warnings": warnings,
     }
+
+
+def _uneven_cycles(found: Discovery) -> list[str]:
+    """Ranks of one run that wrote different numbers of cycles: cycles are paired across ranks by
+    their order, so the k-th of one rank may be another step than the k-th of another."""
+    out = []
+    for run in found.runs:
+        counts = {rf.rank: rf.cycles for rf in run.ranks}
+        if len(set(counts.values())) > 1:
+            said = ", ".join(f"rank {r}: {n}" for r, n in list(counts.items())[:6])
+            out.append(
+                f"{run.name}: its ranks wrote different numbers of cycles ({said}{', ...' if len(counts) > 6 else ''});"
+                " cycles are paired by their order, so a cycle's ranks may come from different steps"
+            )
+    return out
 
 
 def _world_size_conflicts(found: Discovery) -> list[str]:

@@ -101,6 +101,18 @@ def load_dir(
 
     found = discover(directory)
     not_read = list(found.skipped)
+    if len(found.runs) > 1:
+        names = ", ".join(run.name for run in found.runs[:5]) + (", ..." if len(found.runs) > 5 else "")
+        not_read.append(
+            f"holds {len(found.runs)} runs ({names}): read side by side as one set, not compared as"
+            " runs (torchscope report DIR keeps them apart)"
+        )
+    not_read += [
+        f"{run.name}: its traces name different world sizes ({', '.join(map(str, run.world_sizes))}):"
+        " files of different jobs in one folder?"
+        for run in found.runs
+        if len(run.world_sizes) > 1
+    ]
     groups = found.rank_files
     cycles = len(groups) == 1 and groups[0].cycles > 1
     files = [f for rf in groups for f in (rf.files if cycles else rf.files[-1:])]
@@ -113,7 +125,11 @@ def load_dir(
             )
     stores = sorted(d for d in directory.iterdir() if d.is_dir() and is_store(d))
     if not files and not stores:
-        why = "no trace files (*.json, *.json.gz) or saved traces in this directory"
+        why = (
+            "no readable trace files in this directory"
+            if not_read
+            else "no trace files (*.json, *.json.gz) or saved traces in this directory"
+        )
         raise TraceError(str(directory), "; ".join([why, *not_read]))
     traces: list[tuple[Path, Trace]] = []
     skipped: list[tuple[Path, TraceError]] = []
