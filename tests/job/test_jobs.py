@@ -121,9 +121,10 @@ def test_gloo_straggler_named_with_its_extra_op(gloo_job: Path) -> None:
     # the ops it does that rank 0 does not: the matmul chain (aten::mm under aten::matmul) and tanh_
     assert {o["name"] for o in s["ops"][:2]} == {"aten::mm", "aten::tanh_"}
     assert job["runs"][0]["recommendations"][0]["rule"] == "straggler"
-    # the fast rank is the one that waits
+    # the fast rank is the one that waits (the straggler waits too now and then, when the
+    # machine is loaded and rank 0 reaches a collective last: 0.95 ms once under the full suite)
     waits = {w["rank"]: w["wait_ns"] for w in run["rank_waits"]}
-    assert waits[0] > waits[1] == 0.0
+    assert waits[0] > 4 * waits[1]
     # rank 0's "communication" is that wait: said so, pointed at the straggler, ranked after it
     comm = next(f for f in run["recommendations"] if f["rule"] == "communication_heavy")
     assert comm["worst_rank"] == 0 and comm["evidence"]["straggler"] == 1
