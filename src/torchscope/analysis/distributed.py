@@ -31,25 +31,24 @@ _BUS = {
 }
 
 
-def rank_of(key: str, trace: Trace, default: int = 0) -> int:
+def rank_of(key: str, trace: Trace) -> int | None:
     """The trace's rank: its ``distributedInfo``, else ``rank-N``/``rank_N`` in its key, else
-    ``default``. Other digits in a key (a pid, a file timestamp) are never a rank."""
+    None. Other digits in a key (a pid, a file timestamp) are never a rank."""
     from torchscope.job.discover import rank_in_name
 
     if trace.meta.rank is not None:
         return int(trace.meta.rank)
-    r = rank_in_name(Path(key), Path())
-    return default if r is None else r
+    return rank_in_name(Path(key), Path())
 
 
 def ranks_of(ts: TraceSet) -> dict[str, int]:
     """Each member's rank (``rank_of``); members without one take, in order, the numbers no
     other member has (by position, they doubled a real rank 0). Every table of a set names
     ranks this way."""
-    known = {key: rank_of(key, tr, -1) for key, tr in ts.items()}
-    taken = {r for r in known.values() if r >= 0}
+    known = {key: rank_of(key, tr) for key, tr in ts.items()}
+    taken = {r for r in known.values() if r is not None}
     free = (n for n in range(len(known) + len(taken) + 1) if n not in taken)
-    return {key: r if r >= 0 else next(free) for key, r in known.items()}
+    return {key: next(free) if r is None else r for key, r in known.items()}
 
 
 def collective_stats(trace: Trace) -> pl.DataFrame:

@@ -470,8 +470,7 @@ def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
         ),
         ranks=ranks,
         recommendations=recs,
-        # a member's own warnings (a cut cycle) are the set's too, named by the member
-        warnings=[*ts.skipped, *(f"{name}: {w}" for name, tr in ts.items() for w in tr.meta.warnings)],
+        warnings=ts.warnings(),  # a member's own (a cut cycle) too, named by its file
         units=M.units_of(*collectives[:1], *wait[:1], *(r.units for r in ranks.values())),
     )
 

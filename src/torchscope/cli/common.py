@@ -133,7 +133,7 @@ def input_warnings(loaded: Trace | TraceSet) -> list[str]:
 
     if not isinstance(loaded, TraceSet):
         return [f"{loaded.meta.source}: {w}" for w in loaded.meta.warnings]
-    return [*loaded.skipped, *(f"{t.meta.source}: {w}" for t in loaded.values() for w in t.meta.warnings)]
+    return loaded.warnings()
 
 
 def warn_on_stderr(command: str, lines: list[str]) -> None:

@@ -87,6 +87,17 @@ class Discovery:
         return sum(len(r.files) for r in self.rank_files) > 1
 
 
+def mixed_world_sizes(found: Discovery) -> list[str]:
+    """A warning per run whose files name different world sizes: traces of different jobs in
+    one folder (a trace copied into another job's), which are still read as one job."""
+    return [
+        f"{run.name}: its traces name different world sizes ({', '.join(map(str, run.world_sizes))}):"
+        " files of different jobs in one folder? They are read as one job"
+        for run in found.runs
+        if len(run.world_sizes) > 1
+    ]
+
+
 @dataclass(frozen=True)
 class Head:
     rank: int | None = None

@@ -8,7 +8,7 @@ from typing import Any
 
 from torchscope.analysis import keys as K
 from torchscope.errors import TraceError
-from torchscope.job.discover import Discovery, discover
+from torchscope.job.discover import Discovery, discover, mixed_world_sizes
 from torchscope.job.engine import run_tasks
 from torchscope.job.reduce import reduce_run
 from torchscope.trace.progress import LoadProgress
@@ -53,7 +53,7 @@ def analyse_job(
     runs = [run for run in every if any(r["cycles"] for r in by_run[run["run"]])]
     warnings = [
         *found.skipped,
-        *_world_size_conflicts(found),
+        *mixed_world_sizes(found),
         *_uneven_cycles(found),
         *(s for run in every for s in run["skipped"]),
     ]
@@ -87,17 +87,6 @@ def _uneven_cycles(found: Discovery) -> list[str]:
                 " cycles are paired by their order, so a cycle's ranks may come from different steps"
             )
     return out
-
-
-def _world_size_conflicts(found: Discovery) -> list[str]:
-    """A run whose files name different world sizes holds traces of different jobs (a trace
-    copied into another job's folder): it is still read as one job, and a warning says so."""
-    return [
-        f"{run.name}: its traces name different world sizes ({', '.join(map(str, run.world_sizes))}):"
-        " files of different jobs in one folder? They are read as one job"
-        for run in found.runs
-        if len(run.world_sizes) > 1
-    ]
 
 
 def _shown(file: str, root: Path) -> str:

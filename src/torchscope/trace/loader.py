@@ -97,7 +97,7 @@ def load_dir(
     ``torchscope report DIR`` reads every cycle of every rank (``torchscope.job``).
     """
     # imported here: a single file's load (its critical path is its imports) does not need it
-    from torchscope.job.discover import discover, natural
+    from torchscope.job.discover import discover, mixed_world_sizes, natural
 
     found = discover(directory)
     not_read = list(found.skipped)
@@ -107,12 +107,7 @@ def load_dir(
             f"holds {len(found.runs)} runs ({names}): read side by side as one set, not compared as"
             " runs (torchscope report DIR keeps them apart)"
         )
-    not_read += [
-        f"{run.name}: its traces name different world sizes ({', '.join(map(str, run.world_sizes))}):"
-        " files of different jobs in one folder?"
-        for run in found.runs
-        if len(run.world_sizes) > 1
-    ]
+    not_read += mixed_world_sizes(found)
     groups = found.rank_files
     cycles = len(groups) == 1 and groups[0].cycles > 1
     files = [f for rf in groups for f in (rf.files if cycles else rf.files[-1:])]

@@ -204,6 +204,11 @@ class TraceSet(Mapping[str, Trace]):
     def __repr__(self) -> str:
         return f"TraceSet({self.source or '?'}: {', '.join(self.traces)})"
 
+    def warnings(self) -> list[str]:
+        """What reading the set skipped, and what reading each member repaired, named by its
+        file: what ``report`` shows and what ``table``/``diff`` print on stderr."""
+        return [*self.skipped, *(f"{t.meta.source}: {w}" for t in self.traces.values() for w in t.meta.warnings)]
+
     def save(self, path: str | Path) -> Path:
         """Save every trace to ``path/<key>/`` (our store); ``torchscope.load(path)`` reads them back."""
         root = Path(path)
