@@ -16,7 +16,7 @@ Then the ratios the issue sets targets for. The profiler options users set (``re
 so each can be measured on its own, or every combination in one go (``--each-option``). Usage::
 
     .venv/bin/python benchmarks/postprocess.py [--steps 1000] [--runs 1]
-        [--record-shapes] [--profile-memory] [--with-stack] [--each-option]
+        [--record-shapes] [--profile-memory] [--with-stack] [--each-option] [--device cuda]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _peak_mb() -> float:
 OPTIONS = ("record_shapes", "profile_memory", "with_stack")
 
 
-def child(tool: str, steps: int, options: dict[str, bool]) -> dict[str, Any]:
+def child(tool: str, steps: int, options: dict[str, bool], device: str) -> dict[str, Any]:
     """Run one measurement in this process; returns the numbers as a dict."""
     import torch
 
@@ -54,10 +54,11 @@ def child(tool: str, steps: int, options: dict[str, bool]) -> dict[str, Any]:
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = mlp((32, 32, 32, 10))
+    dev = torch.device(device)
+    model = mlp((32, 32, 32, 10)).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(8, 32)
-    y = torch.randint(0, 10, (8,))
+    x = torch.randn(8, 32, device=dev)
+    y = torch.randint(0, 10, (8,), device=dev)
 
     def train_step() -> None:
         opt.zero_grad(set_to_none=True)
@@ -65,12 +66,17 @@ def child(tool: str, steps: int, options: dict[str, bool]) -> dict[str, Any]:
         loss.backward()
         opt.step()
 
+    def sync() -> None:
+        if dev.type != "cpu":
+            torch.accelerator.synchronize(dev)
+
     def chunk_times(n_chunks: int, per_chunk: int) -> list[float]:
         out = []
         for _ in range(n_chunks):
             t = time.perf_counter()
             for _ in range(per_chunk):
                 train_step()
+            sync()
             out.append((time.perf_counter() - t) / per_chunk)
         return out
 
@@ -85,7 +91,9 @@ def child(tool: str, steps: int, options: dict[str, bool]) -> dict[str, Any]:
     else:
         from torchscope import ProfilerActivity, profile  # type: ignore[assignment]
 
-    prof = profile(activities=[ProfilerActivity.CPU], **options)
+    # on CUDA, Kineto records each step's kernels and runtime calls too (CUPTI): ~3x the events
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    prof = profile(activities=activities, **options)
     prof.start()
     profiled_step = min(chunk_times(n_chunks, per_chunk))
     t_end = time.perf_counter()
@@ -122,17 +130,18 @@ def child(tool: str, steps: int, options: dict[str, bool]) -> dict[str, Any]:
     }
 
 
-def run(tool: str, steps: int, options: dict[str, bool]) -> dict[str, Any]:
+def run(tool: str, steps: int, options: dict[str, bool], device: str) -> dict[str, Any]:
     flags = [f"--{name.replace('_', '-')}" for name, on in options.items() if on]
-    cmd = [sys.executable, __file__, "--child", tool, "--steps", str(steps), *flags]
+    cmd = [sys.executable, __file__, "--child", tool, "--steps", str(steps), "--device", device, *flags]
     env = dict(os.environ, KINETO_LOG_LEVEL="5")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def report(results: dict[str, dict[str, Any]], options: dict[str, bool]) -> None:
+def report(results: dict[str, dict[str, Any]], options: dict[str, bool], device: str) -> None:
     chosen = ", ".join(f"{k}=True" for k, on in options.items() if on) or "no options"
-    print(f"-- profile(activities=[CPU], {chosen})")
+    acts = "CPU, CUDA" if device.startswith("cuda") else "CPU"
+    print(f"-- profile(activities=[{acts}], {chosen})")
     print(
         f"{'':12}{'events':>8}{'end-to-end':>12}{'stop()':>8}{'Kineto stop':>13}"
         f"{'RSS w/ results':>16}{'peak RSS':>10}{'overhead':>10}"
@@ -179,11 +188,14 @@ def main() -> int:
         action="store_true",
         help="measure no options, each option alone, and all of them at once (ignores the option flags)",
     )
+    ap.add_argument(
+        "--device", default="cpu", help="where the model trains: cpu, or cuda (Kineto records kernels too)"
+    )
     ap.add_argument("--child", choices=["torch", "torchscope"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     chosen = {name: bool(getattr(args, name)) for name in OPTIONS}
     if args.child:
-        print(json.dumps(child(args.child, args.steps, chosen)))
+        print(json.dumps(child(args.child, args.steps, chosen, args.device)))
         return 0
     if args.each_option:
         combos = [{n: False for n in OPTIONS}]
@@ -195,10 +207,10 @@ def main() -> int:
         results: dict[str, dict[str, Any]] = {}
         for _ in range(args.runs):
             for tool in ("torch", "torchscope"):
-                r = run(tool, args.steps, options)
+                r = run(tool, args.steps, options, args.device)
                 if tool not in results or r["end_to_end_s"] < results[tool]["end_to_end_s"]:
                     results[tool] = r
-        report(results, options)
+        report(results, options, args.device)
     return 0
 
 

@@ -572,3 +572,48 @@ def test_nanosecond_times_beyond_a_double_are_read_exactly() -> None:
     ev = read_chrome(path).events
     first = ev.filter(pl.col("name") == "aten::convolution_backward").row(0, named=True)
     assert (first["start_ns"], first["dur_ns"]) == (1712195495521133783, 131797)
+
+
+CUDA_TRUTH = Path(__file__).resolve().parents[1] / "data" / "cuda_truth"
+
+
+def test_kinetos_overhead_events_do_not_make_the_reader_decode_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every CUDA trace of torch >= 2.11 has Kineto's "overhead" spans (Activity Buffer Request),
+    a category we do not model, without args: they once made the reader decode the whole
+    document a second time for their args (a third of a 143 MB trace's load)."""
+    from torchscope.trace import reader
+
+    def refuse(text: bytes) -> None:
+        raise AssertionError("decoded the whole document a second time")
+
+    monkeypatch.setattr(reader, "_raw_args_events", refuse)
+    trace = read_chrome(CUDA_TRUTH / "resnet18.pt.trace.json.gz")  # recorded on an H200
+    other = trace.of_kind("other")
+    assert other["name"].cast(str).to_list() == ["Activity Buffer Request"] * 2
+    assert other["args"].is_null().all()
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+def test_unknown_categories_args_are_cut_from_the_text(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pieces: bool) -> None:
+    """The scanner says where each event's args start: the verbatim args of an unknown category
+    are cut from there, in a file read whole or in pieces, without a second decode; the
+    msgspec path (a document the scanner declines) still keeps them."""
+    from torchscope.trace import reader
+
+    thing = {"queue": 3, "nested": {"s": "}{", "l": [1, 2.5, None]}, "note": "é"}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(400)
+    ]
+    events[123] = {"ph": "X", "cat": "vendor_dma", "name": "dma", "pid": 1, "tid": 2, "ts": 3, "dur": 1, "args": thing}
+    events[321] = {"ph": "i", "cat": "vendor_dma", "name": "mark", "pid": 1, "tid": 2, "ts": 4, "args": {}}
+    path = tmp_path / "vendor.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    if pieces:
+        monkeypatch.setattr(reader, "CHUNK_BYTES", 2048)
+    scanned = read_chrome(path)
+    monkeypatch.setattr(reader, "SCANNER_ENABLED", False)
+    decoded = read_chrome(path)
+    assert scanned.equals(decoded)
+    other = scanned.of_kind("other").sort("start_ns")
+    assert other["name"].cast(str).to_list() == ["dma", "mark"]
+    assert json.loads(other["args"][0]) == thing and other["args"][1] == "{}"

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from torchscope.trace.events import EMPTY_ARGS, Args, Document, Event
+from torchscope.trace.events import EMPTY_ARGS, Args, Document, Event, RawArgsEvent
 
 _scan = pytest.importorskip(
     "torchscope.trace._scan",
@@ -36,6 +36,7 @@ _scan = pytest.importorskip(
 EVENTS = msgspec.json.Decoder(list[Event], strict=False)
 DOCUMENT = msgspec.json.Decoder(Document, strict=False)
 EVENTS = msgspec.json.Decoder(list[Event], strict=False)
+RAW_ARGS_EVENTS = msgspec.json.Decoder(list[RawArgsEvent], strict=False)
 
 # output column -> (kind, where msgspec keeps it: an Event or an Args attribute)
 COLUMNS: dict[str, tuple[str, str, str]] = {
@@ -150,6 +151,19 @@ def assert_same(result: dict[str, Any], events: list[Event]) -> None:
             assert list(map(type, got[column])) == list(map(type, want[column])), column
 
 
+def scanned_args(result: dict[str, Any], data: bytes) -> list[bytes | None]:
+    """Each event's verbatim args, cut from ``data`` where the scanner says they are."""
+    if result["args_at"] is None:
+        return [None] * result["n"]
+    ints, present = np.frombuffer(result["args_at"][0], np.int64), np.frombuffer(result["args_at"][1], np.uint8)
+    return [data[at : _scan.value_end(data, at)] if ok else None for at, ok in zip(ints.tolist(), present.tolist(), strict=True)]
+
+
+def expected_args(events: list[RawArgsEvent]) -> list[bytes | None]:
+    """msgspec's verbatim args of each event: None when absent or null (no args to keep)."""
+    return [bytes(e.args) if len(e.args) and bytes(e.args) != b"null" else None for e in events]
+
+
 def check_events(body: bytes) -> dict[str, Any] | None:
     """Scan ``body`` (the inside of an event array); if accepted, it must agree with msgspec."""
     result = _scan.scan_events(body, 0, len(body))
@@ -160,6 +174,7 @@ def check_events(body: bytes) -> dict[str, Any] | None:
         return None
     if result is not None:
         assert_same(result, events)
+        assert scanned_args(result, body) == expected_args(RAW_ARGS_EVENTS.decode(b"[" + body + b"]"))
     return result
 
 
@@ -194,6 +209,7 @@ def test_real_trace_columns_equal_msgspec(path: Path, traces_dir: Path) -> None:
     document = DOCUMENT.decode(data)
     assert document.traceEvents is not None
     assert_same(result, document.traceEvents)
+    assert scanned_args(result, data) == expected_args(RAW_ARGS_EVENTS.decode(data[lo - 1 : hi + 1]))
 
     one_pass = _scan.scan_trace(data)  # the same document and columns, in one pass
     assert one_pass is not None
@@ -246,12 +262,16 @@ def test_pieces_concatenated_equal_the_whole(name: str, traces_dir: Path) -> Non
     pieces = _pieces(body, 7)
     assert len(pieces) == 7
     joined: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+    joined_args: list[bytes | None] = []
     for a, b in pieces:
         part = _scan.scan_events(data, lo + a, lo + b)
         assert part is not None
         for column, values in scanned_columns(part).items():
             joined[column] += values
+        joined_args += scanned_args(part, data)  # offsets count from the buffer, not the piece
     assert joined == whole
+    assert joined_args == scanned_args(_scan.scan_events(data, lo, hi), data)
+    assert sum(a is not None for a in joined_args) > 1000
 
 
 def test_buffer_layout_marks_missing_values() -> None:
@@ -297,7 +317,19 @@ def test_bounds_outside_the_data_raise_value_error() -> None:
     for lo, hi in [(-1, 5), (3, 2), (0, len(data) + 1), (len(data) + 1, len(data) + 1)]:
         with pytest.raises(ValueError, match="is not a range within the 13 bytes"):
             _scan.scan_events(data, lo, hi)
-    assert _scan.scan_events(data, 1, 1) == {"n": 0, **dict.fromkeys(COLUMNS)}
+    assert _scan.scan_events(data, 1, 1) == {"n": 0, **dict.fromkeys(COLUMNS), "args_at": None}
+
+
+def test_args_start_where_the_text_says() -> None:
+    """``args_at`` counts from the buffer's start, also for a piece; null and absent args have
+    none; ``value_end`` refuses an offset with no JSON value."""
+    body = b'{"ph": "X", "args": {"a": [1, {"b": "}"}]}}, {"args": null}, {"ph": "i", "args": {}}'
+    got = _scan.scan_events(b"xx" + body, 2, 2 + len(body))
+    assert scanned_args(got, b"xx" + body) == [b'{"a": [1, {"b": "}"}]}', None, b"{}"]
+    assert np.frombuffer(got["args_at"][0], np.int64)[0] == 2 + body.index(b'{"a"')
+    for at in (-1, len(body), body.index(b"]")):
+        with pytest.raises(ValueError, match="no JSON value at"):
+            _scan.value_end(body, at)
 
 
 # -- documents ------------------------------------------------------------------------------

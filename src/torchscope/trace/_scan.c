@@ -54,7 +54,7 @@ enum {
     C_FWD_TID, C_INPUT_DIMS, C_INPUT_TYPES, C_CONCRETE_INPUTS, C_GRID, C_BLOCK, C_REGISTERS_PER_THREAD,
     C_SHARED_MEMORY, C_BLOCKS_PER_SM, C_WARPS_PER_SM, C_OCCUPANCY_PCT, C_BYTES, C_DEVICE_TYPE,
     C_DEVICE_ID, C_ADDR, C_MEM_BYTES, C_TOTAL_ALLOCATED, C_TOTAL_RESERVED, C_ARG_NAME,
-    C_SORT_INDEX, C_LABELS,
+    C_SORT_INDEX, C_LABELS, C_ARGS_AT,
     NCOLS,
     C_ARGS = -2 /* the "args" key of an event: not a column, an object of more keys */
 };
@@ -102,6 +102,10 @@ static const ColumnSpec COLUMNS[NCOLS] = {
     [C_ARG_NAME] = {"arg_name", K_STR},
     [C_SORT_INDEX] = {"sort_index", K_INT},
     [C_LABELS] = {"labels", K_STR},
+    /* not a key: where the event's "args" value starts in the buffer (value_end finds its end),
+     * so that the verbatim args of the few events whose category we do not model are read from
+     * the text, not by decoding the whole document a second time */
+    [C_ARGS_AT] = {"args_at", K_INT},
 };
 
 typedef struct {
@@ -861,6 +865,7 @@ typedef struct {
 
 typedef struct {
     Ptr data, end;
+    Ptr base;          /* the start of the caller's buffer: args_at counts from it */
     Py_ssize_t n, cap; /* rows written, rows allocated */
     Column cols[NCOLS];
     int order[NCOLS];  /* active columns, in activation order */
@@ -1205,14 +1210,21 @@ static Ptr scan_object(Scanner *s, Ptr p, int depth, const KeyIndex *index)
                 return decline(s); /* a duplicate modelled key */
             seen |= (uint64_t)1 << k;
             int column = index->table[k].column;
-            if (column != C_ARGS)
+            if (column != C_ARGS) {
                 p = field_value(s, column, p, depth);
-            else if (p < end && *p == '{')
-                p = scan_object(s, p + 1, depth + 1, &ARGS_INDEX);
-            else if (is_null(p, end))
-                p += 4;
-            else
-                return decline(s);
+            } else {
+                Column *at;
+                if (p < end && *p == '{') {
+                    if (!(at = column_for(s, C_ARGS_AT)))
+                        return NULL;
+                    at->ints[s->n] = (int64_t)(p - s->base);
+                    at->flags[s->n] = 1;
+                    p = scan_object(s, p + 1, depth + 1, &ARGS_INDEX);
+                } else if (is_null(p, end))
+                    p += 4;
+                else
+                    return decline(s);
+            }
         }
         if (!p)
             return decline(s);
@@ -1555,6 +1567,7 @@ static PyObject *scan_events(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     Scanner s;
     memset(&s, 0, sizeof(s));
+    s.base = (Ptr)view.buf;
     s.data = (Ptr)view.buf + lo;
     s.end = (Ptr)view.buf + hi;
     s.cap = initial_rows(hi - lo);
@@ -1823,6 +1836,7 @@ static PyObject *scan_trace(PyObject *self, PyObject *args, PyObject *kwargs)
     d.events = &s;
     s.cap = initial_rows(view.len);
     Ptr base = (Ptr)view.buf;
+    s.base = base;
     if (release_pages)
         s.released = base;
 
@@ -1958,6 +1972,25 @@ done:
     return result;
 }
 
+/* Where the JSON value starting at data[at] ends (an event's args, from args_at). */
+static PyObject *value_end(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *data;
+    Py_ssize_t at;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "On:value_end", &data, &at))
+        return NULL;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Ptr base = (Ptr)view.buf;
+    Ptr end = at >= 0 && at < view.len ? skip_value(base + at, base + view.len, 2) : NULL;
+    PyBuffer_Release(&view);
+    if (!end)
+        return PyErr_Format(PyExc_ValueError, "value_end: no JSON value at %zd", at);
+    return PyLong_FromSsize_t((Py_ssize_t)(end - base));
+}
+
 /* ----------------------------------------------------------------------------------------- */
 
 static PyMethodDef METHODS[] = {
@@ -1978,6 +2011,9 @@ static PyMethodDef METHODS[] = {
      "release_pages: as for scan_document, for data[lo:hi].\n"
      "Scan the comma-separated event objects in data[lo:hi] into column buffers.\n"
      "None when anything is outside the subset we model exactly (msgspec handles it)."},
+    {"value_end", value_end, METH_VARARGS,
+     "value_end(data, at) -> int\n\n"
+     "Where the JSON value starting at data[at] ends (ValueError when there is none)."},
     {"nest", nest, METH_VARARGS,
      "nest(order, start, end, pid, tid) -> (parent, depth, covered)\n\n"
      "The host call tree in one pass: int64 arrays in, int64 buffers out (see _scan.c)."},

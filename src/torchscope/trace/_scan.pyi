@@ -7,6 +7,7 @@ int ``(values int64, present uint8)``; float ``float64`` with NaN missing;
 intstr ``(values int64, kind uint8 0 missing/1 int/2 str, codes int32, uniques)``;
 num (ts, dur) ``(ints int64, floats float64, kind uint8 0 missing/1 int/2 float)``, where
 floats is the value as a double for ints too and NaN when missing.
+``args_at`` (an int column, not a key) is where each event's ``args`` object starts in ``data``.
 """
 
 import mmap
@@ -39,6 +40,9 @@ def scan_trace(
     """``scan_document`` and ``scan_events`` of its whole event list in one pass; None when
     either would decline, or when the document has no ``traceEvents``. ``release_pages``: as for
     ``scan_document``."""
+
+def value_end(data: bytes | mmap.mmap, at: int, /) -> int:
+    """Where the JSON value starting at ``data[at]`` ends; ValueError when there is none."""
 
 def nest(order: object, start: object, end: object, pid: object, tid: object) -> tuple[Block, Block, Block]:
     """The host call tree in one pass: ``order`` lists host rows thread by thread in id order;

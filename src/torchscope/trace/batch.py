@@ -17,6 +17,9 @@ Columns (one row per JSON event, in file order):
   decimal text (a double cannot hold ``1712195495502094.565`` to the nanosecond)
 - one column per modelled ``args`` key (``events.Args``): ints, floats, and the verbatim JSON
   text of ``input_dims``, ``input_types``, ``concrete_inputs``, ``grid``, ``block``
+- ``args_at``: where the event's ``args`` object starts in the decoded text (the scanner; null
+  when the event has none), or -1 for an event with args that msgspec decoded: the reader
+  reads the verbatim args of the few events it does not model from there (``reader``)
 
 Columns read only by some kinds of event (device attributes, memory-event attributes,
 metadata attributes) are read by ``trace.columns`` only on those rows, so the msgspec path
@@ -76,6 +79,7 @@ SCHEMA: dict[str, type[pl.DataType]] = {
     **{c: pl.Int64 for c in INT_ARGS},
     **{c: pl.Float64 for c in FLOAT_ARGS},
     **{c: pl.String for c in RAW_ARGS},
+    "args_at": pl.Int64,
 }
 
 FLOW_COLUMNS = ("cat", "ph", "id", "id_text", "pid", "pid_text", "tid", "tid_text", "ts", "ts_int", "ts_exact_ns")
@@ -235,7 +239,9 @@ def from_events(events: list[Event], warnings: list[str] | None = None) -> pl.Da
     if overflowed and warnings is not None:
         k = overflowed
         warnings.append(f"read {k:,} NaN, Infinity or out-of-range number{'s' if k != 1 else ''} as null")
-    args = [EMPTY_ARGS if a is None else a for a in _col(events, "args")]
+    given = _col(events, "args")
+    cols["args_at"] = pl.Series([None if a is None else -1 for a in given], dtype=pl.Int64)
+    args = [EMPTY_ARGS if a is None else a for a in given]
     for c in COMMON_ARGS:
         cols[c] = _arg_series(c, _col(args, c))
     groups: list[tuple[npt.NDArray[np.int64], tuple[str, ...]]] = [
@@ -321,7 +327,7 @@ def from_scan(result: dict[str, Any]) -> pl.DataFrame:
             cols[f"{name}_int"] = _masked(np.frombuffer(ints, dtype=np.int64), k == 1)
             if (k == 3).any():  # written with decimals: the exact ns the scanner read
                 cols[f"{name}_exact_ns"] = _masked(np.frombuffer(ints, dtype=np.int64), k == 3)
-    for name in INT_ARGS:
+    for name in (*INT_ARGS, "args_at"):
         if (got := result.pop(name, None)) is not None:
             values, present = got
             cols[name] = _masked(

@@ -111,7 +111,7 @@ def _too_large(big: npt.NDArray[np.bool_]) -> str:
     return f" ({int(big.sum())} too large to represent)" if big.any() else ""
 
 
-_EVENT_COLUMNS = ("cat", "ph", *COMMON_ARGS, *DEVICE_ARGS)
+_EVENT_COLUMNS = ("cat", "ph", *COMMON_ARGS, *DEVICE_ARGS, "args_at")
 
 
 def _ids(batch: pl.DataFrame, column: str, ids: Ids) -> I64:
@@ -196,6 +196,7 @@ def span_frames(
         pl.Series("dur_ns", dur),
         pl.col(*COMMON_ARGS),
         pl.Series("raw_row", keep),
+        pl.col("args_at"),
         # device-only attributes are read from the rows that can carry them
         *[pl.when(on_device).then(pl.col(c)).alias(c) for c in DEVICE_ARGS],
     ).with_columns(
@@ -219,11 +220,12 @@ def _drop_consumed(batch: pl.DataFrame, names: tuple[str, ...]) -> None:
 def may_keep_raw_args(batch: pl.DataFrame) -> bool:
     """Whether some event may be of kind "other" (``_classify``), whose verbatim args we keep.
 
-    A cheap superset: complete or instant events (not [memory] ones) of a category we do not
-    model, or complete events with no category.
+    A cheap superset: complete or instant events (not [memory] ones) with args, of a category
+    we do not model, or complete events with no category. Kineto's own "overhead" events
+    (every CUDA trace has a few) have no args: they do not make the reader keep the text.
     """
     ph, cat = batch["ph"], batch["cat"].fill_null("")
-    spans = ph.is_in(["X", "i", "I"]) & ~memory_rows(ph, batch["name"])
+    spans = ph.is_in(["X", "i", "I"]) & ~memory_rows(ph, batch["name"]) & batch["args_at"].is_not_null()
     unknown = [c for c in cat.unique().to_list() if dialect.CATEGORY_KIND.get(c.lower(), "other") == "other"]
     other = spans & (cat.is_in(unknown) & (cat != "") | (cat == "") & (ph == "X"))
     return bool(other.any())

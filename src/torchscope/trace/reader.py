@@ -710,7 +710,7 @@ def _build(
     threads = threads_frame(pl.concat(meta_parts).unique(["what", "pid", "tid"], keep="last"), ev, ids)
     del chunks
     if kept_text is not None and ev.height and (ev["kind"] == "other").any():
-        ev = _attach_raw_args(ev, _as_bytes(kept_text), n_spans, warnings)
+        ev = _attach_raw_args(ev, kept_text, n_spans, warnings)
     del kept_text  # the JSON text is not needed any more: free it before linking
     return_free_memory()
     timings.mark("columns")
@@ -756,26 +756,34 @@ def _raw_args_events(text: bytes) -> list[RawArgsEvent] | None:
     return got if bare else (got.traceEvents or [])  # type: ignore[no-any-return]
 
 
-def _attach_raw_args(ev: pl.DataFrame, events_raw: bytes, n_spans: int, warnings: list[str]) -> pl.DataFrame:
+def _attach_raw_args(ev: pl.DataFrame, text: Text, n_spans: int, warnings: list[str]) -> pl.DataFrame:
     """Keep the verbatim ``args`` of events whose category we do not model (the decoders skip
     the keys they do not model without reading them: bytes there that are not UTF-8 surface
-    here, and are replaced by U+FFFD with a warning)."""
-    raw = _raw_args_events(events_raw)
-    if raw is None:
+    here, and are replaced by U+FFFD with a warning).
+
+    The scanner noted where each event's args start (``args_at``): those are cut from the text.
+    Events msgspec decoded (-1) need the whole document decoded again (``_raw_args_events``),
+    which on a 143 MB trace took a third of its load: only a declined document pays for that.
+    """
+    other = ev.filter((pl.col("kind") == "other") & pl.col("args_at").is_not_null())
+    if not other.height:
         return ev
-    kept = [r for r in raw if r.ph == "X" or r.ph == "i" or r.ph == "I"]
-    if len(kept) != n_spans:  # pragma: no cover - lenient path dropped entries
-        return ev
-    rows = ev.filter(pl.col("kind") == "other")["raw_row"].to_list()
+    rows, starts = other["raw_row"].to_list(), other["args_at"].to_list()
+    del other
+    verbatim = {r: text[at : _scan.value_end(text, at)] for r, at in zip(rows, starts, strict=True) if at >= 0}
+    if -1 in starts:
+        raw = _raw_args_events(_as_bytes(text))
+        kept = None if raw is None else [r for r in raw if r.ph == "X" or r.ph == "i" or r.ph == "I"]
+        if kept is not None and len(kept) == n_spans:
+            verbatim.update((r, bytes(kept[r].args)) for r, at in zip(rows, starts, strict=True) if at < 0)
     texts = {}
     invalid = 0
-    for r in rows:
-        a = kept[r].args
+    for r, a in verbatim.items():
         if len(a):
             try:
-                texts[r] = bytes(a).decode()
+                texts[r] = a.decode()
             except UnicodeDecodeError:
-                texts[r] = bytes(a).decode("utf-8", "replace")
+                texts[r] = a.decode("utf-8", "replace")
                 invalid += 1
     if invalid:
         warnings.append(f"replaced bytes that are not UTF-8 with U+FFFD in the args of {invalid:,} events")
