@@ -16,7 +16,8 @@ Then the ratios the issue sets targets for. The profiler options users set (``re
 so each can be measured on its own, or every combination in one go (``--each-option``). Usage::
 
     .venv/bin/python benchmarks/postprocess.py [--steps 1000] [--runs 1]
-        [--record-shapes] [--profile-memory] [--with-stack] [--each-option] [--device cuda]
+        [--record-shapes] [--profile-memory] [--with-stack] [--with-flops] [--with-modules]
+        [--each-option] [--device cuda]
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-OPTIONS = ("record_shapes", "profile_memory", "with_stack")
+OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+# the three the seed examples set together
+SEED_TRIO = ("record_shapes", "profile_memory", "with_stack")
 
 
 def child(tool: str, steps: int, options: dict[str, bool], device: str) -> dict[str, Any]:
@@ -186,7 +189,8 @@ def main() -> int:
     ap.add_argument(
         "--each-option",
         action="store_true",
-        help="measure no options, each option alone, and all of them at once (ignores the option flags)",
+        help="measure no options, each option alone, the seeds' three together and all of them at once"
+        " (ignores the option flags)",
     )
     ap.add_argument(
         "--device", default="cpu", help="where the model trains: cpu, or cuda (Kineto records kernels too)"
@@ -200,6 +204,7 @@ def main() -> int:
     if args.each_option:
         combos = [{n: False for n in OPTIONS}]
         combos += [{n: n == one for n in OPTIONS} for one in OPTIONS]
+        combos.append({n: n in SEED_TRIO for n in OPTIONS})
         combos.append({n: True for n in OPTIONS})
     else:
         combos = [chosen]

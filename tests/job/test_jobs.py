@@ -537,6 +537,17 @@ def test_a_number_of_workers_below_one_is_refused(engine: str, capsys: pytest.Ca
     )
 
 
+@pytest.mark.parametrize(
+    ("engine", "why"),
+    [("local:0", "local:N takes a number of workers of at least 1"), ("ray://", "unknown engine: use local, local:N, ray or ray://HOST:PORT")],
+)
+def test_an_engine_is_checked_for_a_single_file_too(engine: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # a single file does not use it, and a typo once waited for the day the input was a folder
+    one = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "cuda" / "backward_thread_small.json"
+    assert main(["report", str(one), "--engine", engine, "--no-html"]) == 2
+    assert capsys.readouterr().err.strip() == f"torchscope report: error: --engine {engine}: {why}"
+
+
 def test_files_of_different_jobs_in_one_folder_are_said(tmp_path: Path) -> None:
     # a trace of a 2-rank job copied beside a 128-rank job's ranks was merged into it silently
     shared = Path(__file__).resolve().parents[2].parent / "shared" / "traces"

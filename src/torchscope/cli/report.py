@@ -61,6 +61,12 @@ class ReportCommand:
             raise UsageError("--html needs a file name")
         if args.html:
             html_target(args.html, args.path)  # never the input itself: refused before any work
+        from torchscope.job.engine import parse_engine
+
+        try:  # checked for a single file too, where it is unused: a typo is said at once
+            parse_engine(args.engine)
+        except ValueError as exc:
+            raise UsageError(f"--engine {exc}") from None
         early = read_early(args.path)  # a file inflates while the analysis modules below import
         from torchscope.job.cli import job_directory, report_job
         from torchscope.render.html import write_html

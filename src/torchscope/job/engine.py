@@ -12,12 +12,40 @@ import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any
+from typing import Any, NamedTuple
 
 from torchscope.errors import TraceError
-from torchscope.job.summarize import summarize_rank
 
 Task = dict[str, Any]
+
+
+class Engine(NamedTuple):
+    """A parsed ``--engine``: ``local`` (``workers`` None: one per core, or in-process for a small
+    job), ``local:N``, ``ray`` (``address`` None: a local Ray) or ``ray://HOST:PORT``."""
+
+    kind: str
+    workers: int | None = None
+    address: str | None = None
+
+
+ENGINES = "local, local:N, ray or ray://HOST:PORT"
+
+
+def parse_engine(text: str) -> Engine:
+    """``--engine``'s value checked before any work, whatever the input (a single file ignores
+    it, but a typo should not wait for the day the input is a folder). ValueError says why."""
+    if text == "local":
+        return Engine("local")
+    if text.startswith("local:"):
+        n = text.split(":", 1)[1]
+        if not n.isdigit() or int(n) < 1:  # local:0 once ran with the default pool
+            raise ValueError(f"{text}: local:N takes a number of workers of at least 1")
+        return Engine("local", workers=int(n))
+    if text == "ray":
+        return Engine("ray")
+    if text.startswith("ray://") and len(text) > len("ray://"):
+        return Engine("ray", address=text)
+    raise ValueError(f"{text}: unknown engine: use {ENGINES}")
 
 
 def default_workers() -> int:
@@ -57,6 +85,8 @@ def run_local(
     n = min(workers or default_workers(), len(tasks))
     if workers is None and job_bytes(tasks) <= SMALL_JOB_BYTES:
         n = 1
+    from torchscope.job.summarize import summarize_rank  # Polars: not at the CLI's parse time
+
     if n <= 1 or len(tasks) <= 1:
         out = []
         for t in tasks:
@@ -87,6 +117,8 @@ def run_ray(
         import ray
     except ImportError as exc:
         raise TraceError("--engine ray", "needs Ray: pip install 'torchscope[ray]'") from exc
+    from torchscope.job.summarize import summarize_rank
+
     if not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
     remote = ray.remote(summarize_rank)
@@ -102,23 +134,14 @@ def run_ray(
     return [results[i] for i in range(len(tasks))]
 
 
-def _workers(engine: str) -> int:
-    """N of ``local:N``: a whole number of at least 1 (``local:0`` ran with the default)."""
-    text = engine.split(":", 1)[1]
-    if not text.isdigit() or int(text) < 1:
-        raise TraceError(f"--engine {engine}", "local:N takes a number of workers of at least 1")
-    return int(text)
-
-
 def run_tasks(
     tasks: list[Task], engine: str = "local", on_done: Callable[[Task], None] | None = None
 ) -> list[dict[str, Any]]:
     """``engine``: ``local``, ``local:N`` (N worker processes), ``ray`` or ``ray://HOST:PORT``."""
-    if engine == "local" or engine.startswith("local:"):
-        workers = _workers(engine) if ":" in engine else None
-        return run_local(tasks, workers, on_done)
-    if engine == "ray":
-        return run_ray(tasks, None, on_done)
-    if engine.startswith("ray://"):
-        return run_ray(tasks, engine, on_done)
-    raise TraceError(f"--engine {engine}", "unknown engine: use local, local:N, ray or ray://HOST:PORT")
+    try:
+        chosen = parse_engine(engine)
+    except ValueError as exc:
+        raise TraceError(f"--engine {engine}", str(exc).split(": ", 1)[1]) from None
+    if chosen.kind == "local":
+        return run_local(tasks, chosen.workers, on_done)
+    return run_ray(tasks, chosen.address, on_done)
