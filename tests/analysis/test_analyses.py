@@ -127,3 +127,38 @@ def test_an_allocation_of_unknown_size_is_not_added_to_its_op() -> None:
         512,
         512,
     )
+
+
+@pytest.mark.parametrize("python_functions", [False, True])
+def test_kinetos_overhead_spans_take_no_memory(python_functions: bool) -> None:
+    """Kineto's "Buffer Flush" runs on a track of its own (pid -1) while the user's thread
+    allocates: a free between two ops inside it belongs to "[memory]", an allocation inside an op
+    to that op alone. Counted by interval it was taken from "[memory]" and counted twice, and the
+    rows no longer summed to the bytes (seen on a torch 2.11 H200 trace: +512 B)."""
+    import json
+
+    from torchscope.compat.averages import key_averages
+    from torchscope.trace import read_chrome_document
+
+    memory = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1}
+    args = {"Device Type": 1, "Device Id": 0, "Addr": 1, "Total Allocated": 512, "Total Reserved": 2048}
+    text = json.dumps(
+        [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+            {"ph": "X", "cat": "overhead", "name": "Buffer Flush", "pid": -1, "tid": 0, "ts": 5, "dur": 50},
+            {**memory, "ts": 20, "args": {**args, "Bytes": -1024}},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 30, "dur": 40},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 35, "dur": 30},
+            {**memory, "ts": 40, "args": {**args, "Bytes": 512}},
+        ]
+    )
+    rows = {r.key: r for r in key_averages(read_chrome_document(text, "t.json"), python_functions=python_functions)}
+    got = {k: (r.self_device_memory_usage, r.device_memory_usage) for k, r in rows.items()}
+    assert got == {
+        "aten::relu": (0, 0),
+        "Buffer Flush": (0, 0),
+        "[memory]": (-1024, -1024),
+        "aten::linear": (0, 512),
+        "aten::addmm": (512, 512),
+    }
+    assert sum(r.self_device_memory_usage for r in rows.values()) == -512

@@ -332,12 +332,15 @@ def event_frame(
     self_dev = np.where(is_dev & is_work, dur, self_dev)
     dev_total = np.where(is_dev, dur, dev_total)
 
-    # memory by interval, as torch does: allocations whose timestamp is inside [start, end]
+    # memory by interval, as torch does: allocations whose timestamp is inside [start, end].
+    # Not Kineto's own overhead spans: they run on a track of their own and allocate nothing,
+    # so an allocation of the user's thread inside one was counted twice (once by the op that
+    # made it) or taken from the "[memory]" row, and the rows no longer summed to the bytes.
     mem = trace.memory
     cpu_mem = np.zeros(n, np.int64)
     dev_mem = np.zeros(n, np.int64)
     mem_rows = pl.DataFrame()
-    host_rows = np.nonzero(is_host & is_row_np)[0]
+    host_rows = np.nonzero(is_host & is_row_np & ~overhead.to_numpy())[0]
     if mem.height:
         mem = mem.sort("ts_ns")
         ts = mem["ts_ns"].to_numpy()
