@@ -210,3 +210,21 @@ def test_an_op_calling_itself_is_one_call_in_a_diff() -> None:
     assert (rows["aten::log_softmax"]["a_calls"], rows["aten::log_softmax"]["b_calls"]) == (2.0, 2.0)
     assert rows["aten::log_softmax"]["status"] != "count_changed"
     assert rows["aten::std"]["a_calls"] == 2.0
+
+
+def test_a_large_same_count_change_ranks_with_the_structural_ones() -> None:
+    """fp32 -> bf16 on an H200 (tests/data/cuda_truth): ``aten::mm`` runs as often, 3.7 ms per
+    step faster, and leads; the fp32 kernels that vanished follow by size. Every structural row
+    first put fifteen kernels of 1-100 us above it (a new user's diff of two live cycles)."""
+    data = Path(__file__).parents[1] / "data" / "cuda_truth"
+    d = diff_traces(torchscope.load(data / "mlp_flawed.pt.trace.json.gz"), torchscope.load(data / "mlp_fixed.pt.trace.json.gz"))
+    rows = d.changes.head(6).select("name", "status", "delta_ns").rows()
+    assert [(n[:24], s) for n, s, _ in rows] == [
+        ("aten::mm", "time_changed"),
+        ("aten::copy_", "count_changed"),
+        ("void cutlass::Kernel2<cu", "vanished"),
+        ("sm80_xmma_gemm_f32f32_f3", "vanished"),
+        ("aten::addmm", "time_changed"),
+        ("void cutlass::Kernel2<cu", "vanished"),
+    ]
+    assert round(rows[0][2] / 1e3, 1) == -3700.7  # us per step

@@ -104,6 +104,7 @@ def print_diff(
     """The diff in the terminal: step time, then the categories, then the ops and kernels that explain it."""
     from rich.table import Table
 
+    from torchscope.analysis.diff import SURE_FLOORS
     from torchscope.render.console import _esc, cell
     from torchscope.render.units import fmt_count, fmt_us
 
@@ -135,7 +136,12 @@ def print_diff(
         return
     t = Table(
         title="ops and kernels by change per step (B - A): new, gone or other call counts first"
-        + (f"; same-count changes under {fmt_us(floor)} (1% of the step) dimmed as noise" if floor else ""),
+        + (
+            f", with changes over {fmt_us(SURE_FLOORS * floor)}; same-count changes under"
+            f" {fmt_us(floor)} (1% of the step) dimmed as noise"
+            if floor
+            else ""
+        ),
         title_justify="left",
     )
     for col, just in (("name", "left"), ("what", "left"), ("status", "left"), ("calls A", "right"),
