@@ -162,6 +162,7 @@ EXPECTED = {
         "pageable_memcpy",
         "host_device_sync",
         "cpu_tensor_copied_to_device",
+        "double_precision",  # x.double().std(): ~1.5 % of the steps on an H200
     },
     "fixed": set(),
 }

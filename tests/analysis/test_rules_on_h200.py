@@ -89,6 +89,29 @@ def test_the_flawed_loop_gets_each_fix_it_needs() -> None:
     assert overview(_load("mlp_flawed")).devices[0].tensor_core_ratio == 0.0
 
 
+def test_a_stray_float64_op_is_named_by_its_device_time() -> None:
+    """The flawed loop's one float64 op a step (``aten::std`` of a [4096, 1000] tensor, then its
+    copy back to float) is 1.3 % of the steps on the device: named, by the share of its kernels.
+    The rule once needed half of all op time in float64 and never fired on it."""
+    f = {x.rule: x for x in advise(_load("mlp_flawed"))}["double_precision"]
+    assert f.evidence["device"] is True and f.evidence["ops"][0] == "aten::std"
+    assert f.share == pytest.approx(0.0133, abs=1e-4)
+    assert f.message.startswith("Ops on float64 tensors take 1.3% of the profiled time")
+    # enable_amp is measured as tf32_matmul is, over the profiled time, so the cut treats both alike
+    every = {x.rule: x for x in advise(_load("mlp_flawed"))}
+    assert every["enable_amp"].share == pytest.approx(0.4704, abs=1e-4)
+    assert every["tf32_matmul"].share == pytest.approx(0.4649, abs=1e-4)
+
+
+def test_a_python_float_argument_is_no_float64_work(traces_dir: Path) -> None:
+    """``param.mul_(0.9)`` records its 0-dim ``double``: 966 such calls in a ResNet-50 run are
+    no float64 op (and every float32 loop would get the advice)."""
+    trace = torchscope.load(traces_dir / "tensorboard_samples" / "resnet50_num_workers_0.pt.trace.json.gz")
+    types = trace.events.filter(pl.col("input_types").str.contains("double", literal=True))
+    assert types.height == 966
+    assert "double_precision" not in {x.rule for x in advise(trace, min_share=0)}
+
+
 def test_with_python_stacks_the_findings_name_the_users_line() -> None:
     ev = _evidence("mlp_flawed_stack")
     assert ev["pageable_memcpy"]["user_frame"] == "record_cuda_truth.py(79): step"

@@ -82,9 +82,13 @@ def enable_amp(ctx: Context) -> list[Finding]:
         return []
     op_names = names_text(ctx.trace).gather(k["op"])
     eligible = pl.DataFrame({"name": op_names}).select(names.TENSOR_CORE_ELIGIBLE_OP).to_series()
-    ratio = float(k["dur_ns"].filter(eligible).sum()) / float(k["dur_ns"].sum() or 1)
+    eligible_ns = float(k["dur_ns"].filter(eligible).sum())
+    ratio = eligible_ns / float(k["dur_ns"].sum() or 1)
     if ratio <= 0.0:
         return []
+    # measured as tf32_matmul is (the same kernels over the profiled time), so both pass the
+    # advisor's share cut or neither: it once showed on a launch-bound loop where TF32 did not
+    share = eligible_ns / ctx.host_span_ns
     return [
         Finding(
             rule="enable_amp",
@@ -93,8 +97,10 @@ def enable_amp(ctx: Context) -> list[Finding]:
             evidence={
                 "tensor_core_eligible_kernel_share": ratio,
                 "compute_capability": f"{major}.{props[0].get('computeMinor')}",
+                "share": share,
             },
             impact=ratio * 0.5,
+            share=share,
         )
     ]
 

@@ -3,6 +3,8 @@ Python outside torch ops, and double precision compute."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Any
 
@@ -434,26 +436,58 @@ def _python_culprits(
     return [str(v[2]) for v in ranked], plumbing, [bool(v[1]) for v in ranked]
 
 
+def _float64_tensor_input(types: str, dims: str | None) -> bool:
+    """Whether an op's inputs include a float64 tensor of two or more elements. A Python float
+    passed to an op is recorded as a 0-dim ``double`` (``x.mul_(0.9)`` in every optimizer
+    step): that is no work in float64."""
+    try:
+        ty, di = json.loads(types), json.loads(dims or "[]")
+    except ValueError:
+        return False
+    return any(
+        t == "double" and isinstance(d, list) and d and all(isinstance(v, int) for v in d) and math.prod(d) > 1
+        for t, d in zip(ty, di, strict=False)
+    )
+
+
 def double_precision(ctx: Context) -> list[Finding]:
-    ops = kinds(ctx.trace, "cpu_op").filter(pl.col("input_types").is_not_null())
+    """Ops that compute on float64 tensors, by their share of the profiled time: the device time
+    of their kernels when they launched any, else their own host time. A stray float64 op (a
+    metric, a ``.double()`` left in the loss) is a few percent of a step; the rule once needed
+    half of all op time in float64 and never named one (a new user's H200 run: ``aten::std`` on
+    a [4096, 1000] float64 tensor, 1.3 % of the steps)."""
+    ops = kinds(ctx.trace, "cpu_op").filter(pl.col("input_types").str.contains("double", literal=True))
     if ops.height == 0:
         return []
-    total = float(ops["self_ns"].sum()) or 1.0
-    dbl = ops.filter(pl.col("input_types").str.contains("double"))
-    share = float(dbl["self_ns"].sum()) / total
-    if share < 0.5:
+    f64 = [_float64_tensor_input(t, d) for t, d in zip(ops["input_types"], ops["input_dims"], strict=True)]
+    dbl = ops.filter(pl.Series(f64, dtype=pl.Boolean))
+    if dbl.height == 0:
         return []
-    top = (
-        dbl.group_by(pl.col("name").cast(pl.String))
-        .agg(pl.col("self_ns").sum())
-        .sort(["self_ns", "name"], descending=[True, False])
+    k = kinds(ctx.trace, "kernel", "memcpy", "memset").filter(pl.col("op").is_in(dbl["id"].implode()))
+    on_device = k.height > 0
+    per_op = (
+        k.group_by(pl.col("op").alias("id")).agg(pl.col("dur_ns").sum().alias("ns"))
+        if on_device
+        else dbl.select("id", pl.col("self_ns").alias("ns"))
     )
+    top = (
+        dbl.select("id", pl.col("name").cast(pl.String))
+        .join(per_op, on="id")
+        .group_by("name")
+        .agg(pl.col("ns").sum(), pl.len().alias("calls"))
+        .sort(["ns", "name"], descending=[True, False])
+    )
+    share = float(top["ns"].sum()) / ctx.host_span_ns
+    if share <= 0.0:
+        return []
+    where = "of their kernels on the device" if on_device else "on the host"
+    listed = ", ".join(f"{n} x{c}" for n, c in top.select("name", "calls").head(3).iter_rows())
     return [
         Finding(
             rule="double_precision",
-            message=f"{share:.0%} of op time computes in float64 (top: {', '.join(top['name'].head(3).to_list())}).",
-            fix="Use float32 (torch.set_default_dtype(torch.float32), model.float(), inputs.float()); float64 is many times slower and skips oneDNN/cuDNN/Tensor Cores.",
-            evidence={"share": share, "ops": top["name"].head(5).to_list()},
+            message=f"Ops on float64 tensors take {share:.1%} of the profiled time ({where}): {listed}.",
+            fix="Use float32 (torch.set_default_dtype(torch.float32), model.float(), inputs.float(), no .double()); float64 is many times slower and skips oneDNN/cuDNN/Tensor Cores.",
+            evidence={"share": share, "ops": top["name"].head(5).to_list(), "device": on_device},
             impact=share,
             share=share,
         )
