@@ -711,6 +711,7 @@ def _build(
     del chunks
     if kept_text is not None and ev.height and (ev["kind"] == "other").any():
         ev = _attach_raw_args(ev, kept_text, n_spans, warnings)
+    ev = ev.drop("args_at", strict=False)  # 8 bytes an event: gone before linking
     del kept_text  # the JSON text is not needed any more: free it before linking
     return_free_memory()
     timings.mark("columns")
