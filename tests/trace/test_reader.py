@@ -617,3 +617,22 @@ def test_unknown_categories_args_are_cut_from_the_text(monkeypatch: pytest.Monke
     other = scanned.of_kind("other").sort("start_ns")
     assert other["name"].cast(str).to_list() == ["dma", "mark"]
     assert json.loads(other["args"][0]) == thing and other["args"][1] == "{}"
+
+
+@pytest.mark.parametrize(
+    ("where", "args_text"),
+    [("name", '{"q": 1}'), ("args", '{"q": 1, "s": "x\\ufffdy"}')],
+)
+def test_a_lone_surrogate_escape_keeps_the_unknown_categories_args(tmp_path: Path, where: str, args_text: str) -> None:
+    """``\\ud800`` followed by a character, in a name or in an unknown category's args: msgspec
+    calls it "unexpected end of hex escape" when it skips the string. The file failed to load
+    (in args), or every unknown category's args were dropped without a word (in a name)."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(5)]
+    events.append({"ph": "X", "cat": "vendor_dma", "name": "dma", "pid": 1, "tid": 2, "ts": 3, "dur": 1, "args": {"q": 1}})
+    text = json.dumps({"traceEvents": events})
+    text = text.replace('"op2"', '"bad\\ud800x"') if where == "name" else text.replace('{"q": 1}', '{"q": 1, "s": "x\\ud800y"}')
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    trace = read_chrome(path)
+    assert trace.of_kind("other")["args"].to_list() == [args_text]
+    assert trace.meta.warnings == ("replaced 1 unpaired UTF-16 surrogate escape with U+FFFD",)

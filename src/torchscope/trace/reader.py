@@ -299,8 +299,9 @@ def _repaired(data: bytes, source: str, warnings: list[str], exc: Exception) -> 
             warnings.append(note)
             return fixed
         raise TraceError(source, "JSON nested too deeply to be a trace") from None
-    if "surrogate" in message or "truncated" in message:
-        # msgspec calls a lone surrogate escape near the end of the text "truncated"
+    if "surrogate" in message or "truncated" in message or "hex escape" in message:
+        # msgspec calls a lone surrogate escape near the end of the text "truncated", and one
+        # followed by another character in a string it skips "unexpected end of hex escape"
         fixed, note = replace_lone_surrogates(data)
         if note is not None:
             warnings.append(note)
@@ -777,6 +778,12 @@ def _attach_raw_args(ev: pl.DataFrame, text: Text, n_spans: int, warnings: list[
         kept = None if raw is None else [r for r in raw if r.ph == "X" or r.ph == "i" or r.ph == "I"]
         if kept is not None and len(kept) == n_spans:
             verbatim.update((r, bytes(kept[r].args)) for r, at in zip(rows, starts, strict=True) if at < 0)
+        else:  # never silently: the events are kept, their args are not
+            lost = starts.count(-1)
+            warnings.append(
+                f"could not keep the args of {lost:,} event{'s' if lost != 1 else ''} of categories"
+                " torchscope does not model (the document needed repairs)"
+            )
     texts = {}
     invalid = 0
     for r, a in verbatim.items():
