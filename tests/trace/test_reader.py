@@ -636,3 +636,24 @@ def test_a_lone_surrogate_escape_keeps_the_unknown_categories_args(tmp_path: Pat
     trace = read_chrome(path)
     assert trace.of_kind("other")["args"].to_list() == [args_text]
     assert trace.meta.warnings == ("replaced 1 unpaired UTF-16 surrogate escape with U+FFFD",)
+
+
+def test_a_large_files_pieces_give_one_warning_each(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each ~8 MB piece said its own "N events had a negative duration" and "dropped malformed
+    fields of N events": a 105 MB file printed 24 lines. The pieces' counts are summed into the
+    line a whole read gives."""
+    from torchscope.trace import reader
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(600)]
+    for i in range(0, 600, 50):
+        events[i]["dur"] = -3  # 12 negative durations, spread over every piece
+    for i in range(25, 600, 100):
+        events[i]["args"] = {"External id": "not a number"}  # 6 malformed fields: msgspec reads the piece
+    path = tmp_path / "big.json"  # one event per line, as Kineto writes: where pieces are cut
+    path.write_text('{"traceEvents": [\n  ' + ",\n  ".join(map(json.dumps, events)) + "\n]}")
+    whole = read_chrome(path)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 2048)
+    pieces = read_chrome(path)
+    assert "12 events had a negative duration; read as 0" in whole.meta.warnings
+    assert sorted(pieces.meta.warnings) == sorted(whole.meta.warnings)
+    assert pieces.events.equals(whole.events)
