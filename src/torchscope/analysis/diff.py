@@ -50,7 +50,7 @@ from torchscope.analysis.report import records
 from torchscope.analysis.report_model import us_of
 from torchscope.trace.model import Trace, TraceSet
 
-_TABLE: dict[str, Any] = {"name": pl.String(), "calls": pl.Float64(), "ns": pl.Float64()}
+_TABLE: dict[str, Any] = {"what": pl.String(), "name": pl.String(), "calls": pl.Float64(), "ns": pl.Float64()}
 DEVICE_WORK = ("Kernel", "Memcpy", "Memset")
 # a same-count op's change below this share of the step time is ranked as noise (listed last)
 NOISE_FLOOR = 0.01
@@ -67,7 +67,7 @@ class Side:
     breakdown_ns: dict[str, float]
     host_breakdown_ns: dict[str, float]
     ops: pl.DataFrame  # name, calls, ns (per step; host self + device self)
-    kernels: pl.DataFrame  # name, calls, ns (per step)
+    kernels: pl.DataFrame  # what (kernel, memcpy, memset), name, calls, ns (per step)
     step_numbers: tuple[int, ...] = ()  # the ProfilerStep numbers compared; () for the whole trace
     cycles: int = 1  # cycle files (of one rank) the compared steps came from
     kept: int = 0  # steps the side kept in all (of one rank): more than ``steps`` when some were left out
@@ -199,7 +199,7 @@ def _side(t: Trace | TraceSet, steps: tuple[int, ...], ranks: Ranks | None = Non
         if not frames:
             return pl.DataFrame(schema=_TABLE)
         both = pl.concat([f.select(pl.col(c).cast(dt) for c, dt in _TABLE.items()) for f in frames])
-        return both.group_by("name").agg(pl.col("calls").sum(), pl.col("ns").sum())
+        return both.group_by("what", "name").agg(pl.col("calls").sum(), pl.col("ns").sum())
 
     kept = _steps_of(first_rank)
     return Side(
@@ -229,25 +229,26 @@ def _rank_rows(
     folded = _self_calls(tr)[o["id"].to_numpy()]
     o = o.with_columns(pl.Series("device_self_ns", self_dev[o["id"].to_numpy()]), pl.Series("folded", folded))
     ops.append(
-        o.group_by(pl.col("name").cast(pl.String)).agg(
+        o.group_by(pl.lit("operator").alias("what"), pl.col("name").cast(pl.String)).agg(
             ((~pl.col("folded")).sum().cast(pl.Float64) / div).alias("calls"),
             ((pl.col("self_ns") + pl.col("device_self_ns")).sum().cast(pl.Float64) / div).alias("ns"),
         )
     )
     # a kernel belongs to a step through its launch (HTA's rule); one whose launch is not in
-    # the file (queued before the profiler started) is in no step, whenever it ran
+    # the file (queued before the profiler started) is in no step, whenever it ran. Copies and
+    # memsets are device work too: a diff whose Memcpy category fell 1.3 ms named no copy
     launched = (pl.col("launcher") >= 0) | (pl.col("op") >= 0)
-    k = kinds(tr, "kernel").filter(in_steps & launched if steps else in_steps)
+    k = kinds(tr, "kernel", "memcpy", "memset").filter(in_steps & launched if steps else in_steps)
     kers.append(
-        k.group_by(pl.col("name").cast(pl.String)).agg(
+        k.group_by(pl.col("kind").cast(pl.String).alias("what"), pl.col("name").cast(pl.String)).agg(
             (pl.len().cast(pl.Float64) / div).alias("calls"),
             (pl.col("dur_ns").sum().cast(pl.Float64) / div).alias("ns"),
         )
     )
 
 
-def _compare(a: pl.DataFrame, b: pl.DataFrame, what: str) -> pl.DataFrame:
-    j = a.join(b, on="name", how="full", suffix="_b", coalesce=True).with_columns(
+def _compare(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    j = a.join(b, on=["what", "name"], how="full", suffix="_b", coalesce=True).with_columns(
         pl.col("calls").fill_null(0.0).alias("a_calls"),
         pl.col("calls_b").fill_null(0.0).alias("b_calls"),
         pl.col("ns").fill_null(0.0).alias("a_ns"),
@@ -257,7 +258,6 @@ def _compare(a: pl.DataFrame, b: pl.DataFrame, what: str) -> pl.DataFrame:
     same_calls = (pl.col("a_calls") - pl.col("b_calls")).abs() < 1e-9
     return (
         j.with_columns(
-            pl.lit(what).alias("what"),
             (pl.col("b_ns") - pl.col("a_ns")).alias("delta_ns"),
             pl.when(pl.col("a_calls") == 0)
             .then(pl.lit("appeared"))
@@ -381,4 +381,4 @@ def diff_traces(
     ra, rb = _common_ranks(ranks_of(a), ranks_of(b))
     ia, ib = choose_steps(ra, rb, steps_a, steps_b)  # type: ignore[arg-type]
     sa, sb = _side(a, ia, ra), _side(b, ib, rb)
-    return TraceDiff(sa, sb, _compare(sa.ops, sb.ops, "operator"), _compare(sa.kernels, sb.kernels, "kernel"))
+    return TraceDiff(sa, sb, _compare(sa.ops, sb.ops), _compare(sa.kernels, sb.kernels))
