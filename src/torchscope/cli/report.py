@@ -66,7 +66,7 @@ class ReportCommand:
         try:  # checked for a single file too, where it is unused: a typo is said at once
             parse_engine(args.engine)
         except ValueError as exc:
-            raise UsageError(f"--engine {exc}") from None
+            raise UsageError(f"--engine {args.engine}: {exc}") from None
         early = read_early(args.path)  # a file inflates while the analysis modules below import
         from torchscope.job.cli import job_directory, report_job
         from torchscope.render.html import write_html

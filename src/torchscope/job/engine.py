@@ -28,24 +28,22 @@ class Engine(NamedTuple):
     address: str | None = None
 
 
-ENGINES = "local, local:N, ray or ray://HOST:PORT"
-
-
 def parse_engine(text: str) -> Engine:
     """``--engine``'s value checked before any work, whatever the input (a single file ignores
-    it, but a typo should not wait for the day the input is a folder). ValueError says why."""
+    it, but a typo should not wait for the day the input is a folder). ValueError says why;
+    the caller names the value."""
     if text == "local":
         return Engine("local")
     if text.startswith("local:"):
         n = text.split(":", 1)[1]
         if not n.isdigit() or int(n) < 1:  # local:0 once ran with the default pool
-            raise ValueError(f"{text}: local:N takes a number of workers of at least 1")
+            raise ValueError("local:N takes a number of workers of at least 1")
         return Engine("local", workers=int(n))
     if text == "ray":
         return Engine("ray")
     if text.startswith("ray://") and len(text) > len("ray://"):
         return Engine("ray", address=text)
-    raise ValueError(f"{text}: unknown engine: use {ENGINES}")
+    raise ValueError("unknown engine: use local, local:N, ray or ray://HOST:PORT")
 
 
 def default_workers() -> int:
@@ -141,7 +139,7 @@ def run_tasks(
     try:
         chosen = parse_engine(engine)
     except ValueError as exc:
-        raise TraceError(f"--engine {engine}", str(exc).split(": ", 1)[1]) from None
+        raise TraceError(f"--engine {engine}", str(exc)) from None
     if chosen.kind == "local":
         return run_local(tasks, chosen.workers, on_done)
     return run_ray(tasks, chosen.address, on_done)

@@ -353,14 +353,15 @@ def merge_counted(lines: list[str]) -> list[str]:
             continue
         total = sum(n for n, _ in members)
         plural = next((line for n, line in members if n != 1), None)
-
-        def render(m: re.Match[str], *, total: int = total, plural: str | None = plural) -> str:
-            noun = m.group(2) or ""
-            if plural is None and total != 1 and noun and not noun.endswith("s"):
-                noun += "s"
-            return f"{total:,}{noun}"
-
-        out.append(_COUNT.sub(render, plural or members[0][1], count=1))
+        line = plural or members[0][1]
+        count = _COUNT.search(line)
+        if count is None:  # the same line without a number, said by several pieces
+            out.append(line)
+            continue
+        noun = count.group(2) or ""
+        if plural is None and total != 1 and noun and not noun.endswith("s"):
+            noun += "s"  # every piece said "1 event"
+        out.append(f"{line[: count.start()]}{total:,}{noun}{line[count.end() :]}")
     return out
 
 
