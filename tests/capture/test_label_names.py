@@ -141,3 +141,30 @@ def test_the_signs_of_a_changed_name_in_the_saved_file(text: bytes, sign: bool) 
     from torchscope.capture.kineto import _kineto_changed_a_name
 
     assert _kineto_changed_a_name(text) is sign
+
+
+@pytest.mark.parametrize(
+    ("event", "sign"),
+    [
+        ({"cat": "user_annotation", "name": "unknown"}, True),
+        ({"cat": "cpu_op", "name": "unknown"}, True),
+        ({"cat": "user_annotation", "name": "back/slash"}, True),
+        ({"cat": "gpu_user_annotation", "name": "back/slash"}, True),
+        ({"cat": "python_function", "name": "torch/nn/x.py(1): f"}, False),
+        ({"cat": "user_annotation", "name": "plain", "args": {"p": "a/b"}}, False),
+    ],
+)
+def test_the_read_trace_shows_the_same_signs_as_the_file(
+    tmp_path: Path, event: dict[str, Any], sign: bool
+) -> None:
+    """Results kept for the memory profiler are looked at after the read, in the Trace: the
+    same answer as the file's text gives, for each kind of sign."""
+    from torchscope.capture.kineto import _kineto_changed_a_name, _trace_shows_a_changed_name
+
+    full = {"ph": "X", "pid": 1, "tid": 1, "ts": 1, "dur": 2, **event}
+    other = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5, "dur": 1}
+    text = json.dumps({"traceEvents": [full, other]}, indent=4).encode()
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    assert _kineto_changed_a_name(text) is sign
+    assert _trace_shows_a_changed_name(torchscope.load(path)) is sign

@@ -275,6 +275,31 @@ def test_large_files_read_in_pieces_give_the_same_trace(
         assert pieces.meta.extra == whole.meta.extra
 
 
+def test_a_blank_line_before_the_first_event_does_not_keep_a_file_in_one_piece(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from torchscope.trace import reader
+
+    # torch 2.13's Kineto layout: "[", a line of spaces, then the events; the separator
+    # between events has no such line (every large CPU cycle stayed in one piece)
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5}
+        for i in range(2000)
+    ]
+    body = "},\n  {".join(json.dumps(e, indent=4)[1:-1] for e in events)
+    text = ('{\n  "traceEvents": [\n    \n  {' + body + "}\n]}").encode()
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    whole = read_chrome(path)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 8192)
+    lo = text.index(b"[") + 1
+    cuts = reader._cut_points(text, lo, len(text) - 2)
+    assert len(cuts) >= 10
+    assert all(text[close : begin + 1] == b"},\n  {" for close, begin in cuts)
+    assert read_chrome(path).equals(whole)
+    assert whole.events.height == 2000
+
+
 def test_pieces_the_scanner_declines_keep_their_place_when_scanned_in_parallel(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

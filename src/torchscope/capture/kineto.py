@@ -97,16 +97,33 @@ def _kineto_changed_a_name(text: bytes | mmap.mmap) -> bool:
     return False
 
 
-def _changed_names(results: Any, path: Path) -> pl.DataFrame | None:
+def _trace_shows_a_changed_name(trace: Trace) -> bool:
+    """The signs ``_kineto_changed_a_name`` looks for in the file, looked for in the Trace read
+    from it: among its distinct names and its few labels, instead of two passes over the text
+    (0.09 s of a 142 MB cycle, on the way to the table when the results are kept)."""
+    import polars as pl
+
+    names = trace.events.select(pl.col("name").cast(pl.String), "cat")
+    if names.filter(pl.col("name") == "unknown").height:
+        return True
+    labels = names.filter(pl.col("cat").is_in(["user_annotation", "gpu_user_annotation"]))
+    return bool(labels["name"].str.contains("/", literal=True).any())
+
+
+def _changed_names(results: Any, path: Path, trace: Trace | None = None) -> pl.DataFrame | None:
     """The true names of the events whose name Kineto's writer changed, keyed by Kineto's start
     time, duration and correlation id (``start_ns`` is Kineto's clock, not yet the file's); None
-    when the saved file shows no sign of a change, which is nearly always."""
-    with open(path, "rb") as f:
-        try:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
-                changed = _kineto_changed_a_name(text)
-        except (OSError, ValueError):
-            changed = _kineto_changed_a_name(f.read())
+    when the saved file (or the ``trace`` read from it) shows no sign of a change, which is
+    nearly always."""
+    if trace is not None:
+        changed = _trace_shows_a_changed_name(trace)
+    else:
+        with open(path, "rb") as f:
+            try:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+                    changed = _kineto_changed_a_name(text)
+            except (OSError, ValueError):
+                changed = _kineto_changed_a_name(f.read())
     if not changed:
         return None
     import polars as pl
@@ -182,9 +199,9 @@ class _Names:
         self.ready = threading.Event()
         self.table: pl.DataFrame | None = None
 
-    def take(self, results: Any, path: Path) -> None:
+    def take(self, results: Any, path: Path, trace: Trace | None = None) -> None:
         try:
-            self.table = _changed_names(results, path)
+            self.table = _changed_names(results, path, trace)
         except Exception:  # noqa: BLE001 - a failed look keeps Kineto's names, never the read
             self.table = None
         finally:
@@ -254,7 +271,7 @@ class Cycle:
 
             if self.path is not None:
                 trace = _read_saved(self.path, self._release_while_decoding)
-                self._take_names()  # results kept for the memory profiler, or no scan
+                self._take_names(trace)  # results kept for the memory profiler, or no scan
                 self.release_kineto()  # if the read never reached the scanner
                 if self._names is not None:
                     self._names.ready.wait()
@@ -284,10 +301,12 @@ class Cycle:
             self._kineto = None
             return_free_memory()
 
-    def _take_names(self) -> None:
+    def _take_names(self, trace: Trace | None = None) -> None:
+        """Look for the names Kineto's writer changed, while its results are here to give the
+        true ones: in ``trace`` when it has been read, else in the saved file."""
         if self._names is None and self._kineto is not None and self.path is not None:
             self._names = _Names()
-            self._names.take(self._kineto, self.path)
+            self._names.take(self._kineto, self.path, trace)
 
     def export(self, path: str | os.PathLike[str]) -> None:
         """Write the cycle as Chrome trace JSON (gzip when the name ends in ``.gz``)."""
