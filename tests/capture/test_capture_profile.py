@@ -177,6 +177,45 @@ def test_nested_profilers_are_refused(net: Any) -> None:
     assert "aten::linear" in {r.key for r in outer.key_averages()}
 
 
+_TORCH_INSIDE_OURS = """
+import sys, warnings, torch, torch.profiler as tp, torchscope
+x = torch.randn(16, 16)
+where = int(sys.argv[1])  # -1: around the whole block; else the step (2-step cycles, 1 warm-up)
+sched = None if where < 0 else torchscope.schedule(wait=1, warmup=1, active=2, repeat=1)
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    with torchscope.profile(schedule=sched) as ours:
+        for i in range(1 if where < 0 else 5):
+            if i == where or where < 0:
+                with tp.profile() as theirs:
+                    x @ x
+                assert "aten::mm" in {e.key for e in theirs.key_averages()}
+            x @ x
+            ours.step()
+print(sum("another profiler" in str(w.message) for w in seen), len(ours.key_averages()))
+"""
+
+
+@pytest.mark.parametrize(("where", "output"), [(-1, "1 0"), (1, "1 0"), (2, "1 0"), (0, "0 4")])
+def test_torch_profiler_inside_ours_leaves_an_empty_cycle_not_a_crash(
+    tmp_path: Path, where: int, output: str
+) -> None:
+    """A torch.profiler.profile inside ours ends Kineto's one session: on exit (-1), during our
+    warm-up (step 1) or while we record (step 2), the process segfaulted at our stop. Now that
+    cycle is empty with a warning; one in the wait step (0), before ours prepares Kineto,
+    disturbs nothing (the cycle keeps its 4 keys: ProfilerStep*, matmul, mm, resolve_conj)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "nested.py"
+    script.write_text(_TORCH_INSIDE_OURS)
+    done = subprocess.run(
+        [sys.executable, str(script), str(where)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == output
+
+
 def test_raising_on_trace_ready_leaves_a_consistent_session(net: Any) -> None:
     calls: list[int] = []
     rows: list[int] = []

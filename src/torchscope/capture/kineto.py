@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -378,6 +379,10 @@ class KinetoSession:
         self.use_device: str | None = self._profiler.use_device
         # torch's memory profiler reads Kineto's results: kept until the next cycle for it
         self._keep_kineto = all(options.get(k) for k in MEMORY_TIMELINE_OPTIONS)
+        # torch profiler sessions started in this process when ours was last prepared or
+        # started (``_profiler_starts``); another count means another profiler took Kineto
+        self._starts_seen = _profiler_starts()
+        self._interfered = False
 
     @property
     def trace_id(self) -> str:
@@ -386,12 +391,21 @@ class KinetoSession:
 
     def prepare(self) -> None:
         self._profiler._prepare_trace()
+        self._starts_seen = _profiler_starts()
 
     def start(self) -> None:
+        if _profiler_starts() != self._starts_seen:
+            # another profiler started (and ended) Kineto during our warm-up: our prepared
+            # session is gone, and enabling without it makes the stop crash the process
+            self._interfered = True
+            return
         self._profiler._start_trace()
+        self._starts_seen = _profiler_starts()
 
     def stop(self) -> Cycle:
         prof = self._profiler
+        if self._interfered or _profiler_starts() != self._starts_seen or not _kineto_still_recording():
+            return self._stopped_by_another()
         t0 = time.perf_counter()
         prof.__exit__(None, None, None)
         t1 = time.perf_counter()
@@ -410,6 +424,67 @@ class KinetoSession:
             "rss_with_results_mb": rss_with_results,
         }
         return cycle
+
+
+    def _stopped_by_another(self) -> Cycle:
+        """The cycle of a session another profiler took: a ``torch.profiler.profile`` entered
+        inside ours shares Kineto's one session and ends it on exit. Kineto then hands our stop
+        an empty result whose ``save`` crashes the process (a segfault, seen with torch 2.13),
+        and after one during our warm-up, disabling crashes it; so Kineto is not touched again,
+        the cycle is empty and a warning says why (torch gives its outer profiler an empty
+        table without a word, or crashes)."""
+        self._profiler.kineto_results = None
+        self._interfered = False  # a session is one cycle; the next is prepared afresh
+        warnings.warn(
+            "torchscope: another profiler (a torch.profiler.profile inside this one?) stopped"
+            " Kineto while torchscope was recording, so this cycle has no events; profile with"
+            " one profiler at a time, or run the script under `torchscope run`, which turns the"
+            " script's own torch.profiler into ours",
+            stacklevel=_first_caller_outside_torchscope(),
+        )
+        return Cycle(document={"traceEvents": []})
+
+
+def _first_caller_outside_torchscope() -> int:
+    """The ``stacklevel`` that makes a warning name the user's line (``with``, ``stop()`` or
+    ``step()``), however many of our frames lie between it and the warning."""
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_STARTS = [0]  # torch profiler sessions started in this process since we began counting
+
+
+def _profiler_starts() -> int:
+    """How many torch profiler sessions (ours and anyone's) have started recording, counted by
+    wrapping torch's start hook, which every ``torch.autograd.profiler.profile`` (and so every
+    ``torch.profiler.profile``) calls as it enables Kineto. Installed on first use."""
+    import torch.autograd.profiler as autograd_profiler
+
+    hook = autograd_profiler._run_on_profiler_start
+    if not getattr(hook, "_torchscope_counts", False):
+
+        def counting_start(*args: Any, **kwargs: Any) -> Any:
+            _STARTS[0] += 1
+            return hook(*args, **kwargs)
+
+        counting_start._torchscope_counts = True  # type: ignore[attr-defined]
+        autograd_profiler._run_on_profiler_start = counting_start
+    return _STARTS[0]
+
+
+def _kineto_still_recording() -> bool:
+    """Whether the process's one Kineto session is still on (False once another profiler ended
+    it); True where torch cannot tell."""
+    import torch
+
+    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
+    return bool(enabled()) if enabled is not None else True
 
 
 class PortableSession:
