@@ -449,9 +449,11 @@ def _first_caller_outside_torchscope() -> int:
     """The ``stacklevel`` that makes a warning name the user's line (``with``, ``stop()`` or
     ``step()``), however many of our frames lie between it and the warning."""
     import sys
+    import types
 
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
         frame, level = frame.f_back, level + 1
     return level
