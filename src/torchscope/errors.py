@@ -16,6 +16,10 @@ add torch's other types), so a script's ``except ValueError`` keeps working afte
 
 from __future__ import annotations
 
+import os
+import sys
+import types
+import warnings
 from pathlib import Path
 
 
@@ -62,6 +66,17 @@ class NoCycleYetError(ProfilerStateError, AssertionError):
     too, and a script's ``except AssertionError`` written for torch keeps working."""
 
 
+class CycleLostError(ProfilerStateError):
+    """A cycle's trace asked for (``export_chrome_trace``) when Kineto could not give it: its
+    save found no room, or another profiler ended the session. A warning said so when the
+    cycle ended; ``tensorboard_trace_handler`` skips such a cycle instead of writing an empty
+    trace into the log directory."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} not written: {reason}")
+        self.reason = reason
+
+
 def why_unwritable(path: Path, exc: OSError) -> str:
     """Why writing ``path`` failed, in words: the nearest existing ancestor that is a file is
     named as such (``mkdir`` of ``/dev/null/x``'s parent said "File exists"). A closed pipe is
@@ -74,3 +89,14 @@ def why_unwritable(path: Path, exc: OSError) -> str:
                 return f"{parent} is not a directory"
             break
     return exc.strerror or str(exc)
+
+
+def warn_user(message: str) -> None:
+    """A ``UserWarning`` that names the user's line (their ``with``, ``stop()`` or ``step()``),
+    however many of our frames lie between it and the warning."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 2  # warn's stacklevel 1 is this function
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level)

@@ -491,3 +491,55 @@ def test_exporting_a_cycle_copies_kinetos_file_without_reading_it(net: Any, tmp_
     assert (tmp_path / "t.json").read_bytes() == saved
     assert gzip.decompress((tmp_path / "t.json.gz").read_bytes()) == saved
     assert "aten::linear" in {r.key for r in prof.key_averages()}  # the cycle reads afterwards
+
+
+def test_a_cycle_kineto_could_not_save_is_lost_with_a_warning_and_the_run_goes_on(
+    net: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kineto's writer fails without a word when the scratch disk is full: reading the missing
+    file raised a raw FileNotFoundError (live ``key_averages``) or a TraceReadyError out of
+    ``step()``. Saving into a directory that does not exist fails the same way, without root."""
+    from torchscope.capture import kineto
+
+    nowhere = tmp_path / "gone" / "cycle.pt.trace.json"
+    monkeypatch.setattr(kineto._Scratch, "next_path", lambda self: nowhere)
+    logs = tmp_path / "logs"
+    prof = profile(
+        schedule=schedule(wait=0, warmup=1, active=1, repeat=2),
+        on_trace_ready=torchscope.tensorboard_trace_handler(str(logs)),
+    )
+    with pytest.warns(UserWarning, match=r"could not save this cycle's trace in .*set TMPDIR"), prof:
+        for _ in range(4):
+            net()
+            prof.step()
+    assert prof.step_num == 4
+    assert list(prof.key_averages()) == []
+    assert not logs.exists() or not any(logs.iterdir())  # no empty trace written for the lost cycles
+    with pytest.raises(torchscope.TorchscopeError, match="not written: torchscope: could not save"):
+        prof.export_chrome_trace(str(tmp_path / "x.json"))
+
+
+def test_a_full_log_directory_loses_the_cycles_file_not_the_run(
+    net: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's handler logs "Failed to write" and goes on; ours raised out of ``step()`` and
+    ended the training on a full disk."""
+    import errno
+
+    from torchscope.capture import handlers
+
+    def full(path: Any, write: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(handlers, "write_atomically", full)
+    prof = profile(
+        schedule=schedule(wait=0, warmup=1, active=1, repeat=2),
+        on_trace_ready=torchscope.tensorboard_trace_handler(str(tmp_path)),
+    )
+    lost = r"could not write .*No space left on device; this cycle's trace is lost"
+    with pytest.warns(UserWarning, match=lost), prof:
+        for _ in range(4):
+            net()
+            prof.step()
+    assert prof.step_num == 4
+    assert "aten::linear" in {r.key for r in prof.key_averages()}  # the cycle itself is kept

@@ -484,7 +484,6 @@ def test_tensorboard_trace_handler_on_a_full_disk_leaves_no_partial_file(
 
     from torchscope import profile, schedule, tensorboard_trace_handler
     from torchscope.capture import kineto
-    from torchscope.capture.profiler import TraceReadyError
 
     def full(self: object, path: str) -> None:
         Path(path).write_bytes(b'{"traceEvents": [')
@@ -494,7 +493,8 @@ def test_tensorboard_trace_handler_on_a_full_disk_leaves_no_partial_file(
     logs = tmp_path / "tb"
     handler = tensorboard_trace_handler(str(logs))
     prof = profile(schedule=schedule(wait=0, warmup=0, active=1), on_trace_ready=handler)
-    with pytest.raises(TraceReadyError, match="No space left on device"), prof:
+    # as torch's handler: the cycle's file is lost with a warning, the profiled run goes on
+    with pytest.warns(UserWarning, match="No space left on device; this cycle's trace is lost"), prof:
         torch.randn(4, 4).relu()
         prof.step()
     assert list(logs.iterdir()) == []

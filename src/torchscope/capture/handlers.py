@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torchscope.errors import CycleLostError, warn_user, why_unwritable
+
 
 def write_atomically(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
     """Call ``write(tmp)`` on a hidden file beside ``path`` (same suffix, so ``.gz`` still means
@@ -56,6 +58,17 @@ def tensorboard_trace_handler(
         file_name = f"{worker_name}.{time.time_ns()}.pt.trace.json"
         if use_gzip:
             file_name += ".gz"
-        write_atomically(os.path.join(dir_name, file_name), lambda tmp: prof.export_chrome_trace(str(tmp)))
+        target = os.path.join(dir_name, file_name)
+        try:
+            write_atomically(target, lambda tmp: prof.export_chrome_trace(str(tmp)))
+        except CycleLostError:
+            pass  # Kineto gave no trace for this cycle, and a warning said why: no empty file
+        except OSError as exc:
+            # as torch's handler (Kineto logs "Failed to write" and returns): a full disk loses
+            # this cycle's file, not the training run it is profiling
+            warn_user(
+                f"torchscope: could not write {target}: {why_unwritable(Path(target), exc)};"
+                " this cycle's trace is lost, the run goes on"
+            )
 
     return handler_fn

@@ -32,13 +32,12 @@ import shutil
 import tempfile
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torchscope.errors import TraceError
+from torchscope.errors import CycleLostError, TraceError, warn_user
 from torchscope.process_memory import return_free_memory, rss_mb
 from torchscope.trace.files import OwnedMap
 from torchscope.trace.json_repair import escape_raw_strings
@@ -282,9 +281,11 @@ class Cycle:
         document: dict[str, Any] | None = None,
         kineto_results: Any = None,
         keep_kineto: bool = False,
+        lost: str | None = None,
     ) -> None:
         self.path = path
         self.document = document
+        self.lost = lost  # why Kineto gave no trace for this cycle (the warning it gave), if so
         self._trace: Trace | None = None
         # Kineto's C++ results, already saved to ``path``: freed while the Trace is read (or by
         # ``release_kineto``), so that freeing them overlaps the read instead of preceding it;
@@ -347,8 +348,11 @@ class Cycle:
         text (then the Trace is written) or the file needs repair. Neither needs the Trace:
         a ``tensorboard_trace_handler`` at each cycle's end read the whole cycle (0.7 s for
         142 MB) and searched it for raw strings in Python (0.9 s) before this, which made a
-        scheduled run slower than torch's at every cycle end.
+        scheduled run slower than torch's at every cycle end. A cycle Kineto gave no trace
+        for raises ``CycleLostError`` rather than writing an empty one.
         """
+        if self.lost is not None:
+            raise CycleLostError(os.fspath(path), self.lost)
         target = Path(path)
         if target.parent and not target.parent.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -409,6 +413,47 @@ class _Scratch:
         self._n += 1
         return self.dir / f"cycle-{self._n}.pt.trace.json"
 
+    def save(self, results: Any) -> tuple[Path | None, str | None]:
+        """Kineto's ``results`` saved as JSON here: the path, or None and a one-line warning
+        saying why not.
+
+        Kineto's writer fails without a word when the disk fills (no file, or a cut one), and
+        reading the missing file then raised a raw FileNotFoundError from the user's
+        ``key_averages()``, or a TraceReadyError out of ``step()`` that ended the training.
+        Kineto saves a result once only ("Trace is already saved"), so there is no second try
+        elsewhere: the cycle is lost, the warning says where there was no room and what to set.
+        """
+        path = self.next_path()
+        results.save(str(path))
+        if _saved_whole(path):
+            return path, None
+        path.unlink(missing_ok=True)
+        return None, (
+            f"torchscope: could not save this cycle's trace in {self.dir} ({_room(self.dir)}),"
+            " so this cycle has no events; set TMPDIR to a directory with room (a cycle's JSON"
+            " takes ~300 bytes an event)"
+        )
+
+
+def _saved_whole(path: Path) -> bool:
+    """Whether Kineto's writer finished ``path``: it exists and its JSON ends (a full disk
+    leaves no file, or one cut anywhere)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            f.seek(max(0, size - 64))
+            tail = f.read().rstrip()
+    except OSError:
+        return False
+    return tail.endswith((b"}", b"]"))
+
+
+def _room(directory: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(directory).free / 2**20:,.0f} MB free"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
 
 class KinetoSession:
     """One Kineto session: prepare (warm up), start recording, stop into a ``Cycle``."""
@@ -457,10 +502,15 @@ class KinetoSession:
         rss_with_results = rss_mb()
         results = prof.kineto_results
         prof.kineto_results = None  # the cycle holds them alone, and frees them when it is read
-        path = self._scratch.next_path()
         if results is None:
             raise TraceError(LIVE_SOURCE, "Kineto returned no results for this cycle")
-        results.save(str(path))
+        path, problem = self._scratch.save(results)
+        if problem is not None:
+            warn_user(problem)
+        if path is None:
+            del results
+            return_free_memory()
+            return Cycle(document={"traceEvents": []}, lost=problem)
         cycle = Cycle(path=path, kineto_results=results, keep_kineto=self._keep_kineto)
         del results
         cycle.stats = {
@@ -480,28 +530,14 @@ class KinetoSession:
         table without a word, or crashes)."""
         self._profiler.kineto_results = None
         self._interfered = False  # a session is one cycle; the next is prepared afresh
-        warnings.warn(
+        problem = (
             "torchscope: another profiler (a torch.profiler.profile inside this one?) stopped"
             " Kineto while torchscope was recording, so this cycle has no events; profile with"
             " one profiler at a time, or run the script under `torchscope run`, which turns the"
-            " script's own torch.profiler into ours",
-            stacklevel=_first_caller_outside_torchscope(),
+            " script's own torch.profiler into ours"
         )
-        return Cycle(document={"traceEvents": []})
-
-
-def _first_caller_outside_torchscope() -> int:
-    """The ``stacklevel`` that makes a warning name the user's line (``with``, ``stop()`` or
-    ``step()``), however many of our frames lie between it and the warning."""
-    import sys
-    import types
-
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame: types.FrameType | None = sys._getframe(1)
-    level = 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
-        frame, level = frame.f_back, level + 1
-    return level
+        warn_user(problem)
+        return Cycle(document={"traceEvents": []}, lost=problem)
 
 
 _STARTS = [0]  # torch profiler sessions started in this process since we began counting

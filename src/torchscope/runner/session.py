@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from torchscope.capture.schedule import schedule as make_schedule
+from torchscope.errors import CycleLostError
 from torchscope.runner.bounds import DEFAULT_CAP_MB, DEFAULT_REPEAT, DefaultSchedule, RecordingCap
 from torchscope.runner.launch import LaunchRank
 from torchscope.runner.sampler import HotSpots, Sampler
@@ -308,6 +309,10 @@ class _Recording:
         path = self.traces_dir / f"{self.prefix}{name}.pt.trace.json"
         try:
             write_atomically(path, lambda tmp: prof.export_chrome_trace(str(tmp)))
+        except CycleLostError as exc:  # Kineto gave no trace (a full TMPDIR): said once, by cause
+            if exc.reason not in self.problems:
+                self.problems.append(exc.reason)
+            return None
         except OSError as exc:
             self.problems.append(f"could not write {path}: {exc.strerror or exc}")
             return None
