@@ -543,3 +543,17 @@ def test_a_full_log_directory_loses_the_cycles_file_not_the_run(
             prof.step()
     assert prof.step_num == 4
     assert "aten::linear" in {r.key for r in prof.key_averages()}  # the cycle itself is kept
+
+
+def test_a_trace_recorded_with_flops_keeps_them_when_loaded(net: Any, tmp_path: Path) -> None:
+    """Kineto writes no FLOPs into the file, only ``with_flops: 1`` in its header; a loaded
+    trace's table had no FLOPs column and sorted ``flops`` by zeros. They are counted from the
+    recorded shapes, as the live table counts them."""
+    with profile(with_flops=True) as prof:
+        net()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    live = {r.key: r.flops for r in prof.key_averages() if r.flops}
+    loaded = key_averages(torchscope.load(tmp_path / "t.json"))
+    assert live and {r.key: r.flops for r in loaded if r.flops} == live
+    assert loaded.table(sort_by="flops", row_limit=5) == prof.key_averages().table(sort_by="flops", row_limit=5)
+    assert "FLOPs" in loaded.table(row_limit=1)

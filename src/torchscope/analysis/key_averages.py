@@ -495,6 +495,12 @@ def flops_of(frame: pl.DataFrame, trace: Trace) -> pl.Series:
     return pl.Series("flops", values)
 
 
+def trace_counts_flops(traces: list[Trace]) -> bool:
+    """Whether the traces were recorded with ``with_flops`` (the header Kineto writes): a loaded
+    trace's table then has the FLOPs column the live one had."""
+    return any(str(t.meta.profiler_settings.get("with_flops", "")) in ("1", "True", "true") for t in traces)
+
+
 def trace_uses_memory(traces: list[Trace]) -> bool:
     """Whether the traces were recorded with ``profile_memory`` (their settings, or any
     allocation in them): the table shows its memory columns then."""

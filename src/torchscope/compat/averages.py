@@ -13,7 +13,13 @@ from typing import Any, overload
 
 import polars as pl
 
-from torchscope.analysis.key_averages import averages_frame, infer_device, parse_shapes, trace_uses_memory
+from torchscope.analysis.key_averages import (
+    averages_frame,
+    infer_device,
+    parse_shapes,
+    trace_counts_flops,
+    trace_uses_memory,
+)
 from torchscope.compat.table import TableOptions, build_table, format_time
 from torchscope.trace.model import Trace
 
@@ -254,7 +260,7 @@ def key_averages(
     *,
     use_device: str | None = None,
     profile_memory: bool | None = None,
-    with_flops: bool = False,
+    with_flops: bool | None = None,
     tensor_list_shapes: bool = False,
     overload_names: bool = False,
     python_functions: bool = True,
@@ -262,7 +268,9 @@ def key_averages(
     """Average events by name (and input shapes / top-N stack frames), as torch does.
 
     ``trace`` may be a list of Traces (several cycles of one session with ``acc_events``).
-    ``use_device`` and ``profile_memory`` default to what the trace shows.
+    ``use_device``, ``profile_memory`` and ``with_flops`` default to what the trace shows
+    (``with_flops``: the setting Kineto writes in the file's header; the FLOPs themselves are
+    not in the file, they are counted from the recorded shapes as the live table counts them).
     ``overload_names``: the trace was recorded with torch's ``capture_overload_names`` (its op
     names carry the overload, ``aten::add.Tensor``); only then does ``group_by_overload_name``
     split rows, as in torch.
@@ -276,6 +284,8 @@ def key_averages(
         use_device = next((d for d in map(infer_device, traces) if d), None)
     if profile_memory is None:
         profile_memory = trace_uses_memory(traces)
+    if with_flops is None:
+        with_flops = trace_counts_flops(traces)
     frame = averages_frame(
         traces,
         group_by_input_shape,
