@@ -107,3 +107,24 @@ def test_one_process_cycles_are_not_ranks(load_trace: Callable[[str], Trace]) ->
     assert r[K.BREAKDOWN_US]["Total"] == pytest.approx(weighted, abs=0.001)
     rules = [f["rule"] for f in r[K.RECOMMENDATIONS]]
     assert len(rules) == len(set(rules)) and all("rank" not in f for f in r[K.RECOMMENDATIONS])
+
+
+def test_the_span_leaves_out_kinetos_window_markers() -> None:
+    """Kineto stamps "Record Window End" at stop(), after whatever the script did past its last
+    op: "N events over X s" counted that wait (1.444 s for 80 steps ending at 0.947 s)."""
+    from torchscope.trace.reader import read_chrome_document
+
+    def op(name: str, ts: float, dur: float) -> dict[str, object]:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    marker = {"ph": "i", "s": "g", "pid": "", "tid": "", "cat": ""}
+    doc = {
+        "traceEvents": [
+            {**marker, "name": "Iteration Start: PyTorch Profiler", "ts": 100.0},
+            op("aten::mm", 200.0, 50.0),
+            op("aten::add", 300.0, 25.0),
+            {**marker, "name": "Record Window End", "ts": 900_000.0},
+        ]
+    }
+    meta = build_report(read_chrome_document(doc))[K.META]
+    assert (meta["start_us"], meta["end_us"], meta["span_us"]) == (200, 325, 125)
