@@ -519,6 +519,13 @@ class profile:
             raise NoCycleYetError(f"{what}: no profiling cycle has finished yet")
         return self._cycles
 
+    def _cycles_or_none_yet(self, what: str) -> list[Cycle]:
+        """The cycles results are made of; none while the first is still recording, as torch
+        gives an empty ``key_averages()``/``events()`` once started (it asserts only before)."""
+        if not self._cycles and self._started:
+            return []
+        return self._require_cycle(what)
+
     def trace(self) -> Trace:
         """The Trace of the latest finished cycle."""
         return self._require_cycle("trace()")[-1].trace
@@ -548,7 +555,7 @@ class profile:
         ``compat.averages``. ``tensor_list_shapes=True`` keys tensor-list arguments by their
         tensors' shapes, where torch shows ``[]``."""
         deadline = self._check_post_processing()
-        traces = [c.trace for c in self._require_cycle("key_averages()")]
+        traces = [c.trace for c in self._cycles_or_none_yet("key_averages()")]
         if deadline is not None and time.perf_counter() >= deadline:
             _timed_out(self.post_processing_timeout_s, 0)
             traces = []  # torch's post-processing keeps what it made by then: nothing
@@ -575,7 +582,7 @@ class profile:
         with_metadata = bool(experimental_option(self.experimental_config, "expose_kineto_event_metadata"))
         events: list[FunctionEvent] = []
         t0 = time.perf_counter()
-        cycles = self._require_cycle("events()")
+        cycles = self._cycles_or_none_yet("events()")
         traces = [cycle.trace for cycle in cycles]  # read now (once), timed as torch's parse
         t1 = time.perf_counter()
         for cycle in cycles:
