@@ -597,6 +597,25 @@ def test_ctrl_c_shows_the_scripts_traceback_exits_130_and_keeps_the_trace(tmp_pa
     assert facts["exit_code"] == 130 and facts["error"] == "KeyboardInterrupt"
     assert facts["optimizer_steps"] >= 4 and Path(facts["traces"][0]).is_file()
     assert (out / "report.html").is_file()
+    assert "torchscope run: interrupted: saving what was recorded" in err  # before the long part
+
+
+def test_a_second_ctrl_c_while_saving_says_what_is_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second Ctrl-C during the save (a long cycle took 29 s) ended the command without a
+    word, no report and no list of what was kept; the report's build is where it lands."""
+    from torchscope.cli.run import RunCommand
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunCommand, "_report", interrupted)
+    out = tmp_path / "run"
+    assert main(["run", "--out", str(out), str(SCRIPTS / "adam_loop.py"), "10"]) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted again: stopped saving; 1 trace file(s) in {out / 'traces'}, no report" in err
+    assert not (out / "report.html").exists()
 
 
 def test_hot_spots_of_a_module_level_adam_loop_name_step_and_backward(

@@ -136,8 +136,14 @@ notes:
             redirect=not args.no_redirect,
         )
         target = Target(name, script_args, is_module=args.module)
-        result = profile_target(target, options)
-        self._report(result, options, args)
+        try:
+            result = profile_target(target, options)
+            self._report(result, options, args)
+        except KeyboardInterrupt:  # a second Ctrl-C while saving: say what is on disk
+            written = sorted(p.name for p in (out / "traces").glob("*.pt.trace.json*"))
+            kept = f"{len(written)} trace file(s) in {out / 'traces'}" if written else "no trace file"
+            print(f"torchscope run: interrupted again: stopped saving; {kept}, no report", file=sys.stderr)
+            return 130
         return result.exit_code
 
     def _report(self, result: object, options: object, args: argparse.Namespace) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -515,9 +516,19 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         rec.cap.start()
     if sampler is not None:
         sampler.start()
+    outcome = None
     try:
         outcome = execute(target)
     finally:
+        if outcome is not None and outcome.error == "KeyboardInterrupt":
+            # saving a long cycle takes a while (29 s for 6 s of --all --memory --stack) and
+            # said nothing, so a second Ctrl-C came and lost everything without a word
+            print(
+                "torchscope run: interrupted: saving what was recorded and writing the report"
+                " (Ctrl-C again to stop now, keeping only the traces already written)",
+                file=sys.stderr,
+                flush=True,
+            )
         hotspots = sampler.stop() if sampler is not None else None
         wall_s = time.perf_counter() - t0
         if rec.cap is not None:
