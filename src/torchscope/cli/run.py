@@ -135,6 +135,15 @@ notes:
             cap_mb=args.cap_mb,
             redirect=not args.no_redirect,
         )
+        if args.record_all and not args.json:
+            # no cap holds the recording then: say what it costs before the script runs (a
+            # 17 s run with --memory --stack passed 9 GB while its one cycle was saved)
+            print(
+                "torchscope run: --all records the whole run as one cycle with no memory cap;"
+                " saving it takes several KB of memory an event (~1 GB for 10 s of a small-op"
+                " loop): stop early with Ctrl-C, or leave out --all to keep a cap",
+                file=sys.stderr,
+            )
         target = Target(name, script_args, is_module=args.module)
         try:
             result = profile_target(target, options)
