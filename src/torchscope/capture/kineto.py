@@ -309,10 +309,12 @@ class Cycle:
             self._names.take(self._kineto, self.path, trace)
 
     def export(self, path: str | os.PathLike[str]) -> None:
-        """Write the cycle as Chrome trace JSON (gzip when the name ends in ``.gz``)."""
+        """Write the cycle as Chrome trace JSON (gzip when the name ends in ``.gz``), whole or not
+        at all (``writes.write_atomically``: on a full disk a ``WriteError`` naming ``path``, and
+        no truncated or 0-byte file)."""
+        from torchscope.writes import write_atomically
+
         target = Path(path)
-        if target.parent and not target.parent.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
         gz = target.name.endswith(".gz")
         if self.path is not None and self.names_restored:
             # Kineto's file has its changed names: write the Trace, which has the true ones
@@ -328,11 +330,15 @@ class Cycle:
             import msgspec
 
             data = msgspec.json.encode(self.document or {"traceEvents": []})
-        if gz:
-            with gzip.open(target, "wb", compresslevel=6) as dst:
-                dst.write(data)
-        else:
-            target.write_bytes(data)
+
+        def write(tmp: Path) -> None:
+            if gz:
+                with gzip.open(tmp, "wb", compresslevel=6) as dst:
+                    dst.write(data)
+            else:
+                tmp.write_bytes(data)
+
+        write_atomically(target, write)
 
     @property
     def names_restored(self) -> bool:
