@@ -33,10 +33,12 @@ _SERIAL = itertools.count(1)  # two writes of one name in one process never shar
 _OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
-def hidden(name: str) -> bool:
-    """Whether a file or directory of this name is passed over by every directory scan (load,
-    report, diff, serve): a dot-file or dot-directory, which our own temporaries are."""
-    return name.startswith(".")
+def hidden(relative: str | bytes | os.PathLike[str]) -> bool:
+    """Whether every directory scan (``load``, ``report``, ``diff``, ``serve``) passes over this
+    name, or this path relative to the scanned directory: a dot-file, or anything in a
+    dot-directory. Our own temporaries are dot-files, so a log directory copied while a trace
+    was being written shows no half-written extra run or cycle."""
+    return any(part.startswith(".") for part in Path(os.fsdecode(relative)).parts)
 
 
 def temporary_sibling(target: Path) -> Path:
