@@ -214,5 +214,13 @@ def test_an_accuracy_dump_on_a_full_disk_leaves_no_directory(tmp_path: Path, ful
 def test_our_temporaries_are_hidden_from_every_scan(tmp_path: Path) -> None:
     tmp = temporary_sibling(tmp_path / "w.123.pt.trace.json")
     assert hidden(tmp.name) and tmp.name.endswith(".pt.trace.json")
-    assert not hidden("w.123.pt.trace.json")
+    assert not hidden("w.123.pt.trace.json") and not hidden("run/w.1.json")
+    assert hidden(".ipynb_checkpoints/w.1.json") and hidden(b".partial-1-1-w.1.json")
+
+
+def test_a_name_at_the_length_limit_is_still_written(tmp_path: Path) -> None:
+    """The temporary's prefix made a 250-character name too long to create."""
+    target = tmp_path / ("x" * 240 + ".json.gz")
+    write_atomically(target, lambda tmp: tmp.write_bytes(b"data"))
+    assert [p.name for p in tmp_path.iterdir()] == [target.name] and target.read_bytes() == b"data"
 

@@ -43,8 +43,10 @@ def hidden(relative: str | bytes | os.PathLike[str]) -> bool:
 
 def temporary_sibling(target: Path) -> Path:
     """The hidden temporary ``target`` is written to: beside it (a rename within one file
-    system), ending in its name (so ``.gz`` still means gzip and ``.html`` still means a page)."""
-    return target.with_name(f"{PARTIAL_PREFIX}{os.getpid()}-{next(_SERIAL)}-{target.name}")
+    system), ending in its name (so ``.gz`` still means gzip and ``.html`` still means a page);
+    a name near the file system's 255-byte limit keeps only its last 100 characters."""
+    name = target.name if len(os.fsencode(target.name)) <= 200 else target.name[-100:]
+    return target.with_name(f"{PARTIAL_PREFIX}{os.getpid()}-{next(_SERIAL)}-{name}")
 
 
 def write_atomically(
