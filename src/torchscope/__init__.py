@@ -1,7 +1,8 @@
 """torchscope: a drop-in, faster torch.profiler, a reader for any Kineto trace, and analyses.
 
 Change ``from torch.profiler import profile, ...`` to ``from torchscope import profile, ...``
-and the same code prints the same tables sooner. ``torchscope.load(path)`` opens any trace
+(or ``torch.profiler`` to ``torchscope.profiler`` anywhere) and the same code prints the same
+tables sooner. ``torchscope.load(path)`` opens any trace
 file or log directory without torch. Names are resolved lazily so that importing torchscope
 to analyse a trace never imports torch.
 """
@@ -85,7 +86,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchscope.trace.model import Trace, TraceMeta, TraceSet
 
 
-_SUBPACKAGES = ("accuracy", "analysis", "capture", "cli", "compat", "models", "render", "trace")
+# ``torchscope.profiler`` mirrors ``torch.profiler``'s names (``import torchscope; torchscope.profiler.profile``)
+_SUBPACKAGES = ("accuracy", "analysis", "capture", "cli", "compat", "models", "profiler", "render", "trace")
 
 
 def __getattr__(name: str) -> Any:

@@ -3,10 +3,12 @@
 * ``TraceError``: the input is not a usable trace (names the file and the problem).
 * ``UsageError``: an argument is wrong (a bad option value, an unknown sort key).
 * ``ProfilerStateError``: a profiler session used out of order (``step()`` before ``start()``).
+* ``WriteError``: a file we write for the user could not be written (a full disk, no
+  permission; names the file and the problem). An ``OSError`` too.
 
-All three derive from ``TorchscopeError``, so ``except torchscope.TorchscopeError`` catches
-anything we raise on purpose, and the CLI prints a ``TraceError`` or a ``UsageError`` as one
-line and exits with code 2 instead of showing a traceback from deep inside.
+All derive from ``TorchscopeError``, so ``except torchscope.TorchscopeError`` catches
+anything we raise on purpose, and the CLI prints a ``TraceError``, a ``UsageError`` or a
+``WriteError`` as one line and exits with code 2 instead of showing a traceback from deep inside.
 
 The drop-in profiler must also fail the way torch.profiler fails: where torch raises a
 ``ValueError``, ``AttributeError``, ``AssertionError`` or ``RuntimeError`` for the same misuse,
@@ -34,6 +36,27 @@ class TraceError(TorchscopeError):
         self.source = source
         self.problem = problem
         super().__init__(f"{source}: {problem}" if source else problem)
+
+
+class WriteError(TorchscopeError, OSError):
+    """A file or directory we write for the user could not be written: "PATH: problem: why"
+    (``writes.write_atomically``; nothing partial is left). An ``OSError``, as the failed write
+    was, with its ``errno``, ``strerror`` (the why) and ``filename``, so a script's ``except
+    OSError`` around ``export_chrome_trace`` keeps working."""
+
+    def __init__(self, path: str, problem: str, errno: int | None = None, why: str | None = None) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+        self.errno = errno
+        self.strerror = why  # type: ignore[assignment]
+        self.filename = path
+
+    def __str__(self) -> str:  # OSError's would be "[Errno 28] ...: 'PATH'"
+        return f"{self.path}: {self.problem}"
+
+    def __reduce__(self) -> tuple[type[WriteError], tuple[str, str, int | None, str | None]]:
+        return (WriteError, (self.path, self.problem, self.errno, self.strerror))
 
 
 class UsageError(TorchscopeError, ValueError):

@@ -424,19 +424,22 @@ def test_a_full_disk_never_changes_the_exit_code_nor_leaves_partial_files(
     """The disk fills while the traces and the report are written (a fake that writes half a file
     and raises ENOSPC): the script's exit code 3 stands, each failure is one line on stderr, and
     no truncated or 0-byte file is left."""
-    import torchscope.render.html as html
     from torchscope.capture.profiler import profile
 
     def full_export(self: object, path: str, use_python_export: bool = False) -> None:
         Path(path).write_bytes(b'{"traceEvents": [')
         raise _enospc()
 
-    def full_html(payload: object, path: str | Path) -> Path:
-        Path(path).write_text("<html><body>half")
+    write_bytes = Path.write_bytes
+
+    def full_page(self: Path, data: bytes) -> int:  # the page's own write fills the disk
+        if not self.name.endswith("report.html"):
+            return write_bytes(self, data)
+        write_bytes(self, data[: len(data) // 2])
         raise _enospc()
 
     monkeypatch.setattr(profile, "export_chrome_trace", full_export)
-    monkeypatch.setattr(html, "write_html", full_html)
+    monkeypatch.setattr(Path, "write_bytes", full_page)
     out = tmp_path / "full"
     assert main(["run", "--out", str(out), str(SCRIPTS / "exits.py"), "3"]) == 3
     err = capsys.readouterr().err

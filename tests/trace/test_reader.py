@@ -682,3 +682,63 @@ def test_a_large_files_pieces_give_one_warning_each(monkeypatch: pytest.MonkeyPa
     assert "12 events had a negative duration; read as 0" in whole.meta.warnings
     assert sorted(pieces.meta.warnings) == sorted(whole.meta.warnings)
     assert pieces.events.equals(whole.events)
+
+
+def _kineto_text(n: int = 600) -> bytes:
+    """A trace in Kineto's layout: one event per line, then ``],`` and the keys Kineto writes
+    after the events, ``"traceName"`` last."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(n)]
+    body = "},\n  {".join(json.dumps(e)[1:-1] for e in events)
+    return (
+        '{\n  "schemaVersion": 1,\n  "traceEvents": [\n  {' + body + "}\n  ],"
+        '"displayTimeUnit": "ms", "traceName": "/tmp/torchscope-x/cycle-1.pt.trace.json" }'
+    ).encode()
+
+
+@pytest.mark.parametrize("pieces", [False, True], ids=["whole", "pieces"])
+def test_a_truncated_files_warning_counts_the_bytes_of_the_whole_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pieces: bool
+) -> None:
+    """A file over 8 x CHUNK_BYTES is read in pieces: the warning gave the last piece's byte
+    counts (a 118 MB file cut at 90% said "its first 9,258,590 of 9,258,622 bytes")."""
+    from torchscope.trace import reader
+
+    text = _kineto_text()
+    cut = text[: text.index(b'"name": "op540"')]  # at 90%, inside the 541st event
+    path = tmp_path / "cut.json"
+    path.write_bytes(cut)
+    if pieces:
+        monkeypatch.setattr(reader, "CHUNK_BYTES", 2048)  # ~25 pieces
+    trace = read_chrome(path)
+    kept = cut.rindex(b"},\n  {") + 1  # after the last complete event's "}"
+    assert (kept, len(cut)) == (48_960, 48_993)
+    assert trace.meta.warnings == (
+        "the file ends mid-event (truncated?): read the events in its first 48,960 of 48,993 bytes",
+    )
+    assert trace.events.height == 540
+
+
+@pytest.mark.parametrize("pieces", [False, True], ids=["whole", "pieces"])
+@pytest.mark.parametrize(
+    ("drop", "key"), [(3, ' "traceName"'), (len(' "traceName": "/tmp/torchscope-x/cycle-1.pt.trace.json" }'), "")]
+)
+def test_a_file_cut_after_its_event_list_keeps_every_event(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pieces: bool, drop: int, key: str
+) -> None:
+    """Cut inside the top-level key after the list's ``]`` (a 131 MB trace less its last 3 bytes,
+    inside ``"traceName"``), or right after the comma before it: every event is complete and
+    read (the last one was lost), the keys before the broken one are kept, and the warning
+    names the key that is left out."""
+    from torchscope.trace import reader
+
+    path = tmp_path / "cut.json"
+    path.write_bytes(_kineto_text()[:-drop])
+    if pieces:
+        monkeypatch.setattr(reader, "CHUNK_BYTES", 2048)
+    trace = read_chrome(path)
+    assert trace.events.height == 600
+    assert trace.meta.warnings == (
+        f"the file ends in its top-level key{key}, after the events (truncated?): read all its events, not that key",
+    )
+    assert trace.meta.profiler_settings["displayTimeUnit"] == "ms"
+    assert "traceName" not in trace.meta.extra

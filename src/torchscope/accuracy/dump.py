@@ -52,6 +52,7 @@ from torchscope.accuracy.stats import SKETCH, sketch_plan, sketch_stride, tensor
 from torchscope.accuracy.tolerance import Tolerances
 from torchscope.accuracy.tracking import ModuleTracker
 from torchscope.errors import UsageError
+from torchscope.writes import write_atomically
 
 LEVELS = ("all", "op", "module")
 
@@ -251,10 +252,23 @@ def write_dump(
     modules: ModuleRecorder | None,
     meta: dict[str, Any],
 ) -> None:
-    """Write a dump directory (see the module docstring for its files)."""
+    """Write a dump directory (see the module docstring for its files), whole or not at all:
+    written beside ``path`` and moved in, ``meta.json`` last (``writes.write_atomically``; on a
+    full disk an older dump stays as it was and a ``WriteError`` names ``path``)."""
+    write_atomically(path, lambda tmp: _write_dump_files(tmp, level, mode, modules, meta), marker="meta.json")
+
+
+def _write_dump_files(
+    path: Path,
+    level: str,
+    mode: _DumpMode | None,
+    modules: ModuleRecorder | None,
+    meta: dict[str, Any],
+) -> None:
+    """The dump's files, in the new directory ``path``."""
     from safetensors.numpy import save_file
 
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir()
     ops = mode.ops if mode is not None else []
     tensors = mode.tensors if mode is not None else []
     saved = mode.saved if mode is not None else {}

@@ -5,13 +5,13 @@ to ``{hostname}_{pid}``, so the TensorBoard profiler plugin, HTA and ``torchscop
 read a log directory written by us exactly like one written by torch. Torch-free: it only
 calls the profiler's ``export_chrome_trace``.
 
-Every file is written whole or not at all (``write_atomically``): on a full disk torch's
-handler left a truncated trace and a 0-byte one, which every reader then refuses.
+Every file is written whole or not at all (``writes.write_atomically``, also when ``prof`` is
+torch's own profiler): on a full disk torch's handler left a truncated trace and a 0-byte one,
+which every reader then refuses.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import time
@@ -20,22 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from torchscope.errors import CycleLostError, warn_user, why_unwritable
-
-
-def write_atomically(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
-    """Call ``write(tmp)`` on a hidden file beside ``path`` (same suffix, so ``.gz`` still means
-    gzip), then rename it to ``path``; on any failure the partial file is removed and the error
-    raised, and an older ``path`` is left as it was."""
-    target = Path(path)
-    tmp = target.with_name(f".partial-{os.getpid()}-{target.name}")
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    return target
+from torchscope.writes import write_atomically
 
 
 def tensorboard_trace_handler(

@@ -342,7 +342,9 @@ class Cycle:
             self._names.take(self._kineto, self.path, trace)
 
     def export(self, path: str | os.PathLike[str]) -> None:
-        """Write the cycle as Chrome trace JSON (gzip when the name ends in ``.gz``).
+        """Write the cycle as Chrome trace JSON (gzip when the name ends in ``.gz``), whole or not
+        at all (``writes.write_atomically``: on a full disk a ``WriteError`` naming ``path``, and
+        no truncated or 0-byte file).
 
         Kineto's saved file is copied as it is, in the kernel, unless a name needs its true
         text (then the Trace is written) or the file needs repair. Neither needs the Trace:
@@ -351,11 +353,11 @@ class Cycle:
         scheduled run slower than torch's at every cycle end. A cycle Kineto gave no trace
         for raises ``CycleLostError`` rather than writing an empty one.
         """
+        from torchscope.writes import write_atomically
+
         if self.lost is not None:
             raise CycleLostError(os.fspath(path), self.lost)
         target = Path(path)
-        if target.parent and not target.parent.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
         gz = target.name.endswith(".gz")
         if self.path is not None and self.names_restored:
             # Kineto's file has its changed names: write the Trace, which has the true ones
@@ -363,8 +365,9 @@ class Cycle:
 
             write_chrome(self.trace, target)
             return
-        if self.path is not None and _valid_json(self.path):
-            _copy_file(self.path, target, gz)
+        saved = self.path
+        if saved is not None and _valid_json(saved):
+            write_atomically(target, lambda tmp: _copy_file(saved, tmp, gz))
             return
         if self.path is not None:
             # Kineto's file, less the raw string values it sometimes leaves unescaped (without
@@ -374,11 +377,15 @@ class Cycle:
             import msgspec
 
             data = msgspec.json.encode(self.document or {"traceEvents": []})
-        if gz:
-            with gzip.open(target, "wb", compresslevel=6) as dst:
-                dst.write(data)
-        else:
-            target.write_bytes(data)
+
+        def write(tmp: Path) -> None:
+            if gz:
+                with gzip.open(tmp, "wb", compresslevel=6) as dst:
+                    dst.write(data)
+            else:
+                tmp.write_bytes(data)
+
+        write_atomically(target, write)
 
     @property
     def names_restored(self) -> bool:

@@ -800,18 +800,22 @@ def _default_memory_device(use_device: str | None) -> str:
 
 
 def write_memory_timeline(results: Any, path: str, device: str) -> None:
-    """Write torch's memory timeline of Kineto's ``results`` to ``path``, by its suffix."""
+    """Write torch's memory timeline of Kineto's ``results`` to ``path``, by its suffix, whole or
+    not at all (``writes.write_atomically``: torch writes to the hidden temporary, which keeps
+    the suffix)."""
     import gzip
     import tempfile
 
     from torch.profiler._memory_profiler import MemoryProfile, MemoryProfileTimeline
 
+    from torchscope.writes import write_atomically
+
     timeline = MemoryProfileTimeline(MemoryProfile(results))
     if path.endswith(".html"):
-        timeline.export_memory_timeline_html(path, device)
+        write_atomically(path, lambda tmp: timeline.export_memory_timeline_html(str(tmp), device))
         return
     if not path.endswith(".gz"):
-        timeline.export_memory_timeline(path, device)
+        write_atomically(path, lambda tmp: timeline.export_memory_timeline(str(tmp), device))
         return
     write = (
         timeline.export_memory_timeline_raw
@@ -821,4 +825,5 @@ def write_memory_timeline(results: Any, path: str, device: str) -> None:
     with tempfile.TemporaryDirectory(prefix="torchscope-") as scratch:  # torch writes plain JSON only
         plain = Path(scratch) / "timeline.json"
         write(str(plain), device)
-        Path(path).write_bytes(gzip.compress(plain.read_bytes()))
+        packed = gzip.compress(plain.read_bytes())
+    write_atomically(path, lambda tmp: tmp.write_bytes(packed))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from torchscope.cli.base import EXIT_OK
 from torchscope.cli.common import load_single, output_target, print_json, progress, read_early
-from torchscope.errors import TraceError, why_unwritable
+from torchscope.writes import write_atomically
 
 FORMATS = ("chrome", "parquet", "stacks")
 
@@ -50,11 +50,8 @@ class ExportCommand:
                 from torchscope.analysis.flame import folded_stacks
 
                 lines = folded_stacks(trace)
-                try:
-                    out.write_text("".join(f"{p} {v}\n" for p, v in lines), encoding="utf-8")
-                except OSError as exc:
-                    raise TraceError(str(out), f"cannot write: {why_unwritable(out, exc)}") from None
-                written = out
+                text = "".join(f"{p} {v}\n" for p, v in lines)
+                written = write_atomically(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
                 detail = {"stacks": len(lines)}
         if args.json:
             print_json({"format": args.to, "path": str(written), **detail})

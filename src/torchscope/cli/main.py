@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from torchscope.cli.base import EXIT_BAD_INPUT, Command
-from torchscope.errors import TraceError, UsageError
+from torchscope.errors import TraceError, UsageError, WriteError
 from torchscope.startup import command_without_gc, one_blas_thread
 
 # name -> module; each module defines COMMAND (see cli.base.Command).
@@ -86,7 +86,7 @@ def _main(argv: list[str], first: str | None) -> int:
         return EXIT_BAD_INPUT if argv else 0
     try:
         return command.run(args)
-    except (TraceError, UsageError) as exc:  # bad input or a bad argument: one line, exit 2
+    except (TraceError, UsageError, WriteError) as exc:  # bad input, argument or output: one line, exit 2
         print(f"torchscope {command.name}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -158,9 +158,9 @@ notes:
     def _report(self, result: object, options: object, args: argparse.Namespace) -> None:
         """Write report.html/report.json/run.json; our failures never change the script's exit code
         and are one line each on stderr."""
-        from torchscope.capture.handlers import write_atomically
         from torchscope.runner.results import build_run_payload, write_run_dir
         from torchscope.runner.session import RunOptions, RunResult
+        from torchscope.writes import write_atomically
 
         assert isinstance(result, RunResult) and isinstance(options, RunOptions)
         command = ["torchscope", "run", *(["-m"] if args.module else []), *args.target]
@@ -169,8 +169,8 @@ notes:
         try:
             payload = build_run_payload(result, options, command)
             files = {k: str(v) for k, v in write_run_dir(payload, options.out).items()}
-        except OSError as exc:
-            _our_error(f"could not write the report in {options.out}: {exc.strerror or exc}")
+        except OSError as exc:  # a WriteError names the file (report.html or report.json)
+            _our_error(f"could not write {exc.filename or f'the report in {options.out}'}: {exc.strerror or exc}")
         except Exception as exc:  # noqa: BLE001 - the trace is on disk; report what failed
             _our_error(f"could not build the report: {type(exc).__name__}: {exc}")
         for problem in result.problems:

@@ -45,6 +45,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from torchscope.cli.base import EXIT_BAD_INPUT, EXIT_OK
 from torchscope.errors import TraceError
+from torchscope.writes import hidden
 
 if TYPE_CHECKING:
     from torchscope.job.discover import Run
@@ -144,9 +145,9 @@ class LogDir:
             if not _inside(os.path.realpath(top), self._root_b):
                 dirs[:] = []  # a link out of the log directory: nothing there is served
                 continue
-            dirs.sort()
+            dirs[:] = sorted(d for d in dirs if not hidden(d))
             for name in sorted(files):
-                if name.endswith(TRACE_SUFFIXES):
+                if name.endswith(TRACE_SUFFIXES) and not hidden(name):
                     yield os.path.relpath(os.path.join(top, name), self._root_b)
 
     def runs(self) -> list[dict[str, Any]]:
@@ -222,8 +223,8 @@ class LogDir:
 
     def _stat(self, rel: bytes) -> tuple[bytes, os.stat_result] | None:
         """The real path and stat of ``rel``, only if it is a regular trace file inside the root."""
-        if not rel or b"\x00" in rel or not rel.endswith(TRACE_SUFFIXES):
-            return None
+        if not rel or b"\x00" in rel or not rel.endswith(TRACE_SUFFIXES) or hidden(rel):
+            return None  # hidden files (our temporaries) are neither listed nor served
         try:
             real = os.path.realpath(os.path.join(self._root_b, rel), strict=True)
             st = os.stat(real)

@@ -37,6 +37,7 @@ from torchscope.compat.table import TableOptions
 from torchscope.errors import UsageError
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS
+from torchscope.writes import write_atomically
 
 STACK_METRICS = (
     "self_cpu_time_total",
@@ -437,7 +438,8 @@ class EventList(list[FunctionEvent]):
 
 
 def export_stacks(traces: list[Trace], path: Path, metric: str) -> None:
-    """Write collapsed stacks: enclosing Python frames (outermost first), then the event."""
+    """Write collapsed stacks: enclosing Python frames (outermost first), then the event; whole
+    or not at all (``writes.write_atomically``)."""
     if metric not in STACK_METRICS:
         raise UsageError("metric should be one of: " + str(list(STACK_METRICS)))
     column = "self_cpu_ns" if metric == "self_cpu_time_total" else "self_device_ns"
@@ -463,6 +465,5 @@ def export_stacks(traces: list[Trace], path: Path, metric: str) -> None:
         .group_by("path", maintain_order=True)
         .agg(pl.col("value").sum())
     )
-    with open(path, "w") as out:
-        for stack, value in lines.iter_rows():
-            out.write(f"{stack} {value}\n")
+    text = "".join(f"{stack} {value}\n" for stack, value in lines.iter_rows())
+    write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

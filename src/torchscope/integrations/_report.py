@@ -54,7 +54,6 @@ def report_traces(traces: Path, html: Path, title: str) -> tuple[dict[str, Any],
     (``local:1``): worker processes started with ``spawn`` would import the training script
     again as their ``__main__``, and a script without a main guard would train again in each.
     """
-    from torchscope.capture.handlers import write_atomically
     from torchscope.job.cli import job_directory
     from torchscope.render.html import write_html
 
@@ -74,7 +73,7 @@ def report_traces(traces: Path, html: Path, title: str) -> tuple[dict[str, Any],
         from torchscope.trace.loader import load
 
         payload = build_payload(load(traces), title=title)
-    write_atomically(html, lambda tmp: write_html(payload, tmp))
+    write_html(payload, html)
     return payload, html
 
 

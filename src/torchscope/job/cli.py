@@ -11,6 +11,7 @@ from typing import Any
 from torchscope.cli.base import EXIT_OK
 from torchscope.cli.common import print_json, stderr_is_tty
 from torchscope.job.discover import Discovery, discover
+from torchscope.writes import hidden
 
 
 def job_directory(path: str) -> Discovery | None:
@@ -19,7 +20,7 @@ def job_directory(path: str) -> Discovery | None:
     from torchscope.trace.loader import is_store
 
     p = Path(path).expanduser()
-    if not p.is_dir() or is_store(p) or any(d.is_dir() and is_store(d) for d in p.iterdir()):
+    if not p.is_dir() or is_store(p) or any(not hidden(d.name) and d.is_dir() and is_store(d) for d in p.iterdir()):
         return None
     found = discover(p)
     return found if found.is_job else None

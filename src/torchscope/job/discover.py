@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchscope.trace.json_repair import not_a_document
+from torchscope.writes import hidden
 
 HEAD_BYTES = 64 * 1024  # enough for distributedInfo, which Kineto writes before the events
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -158,11 +159,16 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
 
 
 def json_files(directory: Path) -> list[Path]:
-    """Every ``*.json[.gz]`` under a directory, sorted, never our own store's files."""
+    """Every ``*.json[.gz]`` under a directory, sorted, never our own store's files nor hidden
+    ones (``writes.hidden``: a dot-file such as our temporary ``.partial-PID-N-NAME``, or one
+    in a dot-directory)."""
     return sorted(
         f
         for f in directory.rglob("*")
-        if f.name.endswith(TRACE_SUFFIXES) and f.is_file() and not _in_store(f)
+        if f.name.endswith(TRACE_SUFFIXES)
+        and not hidden(f.relative_to(directory))
+        and f.is_file()
+        and not _in_store(f)
     )
 
 

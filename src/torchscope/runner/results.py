@@ -273,10 +273,10 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
 
 def write_run_dir(payload: dict[str, Any], out: Path) -> dict[str, Path]:
     """``report.html`` and ``report.json``, each written whole or not at all."""
-    from torchscope.capture.handlers import write_atomically
     from torchscope.render.html import write_html
+    from torchscope.writes import write_atomically
 
-    html = write_atomically(out / "report.html", lambda tmp: write_html(payload, tmp))
+    html = write_html(payload, out / "report.html")
     slim = {
         **payload,
         "runs": [{k: v for k, v in r.items() if k != "timeline"} for r in payload.get("runs") or []],

@@ -256,7 +256,7 @@ class _StepHook:
 
 def _rename_tail(path: Path, steps: int, problems: list[str]) -> None:
     """In the written trace, the span after the last ``optimizer.step()`` is no step."""
-    from torchscope.capture.handlers import write_atomically
+    from torchscope.writes import write_atomically
 
     try:
         data = path.read_bytes()
@@ -305,7 +305,7 @@ class _Recording:
 
     def export(self, prof: Any, name: str) -> Path | None:
         """Write ``prof``'s latest cycle as ``traces/NAME.pt.trace.json``, whole or not at all."""
-        from torchscope.capture.handlers import write_atomically
+        from torchscope.writes import write_atomically
 
         path = self.traces_dir / f"{self.prefix}{name}.pt.trace.json"
         try:
@@ -416,7 +416,6 @@ class _Recording:
         Called when one of them prepares its next cycle (the finished one is still held then)
         and once the script has ended; not through ``on_trace_ready``, which frameworks replace
         after starting the profiler (Lightning does)."""
-        from torchscope.capture.handlers import write_atomically
 
         for k, other in enumerate(self._adopted, 1):
             for cycle in list(getattr(other, "_cycles", ())):
@@ -427,7 +426,7 @@ class _Recording:
                 other._torchscope_copies = n
                 path = self.traces_dir / f"{self.prefix}script_profiler{k}.cycle{n}.pt.trace.json"
                 try:
-                    write_atomically(path, cycle.export)
+                    cycle.export(path)  # whole or not at all
                 except Exception as exc:  # noqa: BLE001 - the script's own files are unaffected
                     self.problems.append(f"could not write {path}: {exc}")
                     continue

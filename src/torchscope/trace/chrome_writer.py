@@ -15,8 +15,8 @@ from typing import Any
 
 import polars as pl
 
-from torchscope.errors import TraceError, why_unwritable
 from torchscope.trace.model import Trace
+from torchscope.writes import write_atomically
 
 # args key in the file -> (events column, how to write the value)
 _ARGS: tuple[tuple[str, str, str], ...] = (
@@ -49,18 +49,19 @@ _MEMORY_ARGS = (
 
 
 def write_chrome(trace: Trace, path: Path) -> Path:
-    """Write ``trace`` to ``path`` (gzip when the name ends in ``.gz``)."""
-    text = chrome_text(trace)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "wb", compresslevel=3) as fh:
-                fh.write(text.encode())
+    """Write ``trace`` to ``path`` (gzip when the name ends in ``.gz``), whole or not at all
+    (``writes.write_atomically``: a ``WriteError`` naming ``path`` when it cannot be written)."""
+    data = chrome_text(trace).encode()
+    gz = path.name.endswith(".gz")
+
+    def write(tmp: Path) -> None:
+        if gz:
+            with gzip.open(tmp, "wb", compresslevel=3) as fh:
+                fh.write(data)
         else:
-            path.write_text(text)
-    except OSError as exc:
-        raise TraceError(str(path), f"cannot write: {why_unwritable(path, exc)}") from None
-    return path
+            tmp.write_bytes(data)
+
+    return write_atomically(path, write)
 
 
 def chrome_text(trace: Trace) -> str:

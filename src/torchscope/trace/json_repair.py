@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import NamedTuple
 
 # A string value (after ``": "``) whose valid part ends in something a JSON string cannot hold:
 # a quote followed by more than white space and a delimiter, a raw control character (other
@@ -80,17 +81,33 @@ def describe(repaired: list[str]) -> str:
 
 
 _KEY_AHEAD = re.compile(rb'\s*"[^"\\\n]{0,200}"\s*:')
+# the start of a key after a comma (its name maybe cut short too), or nothing more: the end
+_KEY_START = re.compile(rb'\s*(?:"([^"\\\n]{0,200})|$)')
+# the last event's "}", the list's "]" and a comma: where the keys after the events begin
+_LIST_END = re.compile(rb"\}\s*\]\s*,")
+KEYS_WINDOW = 64 * 1024  # the keys Kineto writes after the events are a few short strings
 
 
-def cut_after_last_event(text: bytes, tries: int = 8) -> tuple[bytes, int] | None:
+class Cut(NamedTuple):
+    """A truncated document closed again: ``text``, and how many bytes of the input it keeps.
+    ``lost_key``: when the cut fell in a top-level key after the event list, that key's name
+    (as far as it was written; "" when the cut came right after its comma), and every event
+    was kept; None when the cut fell in the event list."""
+
+    text: bytes
+    kept: int
+    lost_key: str | None = None
+
+
+def cut_after_last_event(text: bytes, tries: int = 8) -> Cut | None:
     """A truncated trace (a process killed while writing it, a copy cut short) cut after its
-    last complete event and closed again, and how many bytes of ``text`` it keeps; None when
-    no cut makes it a document.
+    last complete event and closed again; None when no cut makes it a document.
 
     Events are separated by ``},`` and white space before the next entry (an event, or
     anything else a damaged list holds); the same can occur inside an event's ``args``, so up
     to ``tries`` such places, from the end, are tried until one decodes. A text that lacks only
-    its closing brackets is closed as it is.
+    its closing brackets is closed as it is, and one cut in a top-level key written after the
+    list (Kineto's ``"traceName"``) loses that key only (``_cut_after_list``).
     """
     bare = text[:64].lstrip().startswith(b"[")
     if not bare and b'"traceEvents"' not in text[: 1 << 20]:
@@ -100,7 +117,11 @@ def cut_after_last_event(text: bytes, tries: int = 8) -> tuple[bytes, int] | Non
     stripped = text.rstrip()
     for tail in (close, close[1:]) if stripped[-1:] in (b"}", b"]") else ():
         if tail and _is_document(stripped + tail):
-            return stripped + tail, len(stripped)
+            return Cut(stripped + tail, len(stripped))
+    if not bare:
+        after_list = _cut_after_list(text, tries)
+        if after_list is not None:
+            return after_list
     end = len(text)
     for _ in range(tries):
         k = text.rfind(b"},", 0, end)
@@ -111,8 +132,55 @@ def cut_after_last_event(text: bytes, tries: int = 8) -> tuple[bytes, int] | Non
             continue  # '}, "key": ...': inside an event's args, not between list entries
         candidate = text[: k + 1] + close
         if _is_document(candidate):
-            return candidate, k + 1
+            return Cut(candidate, k + 1)
     return None
+
+
+def _cut_after_list(text: bytes, tries: int) -> Cut | None:
+    """The document less the top-level key the text ends in, when that key comes after the
+    event list's ``]``: every event is complete, so none is dropped (cutting at the last ``},``
+    lost the last event of a 131 MB trace cut 3 bytes short, inside ``"traceName"``). The keys
+    written whole before the broken one are kept. The list's end is looked for in the last
+    ``KEYS_WINDOW`` bytes only, and the text is parsed once per top-level comma tried (up to
+    ``tries``), usually once."""
+    ends = list(_LIST_END.finditer(text, max(0, len(text) - KEYS_WINDOW)))
+    if not ends:
+        return None
+    stripped = text.rstrip()
+    if _is_document(stripped + b"}"):  # only the closing brace is missing
+        return Cut(stripped + b"}", len(stripped))
+    for k in reversed(_top_level_commas(text, ends[-1].end() - 1)[-tries:]):
+        candidate = text[:k] + b"}"
+        if _is_document(candidate):
+            key = _KEY_START.match(text, k + 1)
+            return Cut(candidate, k, (key.group(1) or b"").decode("utf-8", "replace") if key else "")
+    return None
+
+
+def _top_level_commas(text: bytes, start: int) -> list[int]:
+    """Where the commas between the members of ``text[start:]`` are: outside strings and
+    outside nested arrays and objects (``text[start]`` is the first such comma)."""
+    commas: list[int] = []
+    depth = 0
+    in_string = escaped = False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:  # backslash
+                escaped = True
+            elif c == 0x22:  # quote
+                in_string = False
+        elif c == 0x22:
+            in_string = True
+        elif c in b"[{":
+            depth += 1
+        elif c in b"]}":
+            depth -= 1
+        elif c == 0x2C and depth == 0:  # comma
+            commas.append(i)
+    return commas
 
 
 def _is_document(candidate: bytes) -> bool:

@@ -26,6 +26,7 @@ from torchscope.trace.files import Prefetch
 from torchscope.trace.model import Trace, TraceSet
 from torchscope.trace.progress import LoadProgress
 from torchscope.trace.reader import read_chrome
+from torchscope.writes import hidden
 
 # above this much JSON in all, ranks are read in worker processes rather than threads
 _PROCESS_THRESHOLD = 128 * 1024 * 1024
@@ -118,7 +119,7 @@ def load_dir(
                 f"rank {rf.rank} of {rf.run}: read its last cycle ({rel}), not the {rf.cycles - 1} before it"
                 " (torchscope report DIR reads every cycle)"
             )
-    stores = sorted(d for d in directory.iterdir() if d.is_dir() and is_store(d))
+    stores = sorted(d for d in directory.iterdir() if not hidden(d.name) and d.is_dir() and is_store(d))
     if not files and not stores:
         why = (
             "no readable trace files in this directory"

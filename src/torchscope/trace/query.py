@@ -18,6 +18,7 @@ import polars as pl
 
 from torchscope.errors import TraceError, UsageError
 from torchscope.trace.model import Trace, TraceSet
+from torchscope.writes import hidden
 
 TABLES = ("events", "memory", "flows", "threads")
 VIEWS: dict[str, tuple[str, ...]] = {
@@ -52,7 +53,11 @@ def connect(source: Trace | TraceSet | str | Path) -> Any:
         path = Path(source)
         from torchscope.trace.loader import is_store, load
 
-        stores = sorted(d for d in path.iterdir() if d.is_dir() and is_store(d)) if path.is_dir() else []
+        stores = (
+            sorted(d for d in path.iterdir() if not hidden(d.name) and d.is_dir() and is_store(d))
+            if path.is_dir()
+            else []
+        )
         if path.is_dir() and is_store(path):
             for name in TABLES:
                 con.execute(

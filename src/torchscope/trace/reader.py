@@ -48,6 +48,7 @@ from torchscope.trace.derive import derive
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
 from torchscope.trace.files import OwnedMap, Prefetch, read_bytes
 from torchscope.trace.json_repair import (
+    Cut,
     cut_after_last_event,
     describe,
     escape_raw_strings,
@@ -248,7 +249,9 @@ def _decode_chunks(
     # the last one is decoded with the rest of the document (its top-level keys)
     for lo, hi in _pieces(start + 1, cuts, len(data))[:-1]:
         yield _decode_piece(data, lo, hi, source, warnings)
-    tail = (b"[" if bare else b'{"traceEvents":[') + data[cuts[-1][1] :]
+    head = b"[" if bare else b'{"traceEvents":['
+    tail = head + data[cuts[-1][1] :]
+    place = _Place(cuts[-1][1] - len(head), len(data))  # offsets in the file, not in the tail
     rest: dict[str, Any] = {}
     try:
         if bare:
@@ -258,9 +261,9 @@ def _decode_chunks(
             events = doc.traceEvents or []
             rest = _top_fields(doc)
     except msgspec.ValidationError:
-        rest, events = _lenient(tail, source, warnings)
+        rest, events = _lenient(tail, source, warnings, place)
     except _REFUSALS as exc:
-        rest, events = _decode(_repaired(tail, source, warnings, exc), source, warnings)
+        rest, events = _decode(_repaired(tail, source, warnings, exc, place), source, warnings, place)
     del tail
     if head_doc is not None:
         top.update(_top_fields(head_doc))
@@ -271,17 +274,32 @@ def _decode_chunks(
 def _decode_piece(data: Text, lo: int, hi: int, source: str, warnings: list[str]) -> list[Event]:
     """The events of ``data[lo:hi]``, a run of comma-separated events cut from the list."""
     piece = b"[" + data[lo:hi] + b"]"
+    place = _Place(lo - 1, len(data))
     try:
         return _EVENTS_DECODER.decode(piece)
     except msgspec.ValidationError:
-        return _lenient(piece, source, warnings)[1]
+        return _lenient(piece, source, warnings, place)[1]
     except _REFUSALS as exc:
-        return _decode(_repaired(piece, source, warnings, exc), source, warnings)[1]
+        return _decode(_repaired(piece, source, warnings, exc, place), source, warnings, place)[1]
 
 
-def _repaired(data: bytes, source: str, warnings: list[str], exc: Exception) -> bytes:
+@dataclass(frozen=True)
+class _Place:
+    """Where a text made from a piece of the file sits in it: its byte ``i`` is the file's byte
+    ``i + shift`` (negative shifts: the piece was given a ``[`` or ``{"traceEvents":[``), and
+    the file has ``size`` bytes. Warnings give offsets in the file: a 118 MB file cut at 90%
+    said "the first 9,258,590 of 9,258,622 bytes", the numbers of its last ~8 MB piece."""
+
+    shift: int
+    size: int
+
+
+def _repaired(
+    data: bytes, source: str, warnings: list[str], exc: Exception, place: _Place | None = None
+) -> bytes:
     """``data`` repaired (``json_repair``) for the refusal ``exc``, with a warning that says
-    what was changed; the one-line error for ``exc`` when no repair applies.
+    what was changed; the one-line error for ``exc`` when no repair applies. ``place``: where
+    ``data`` sits in the file, when it is a piece of it.
 
     One repair per call, chosen by the refusal: the caller decodes the result again and comes
     back if something else is wrong, so every repair is applied only when needed (a valid file
@@ -313,20 +331,30 @@ def _repaired(data: bytes, source: str, warnings: list[str], exc: Exception) -> 
     if "truncated" in message:
         cut = cut_after_last_event(data)
         if cut is not None:
-            if cut[1] >= len(data.rstrip()):
-                warnings.append("the file ends before its closing brackets (truncated?): read all its events")
-            else:
-                warnings.append(
-                    f"the file ends mid-event (truncated?): read the events in its first {cut[1]:,}"
-                    f" of {len(data):,} bytes"
-                )
-            return cut[0]
+            warnings.append(_cut_warning(cut, data, place or _Place(0, len(data))))
+            return cut.text
     if not isinstance(exc, UnicodeDecodeError):
         fixed, notes = repair_values(data)
         if notes:
             warnings.extend(notes)
             return fixed
     raise TraceError(source, f"not valid JSON ({_first_line(message)})") from None
+
+
+def _cut_warning(cut: Cut, data: bytes, place: _Place) -> str:
+    """What the cut of a truncated text (``data``, at ``place`` in the file) kept, in words."""
+    if cut.lost_key is not None:
+        key = f' "{cut.lost_key}"' if cut.lost_key else ""
+        return (
+            f"the file ends in its top-level key{key}, after the events (truncated?): read all its"
+            " events, not that key"
+        )
+    if cut.kept >= len(data.rstrip()):
+        return "the file ends before its closing brackets (truncated?): read all its events"
+    return (
+        f"the file ends mid-event (truncated?): read the events in its first {cut.kept + place.shift:,}"
+        f" of {place.size:,} bytes"
+    )
 
 
 _COUNT = re.compile(r"(\d[\d,]*)( \w+)?")
@@ -561,8 +589,11 @@ def _pieces(lo: int, cuts: list[tuple[int, int]], hi: int) -> list[tuple[int, in
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
 
 
-def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, Any], list[Event]]:
-    """Top-level keys and the typed events, in one typed pass (a lenient one if that fails)."""
+def _decode(
+    data: bytes, source: str, warnings: list[str], place: _Place | None = None
+) -> tuple[dict[str, Any], list[Event]]:
+    """Top-level keys and the typed events, in one typed pass (a lenient one if that fails);
+    ``place``: where ``data`` sits in the file, when it is a piece of it."""
     first = _NOT_SPACE.search(data)  # (no copy of the text, however much padding leads it)
     if first is None:
         raise TraceError(source, "file is empty" if not data else "file holds only white space")
@@ -575,20 +606,22 @@ def _decode(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, An
             return {}, _EVENTS_DECODER.decode(data)
         doc = _DOC_DECODER.decode(data)
     except msgspec.ValidationError:
-        return _lenient(data, source, warnings)
+        return _lenient(data, source, warnings, place)
     except _REFUSALS as exc:
-        return _decode(_repaired(data, source, warnings, exc), source, warnings)
+        return _decode(_repaired(data, source, warnings, exc, place), source, warnings, place)
     if doc.traceEvents is None:
         raise TraceError(source, "not a trace: no 'traceEvents' key")
     return _top_fields(doc), doc.traceEvents
 
 
-def _lenient(data: bytes, source: str, warnings: list[str]) -> tuple[dict[str, Any], list[Event]]:
+def _lenient(
+    data: bytes, source: str, warnings: list[str], place: _Place | None = None
+) -> tuple[dict[str, Any], list[Event]]:
     """Slow path for files the typed decoder rejects: repair event by event."""
     try:
         doc = _ANY_DECODER.decode(data)
     except _REFUSALS as exc:
-        return _lenient(_repaired(data, source, warnings, exc), source, warnings)
+        return _lenient(_repaired(data, source, warnings, exc, place), source, warnings, place)
     top: dict[str, Any] = {}
     if isinstance(doc, dict):
         if "traceEvents" not in doc:

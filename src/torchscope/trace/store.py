@@ -18,16 +18,16 @@ Layout of ``trace.save(dir)``::
 from __future__ import annotations
 
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from torchscope.errors import TraceError, why_unwritable
+from torchscope.errors import TraceError
 from torchscope.trace.model import Trace, TraceMeta
 from torchscope.trace.schema import EVENTS_SCHEMA, FLOWS_SCHEMA, MEMORY_SCHEMA, THREADS_SCHEMA, conform
+from torchscope.writes import write_atomically
 
 FORMAT = "torchscope-trace"
 VERSION = 1
@@ -40,25 +40,23 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
 
 
 def save_trace(trace: Trace, path: Path) -> Path:
-    """Write ``trace`` to the directory ``path`` (created; existing tables are replaced)."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TraceError(str(path), f"cannot create directory: {why_unwritable(path / 'meta.json', exc)}") from None
+    """Write ``trace`` to the directory ``path`` (created; existing tables are replaced), whole
+    or not at all: the tables are written to a hidden directory beside it and moved in once all
+    are written, ``meta.json`` last (``writes.write_atomically``; on a full disk, an older store
+    is left as it was and a ``WriteError`` names ``path``)."""
     meta = {k: v for k, v in trace.meta.__dict__.items()}
     meta["device_properties"] = list(meta["device_properties"])
     meta["warnings"] = list(meta["warnings"])
-    doc = {"format": FORMAT, "version": VERSION, "meta": meta}
-    try:
+    doc = json.dumps({"format": FORMAT, "version": VERSION, "meta": meta}, default=str, indent=1)
+
+    def write(tmp: Path) -> None:
+        tmp.mkdir()
         for name in TABLES:
             frame: pl.DataFrame = getattr(trace, name)
-            frame.write_parquet(path / f"{name}.parquet", compression="lz4", statistics=False)
-        tmp = path / "meta.json.tmp"
-        tmp.write_text(json.dumps(doc, default=str, indent=1))
-        os.replace(tmp, path / "meta.json")  # written last: a store without it is incomplete
-    except OSError as exc:
-        raise TraceError(str(path), f"cannot write: {why_unwritable(path / 'meta.json', exc)}") from None
-    return path
+            frame.write_parquet(tmp / f"{name}.parquet", compression="lz4", statistics=False)
+        (tmp / "meta.json").write_text(doc)  # a store without it is incomplete
+
+    return write_atomically(path, write, marker="meta.json")
 
 
 def load_trace(path: Path) -> Trace:

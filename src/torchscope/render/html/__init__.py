@@ -98,18 +98,13 @@ def render_html(payload: dict[str, Any]) -> str:
 
 
 def write_html(payload: dict[str, Any], path: str | Path) -> Path:
-    """Write the page to ``path``; a path that cannot be written (a directory, a read-only
-    folder, ``/dev/null/x``) is a one-line ``UsageError`` naming it, not a traceback."""
-    from torchscope.errors import UsageError, why_unwritable
+    """Write the page to ``path``, whole or not at all (``writes.write_atomically``); a path that
+    cannot be written (a directory, a read-only folder, ``/dev/null/x``, a full disk) is a
+    one-line ``WriteError`` naming it, not a traceback, and an older page stays as it was."""
+    from torchscope.writes import write_atomically
 
-    out = Path(path)
-    text = render_html(payload)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{out}: cannot write the dashboard here: {why_unwritable(out, exc)}") from None
-    return out
+    data = render_html(payload).encode("utf-8")
+    return write_atomically(path, lambda tmp: tmp.write_bytes(data), problem="cannot write the dashboard here")
 
 
 def serve_page(title: str, poll_ms: int = 5000) -> str:
