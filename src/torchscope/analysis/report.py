@@ -64,12 +64,12 @@ def _meta(trace: Trace, ov: Overview) -> M.Meta:
     # Kineto's own markers ("Iteration Start", "Record Window End": instants without a
     # category) are left out of the span: the window's end is stamped at stop(), long after the
     # last op when the script did other work first (1.444 s shown for 80 steps ending at 0.947 s)
-    timed = ev.filter(~((pl.col("kind") == "instant") & (pl.col("cat").cast(pl.String).fill_null("") == "")))
-    if timed.height:
-        lo = int(timed["start_ns"].min())  # type: ignore[arg-type]
-        hi = int((timed["start_ns"] + timed["dur_ns"]).max())  # type: ignore[arg-type]
-    else:
-        lo = hi = 0
+    timed = ~((pl.col("kind") == "instant") & (pl.col("cat").is_null() | (pl.col("cat") == "")))
+    lo, hi = ev.select(
+        pl.col("start_ns").filter(timed).min().alias("lo"),
+        (pl.col("start_ns") + pl.col("dur_ns")).filter(timed).max().alias("hi"),
+    ).row(0)
+    lo, hi = (int(lo), int(hi)) if lo is not None else (0, 0)
     kinds = {str(k): int(n) for k, n in ev.group_by("kind").len().sort("kind").iter_rows()}
     return M.Meta(
         rank=m.rank,
