@@ -208,22 +208,27 @@ def _read(
     return trace
 
 
-# Files with more than 8 x CHUNK_BYTES of JSON are decoded in pieces of about CHUNK_BYTES, so
-# that only one piece of per-event Python objects is alive at a time: peak memory follows the
-# columnar result, not the object graph of the whole JSON. Smaller files are decoded whole,
-# which is faster (measured: pieces cost ~15% on 35-55 MB files and nothing on 87 MB ones).
-CHUNK_BYTES = 8 * 1024 * 1024
+# Files with more than 4 x CHUNK_BYTES (64 MB) of JSON are decoded in pieces of about
+# CHUNK_BYTES, so that only a few pieces' columns are being built at a time: peak memory
+# follows the columnar result, not the text or the scanner's buffers of the whole file. Smaller
+# files are decoded whole, which is faster (pieces cost ~15% on 35-55 MB files). Each piece
+# pays a fixed cost (its own string tables, ~60 small queries to make its frames), which
+# grows with the distinct names in it: with_stack's Python frames made 8 MB pieces of a 142 MB
+# cycle read in 0.90-1.03 s against 0.60-0.74 s for 16 MB pieces (2 cores; 87 MB of MTIA
+# events, few names, did not care).
+CHUNK_BYTES = 16 * 1024 * 1024
 
 
 def _read_whole(data: Text) -> bool:
-    """Whether ``data`` is small enough to decode in one piece (up to 8 x CHUNK_BYTES).
+    """Whether ``data`` is small enough to decode in one piece (up to 4 x CHUNK_BYTES, the
+    prefetch's ``files.WHOLE_BYTES``).
 
     A live cycle's map (``OwnedMap``) is read whole up to twice that: its one pass without the
     GIL runs entirely beside the thread freeing Kineto's results, which holds the GIL, where
     pieces wait for it between scans (with_stack, 107 MB: 0.79 s to the table against 1.02 s),
     and its pages are unmapped behind the scan.
     """
-    return len(data) <= 8 * CHUNK_BYTES * (2 if isinstance(data, OwnedMap) else 1)
+    return len(data) <= 4 * CHUNK_BYTES * (2 if isinstance(data, OwnedMap) else 1)
 
 
 def _decode_chunks(
@@ -413,7 +418,7 @@ def _scanned_batches(
 ) -> Iterator[pl.DataFrame | _Part] | None:
     """What our C scanner reads, or None when it is not built or declines the document.
 
-    Files up to 8 x CHUNK_BYTES are scanned whole in one pass (``scan_trace``) into one raw
+    Files up to 4 x CHUNK_BYTES are scanned whole in one pass (``scan_trace``) into one raw
     batch; if the scanner declines anything in them (a value outside the exactly-typed subset
     it handles, such as a duration written as a string), msgspec reads the whole file instead,
     with its repairs. Larger files are scanned in pieces, each made into its tables
