@@ -35,7 +35,7 @@ def load_ipython_extension(shell: Any) -> None:
 _LAZY: dict[str, str] = {
     "profile": "torchscope.capture.profiler",
     "schedule": "torchscope.capture.schedule",
-    "ProfilerAction": "torchscope.capture.schedule",
+    "ProfilerAction": "torchscope.capture.schedule",  # torch's enum when torch imports (its __getattr__)
     "record_function": "torchscope.capture.profiler",
     "ProfilerActivity": "torchscope.capture.profiler",
     "supported_activities": "torchscope.capture.profiler",

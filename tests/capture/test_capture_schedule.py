@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torchscope
-from torchscope.capture.schedule import ProfilerAction, as_action
+from torchscope.capture.schedule import Action, as_action
 
 counts = st.integers(min_value=0, max_value=6)
 schedules = st.fixed_dictionaries(
@@ -80,7 +80,7 @@ def test_negative_step_is_rejected() -> None:
 
 
 def test_torch_actions_are_accepted() -> None:
-    assert as_action(tp.ProfilerAction.RECORD_AND_SAVE) is ProfilerAction.RECORD_AND_SAVE
+    assert as_action(tp.ProfilerAction.RECORD_AND_SAVE) is Action.RECORD_AND_SAVE
     with pytest.raises(TypeError):
         as_action("RECORD")
 
@@ -135,3 +135,36 @@ def test_on_trace_ready_fires_at_torchs_steps(args: dict[str, int], steps: int) 
             prof.stop()
         logs.append((ready, prof.log, prof.step_num))
     assert logs[0] == logs[1]
+
+
+def test_actions_are_torchs_own_wherever_torch_is_loaded() -> None:
+    """Ours was an enum of its own: ``schedule(...)(3) == torch.profiler.ProfilerAction.RECORD_AND_SAVE``
+    was False, so Lightning refused our schedule under ``torchscope run`` ("Schedule should return
+    a torch.profiler.ProfilerAction"), its wrapper never saw a cycle end, and torch's profiler
+    given our schedule recorded nothing."""
+    import torch
+    import torch.profiler as tp
+
+    import torchscope
+
+    sched = torchscope.schedule(wait=1, warmup=1, active=2)
+    assert [sched(i) for i in range(5)] == [
+        tp.ProfilerAction.NONE,
+        tp.ProfilerAction.WARMUP,
+        tp.ProfilerAction.RECORD,
+        tp.ProfilerAction.RECORD_AND_SAVE,
+        tp.ProfilerAction.NONE,
+    ]
+    assert torchscope.ProfilerAction is tp.ProfilerAction
+    ready: list[int] = []
+    with tp.profile(schedule=sched, on_trace_ready=lambda p: ready.append(p.step_num)) as theirs:
+        for _ in range(5):
+            torch.ones(2).add_(1)
+            theirs.step()
+    assert ready == [4]
+    seen = []
+    with torchscope.profile(schedule=torchscope.schedule(wait=1, warmup=1, active=2)) as ours:
+        for _ in range(4):
+            seen.append(ours.current_action)
+            ours.step()
+    assert seen == [sched(i) for i in range(4)] and all(isinstance(a, tp.ProfilerAction) for a in seen)

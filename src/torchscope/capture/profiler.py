@@ -44,7 +44,7 @@ from torchscope.capture.kineto import (
     PortableSession,
     _Scratch,
 )
-from torchscope.capture.schedule import ProfilerAction, as_action, default_schedule
+from torchscope.capture.schedule import Action, as_action, default_schedule, public_action
 from torchscope.compat.averages import KeyAverages, key_averages
 from torchscope.compat.event_args import LazyEventArgs
 from torchscope.compat.events import EventList, FunctionEvent, build_events, export_stacks
@@ -60,6 +60,8 @@ from torchscope.trace.model import Trace
 # torch 2.12 put the Python frames of with_stack=True into events() and key_averages()
 # (pytorch#178168); the tables of an older torch have none, and so have ours under it
 TORCH_LISTS_PYTHON_FRAMES = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 12)
+
+ProfilerAction = torch.profiler.ProfilerAction  # torch's own: ours compare equal to it
 
 __all__ = [
     "DeviceType",
@@ -271,16 +273,16 @@ class profile:
             self.record_steps = False
         self.on_trace_ready = on_trace_ready
         self.step_num = 0
-        self.current_action = as_action(self.schedule(self.step_num))
+        self._action = as_action(self.schedule(self.step_num))
         self.step_rec_fn: Any = None
         self._started = False
         self._callback_error: BaseException | None = None
         # torch counts its steps for on-demand tracing (dynolog) in KinetoStepTracker
         KinetoStepTracker.init_step_count(PROFILER_STEP_NAME)
 
-        A = ProfilerAction
+        A = Action
         warn = partial(warnings.warn, stacklevel=3)
-        self.action_map: dict[tuple[ProfilerAction, ProfilerAction | None], list[Callable[[], Any]]] = {
+        self.action_map: dict[tuple[Action, Action | None], list[Callable[[], Any]]] = {
             (A.NONE, A.NONE): [],
             (A.NONE, A.WARMUP): [self.prepare_trace],
             (A.NONE, A.RECORD): [self.prepare_trace, self.start_trace],
@@ -356,7 +358,7 @@ class profile:
             hook(self)
         self._started = True
         try:
-            self._transit(ProfilerAction.NONE, self.current_action)
+            self._transit(Action.NONE, self._action)
         except BaseException:
             self._started = False
             self._release()
@@ -374,20 +376,30 @@ class profile:
         self._exit_step()
         self._started = False
         try:
-            self._transit(self.current_action, None)
+            self._transit(self._action, None)
         finally:
             self._release()
         self._raise_callback_error()
+
+    @property
+    def current_action(self) -> Any:
+        """The schedule's action for the current step, as torch's ``ProfilerAction`` (a script
+        or a framework compares it with torch's members)."""
+        return public_action(self._action)
+
+    @current_action.setter
+    def current_action(self, value: Any) -> None:
+        self._action = as_action(value)
 
     def step(self) -> None:
         """Signal that the next step begins; follows the schedule's action for it."""
         if not self._started:
             raise ProfilerStateError("profile.step() called before start() (or after stop())")
         self._exit_step()
-        prev = self.current_action
+        prev = self._action
         action = as_action(self.schedule(self.step_num + 1))
         self.step_num += 1
-        self.current_action = action
+        self._action = action
         self._transit(prev, action)
         if os.environ.get("KINETO_USE_DAEMON", ""):  # as torch: the daemon's step hook
             KinetoStepTracker.increment_step(PROFILER_STEP_NAME)
@@ -404,7 +416,7 @@ class profile:
             rec, self.step_rec_fn = self.step_rec_fn, None
             rec.__exit__(None, None, None)
 
-    def _transit(self, prev: ProfilerAction, current: ProfilerAction | None) -> None:
+    def _transit(self, prev: Action, current: Action | None) -> None:
         for action in self.action_map.get((prev, current), []):
             action()
 

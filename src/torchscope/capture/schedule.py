@@ -10,14 +10,16 @@ may hand us a schedule written for torch.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
 
-class ProfilerAction(Enum):
-    """What the profiler does during a step (same names and values as torch's)."""
+class Action(Enum):
+    """What the profiler does during a step (same names and values as torch's): ours, for the
+    profiler's own bookkeeping and for a schedule built where torch is not loaded."""
 
     NONE = 0
     WARMUP = 1
@@ -25,14 +27,41 @@ class ProfilerAction(Enum):
     RECORD_AND_SAVE = 3
 
 
-def as_action(value: Any) -> ProfilerAction:
-    """Our ``ProfilerAction`` for ours or torch's (matched by name); ``TypeError`` otherwise."""
-    if isinstance(value, ProfilerAction):
+def as_action(value: Any) -> Action:
+    """Our ``Action`` for ours or torch's (matched by name); ``TypeError`` otherwise."""
+    if isinstance(value, Action):
         return value
     name = getattr(value, "name", None)
-    if isinstance(name, str) and name in ProfilerAction.__members__:
-        return ProfilerAction[name]
+    if isinstance(name, str) and name in Action.__members__:
+        return Action[name]
     raise TypeError(f"a profiler schedule must return a ProfilerAction, got {value!r}")
+
+
+def _torch_actions() -> Any:
+    """torch's ``ProfilerAction`` when torch's profiler is loaded (never imported from here)."""
+    module = sys.modules.get("torch.profiler")
+    return getattr(module, "ProfilerAction", None) if module is not None else None
+
+
+def public_action(action: Action) -> Any:
+    """The action as users and frameworks compare it: torch's member of that name whenever torch
+    is loaded. Our own enum made ``schedule(...)(4) == torch.profiler.ProfilerAction.RECORD_AND_SAVE``
+    false, so Lightning refused our schedule under ``torchscope run`` ("Schedule should return a
+    torch.profiler.ProfilerAction") and its wrapper never saw a cycle end."""
+    torch_actions = _torch_actions()
+    return torch_actions[action.name] if torch_actions is not None else action
+
+
+def __getattr__(name: str) -> Any:
+    """``ProfilerAction``: torch's enum itself when torch can be imported (so ours and torch's
+    compare equal everywhere), else ours; resolved on first use, so this module stays torch-free."""
+    if name == "ProfilerAction":
+        try:
+            from torch.profiler import ProfilerAction as torch_actions
+        except ImportError:
+            return Action
+        return torch_actions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def schedule(
@@ -43,7 +72,7 @@ def schedule(
     repeat: int = 0,
     skip_first: int = 0,
     skip_first_wait: int = 0,
-) -> Callable[[int], ProfilerAction]:
+) -> Callable[[int], Any]:
     """A step -> action function: skip ``skip_first`` steps, then cycles of wait/warmup/active.
 
     ``repeat=0`` cycles for as long as the run goes; ``skip_first_wait`` drops the first cycle's
@@ -61,24 +90,27 @@ def schedule(
         warnings.warn("Profiler won't be using warmup, this can skew profiler results", stacklevel=2)
     cycle = wait + warmup + active
 
-    def schedule_fn(step: int) -> ProfilerAction:
+    def schedule_fn(step: int) -> Any:
+        return public_action(_action_at(step))
+
+    def _action_at(step: int) -> Action:
         if step < 0:
             raise AssertionError(f"Step must be non-negative. Got {step}.")
         if step < skip_first:
-            return ProfilerAction.NONE
+            return Action.NONE
         pos = step - skip_first + (wait if skip_first_wait != 0 else 0)
         if repeat > 0 and pos >= repeat * cycle:
-            return ProfilerAction.NONE
+            return Action.NONE
         in_cycle = pos % cycle
         if in_cycle < wait:
-            return ProfilerAction.NONE
+            return Action.NONE
         if in_cycle < wait + warmup:
-            return ProfilerAction.WARMUP
-        return ProfilerAction.RECORD if in_cycle < cycle - 1 else ProfilerAction.RECORD_AND_SAVE
+            return Action.WARMUP
+        return Action.RECORD if in_cycle < cycle - 1 else Action.RECORD_AND_SAVE
 
     return schedule_fn
 
 
-def default_schedule(_: int) -> ProfilerAction:
+def default_schedule(_: int) -> Action:
     """Without a schedule the profiler records every step until ``stop()``."""
-    return ProfilerAction.RECORD
+    return Action.RECORD

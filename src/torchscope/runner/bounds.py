@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from torchscope.capture.schedule import ProfilerAction
+from torchscope.capture.schedule import Action as ProfilerAction
 from torchscope.process_memory import rss_mb
 
 # Kineto holds ~0.5 KB per event while recording and its stop costs several KB and ~60 us per

@@ -111,7 +111,7 @@ def _warm_lazy_imports() -> None:
 
 
 def _record_everything(step: int) -> Any:
-    from torchscope.capture.schedule import ProfilerAction
+    from torchscope.capture.schedule import Action as ProfilerAction
 
     return ProfilerAction.RECORD
 
@@ -184,7 +184,7 @@ class _StepHook:
 
     def _cycle_begins(self, step: int) -> bool:
         """Whether the schedule starts a new cycle at ``step`` (after the cap ended the last)."""
-        from torchscope.capture.schedule import ProfilerAction
+        from torchscope.capture.schedule import Action as ProfilerAction
 
         action = self.prof.schedule(step)
         before = self.prof.schedule(step - 1) if step > 0 else ProfilerAction.NONE
