@@ -559,3 +559,48 @@ def test_a_trace_recorded_with_flops_keeps_them_when_loaded(net: Any, tmp_path: 
     assert live and {r.key: r.flops for r in loaded if r.flops} == live
     assert loaded.table(sort_by="flops", row_limit=5) == prof.key_averages().table(sort_by="flops", row_limit=5)
     assert "FLOPs" in loaded.table(row_limit=1)
+
+
+def test_a_ctrl_c_while_a_cycle_stops_comes_after_the_cycle_is_kept(net: Any) -> None:
+    """A Ctrl-C between Kineto's disable and our save lost the cycle and left torch's
+    "profiler enabled" flag set with Kineto off: every later profile in the process (a notebook
+    kernel) was refused. It is held back until the cycle is kept, then raised as it was."""
+    import signal
+
+    from torchscope.capture.kineto import ctrl_c_deferred
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt), ctrl_c_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        reached.append("the rest of the block ran")
+    assert reached == ["the rest of the block ran"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    prof = profile()
+    prof.start()
+    net()
+    stop = prof._session.stop
+
+    def interrupted_stop() -> Any:
+        os.kill(os.getpid(), signal.SIGINT)  # arrives mid-stop
+        return stop()
+
+    prof._session.stop = interrupted_stop
+    with pytest.raises(KeyboardInterrupt):
+        prof.stop()
+    assert "aten::linear" in {r.key for r in prof.key_averages()}  # the cycle was kept
+    with profile() as again:  # and the process can profile again
+        net()
+    assert "aten::linear" in {r.key for r in again.key_averages()}
+
+
+def test_a_stale_torch_profiler_flag_does_not_refuse_every_later_profile(net: Any) -> None:
+    """torch's Python flag left set by an interrupted stop while Kineto is off is not a running
+    profiler (it refused every later profile with "a torch profiler is already running")."""
+    torch.autograd.profiler._set_is_profiler_enabled(True)
+    try:
+        with profile() as prof:
+            net()
+    finally:
+        torch.autograd.profiler._set_is_profiler_enabled(False)
+    assert "aten::linear" in {r.key for r in prof.key_averages()}

@@ -24,16 +24,18 @@ instead, for devices Kineto cannot see in this torch build.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import mmap
 import os
 import re
 import shutil
+import signal
 import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -501,7 +503,7 @@ class KinetoSession:
 
     def stop(self) -> Cycle:
         prof = self._profiler
-        if self._interfered or _profiler_starts() != self._starts_seen or not _kineto_still_recording():
+        if self._interfered or _profiler_starts() != self._starts_seen or not kineto_recording():
             return self._stopped_by_another()
         t0 = time.perf_counter()
         prof.__exit__(None, None, None)
@@ -547,6 +549,35 @@ class KinetoSession:
         return Cycle(document={"traceEvents": []}, lost=problem)
 
 
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) back until the block is done, then deliver it as it would have
+    been (the handler that was in place: KeyboardInterrupt by default).
+
+    Stopping a cycle is Kineto's disable, torch's bookkeeping and our save: a Ctrl-C landing
+    between two of them lost the cycle, and left torch's "profiler enabled" flag set with Kineto
+    off, so every later profile in the process was refused. Only the main thread receives
+    signals; elsewhere (and where signals cannot be handled) the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[Any] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    except (ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, caught[0])
+            elif previous == signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGINT)
+
+
 _STARTS = [0]  # torch profiler sessions started in this process since we began counting
 
 
@@ -568,7 +599,7 @@ def _profiler_starts() -> int:
     return _STARTS[0]
 
 
-def _kineto_still_recording() -> bool:
+def kineto_recording() -> bool:
     """Whether the process's one Kineto session is still on (False once another profiler ended
     it); True where torch cannot tell."""
     import torch

@@ -43,6 +43,8 @@ from torchscope.capture.kineto import (
     KinetoSession,
     PortableSession,
     _Scratch,
+    ctrl_c_deferred,
+    kineto_recording,
 )
 from torchscope.capture.schedule import Action, as_action, default_schedule, public_action
 from torchscope.compat.averages import KeyAverages, key_averages
@@ -436,7 +438,7 @@ class profile:
         timeout = self.post_processing_timeout_s
         if timeout is not None and timeout < 0:  # torch checks it here too (autograd profile)
             raise UsageError("post_processing_timeout_s must be non-negative")
-        if torch.autograd.profiler._is_profiler_enabled and self.backend == "kineto":
+        if torch.autograd.profiler._is_profiler_enabled and self.backend == "kineto" and kineto_recording():
             raise ProfilerStateError(
                 "a torch profiler is already running in this process; nested profilers are not supported"
             )
@@ -495,15 +497,16 @@ class profile:
         self._release()
         if session is None:
             raise ProfilerStateError("stop_trace() without a running session")
-        cycle = session.stop()
-        if cycle.document is not None:  # the portable document gets the metadata Kineto would write
-            for key, value in self._metadata.items():
-                try:
-                    cycle.document[key] = json.loads(value)
-                except ValueError:
-                    cycle.document[key] = value
-        self._cycles.append(cycle)
-        self._events = None
+        with ctrl_c_deferred():  # a Ctrl-C here comes once the cycle is kept and Kineto is off
+            cycle = session.stop()
+            if cycle.document is not None:  # the portable document gets the metadata Kineto would write
+                for key, value in self._metadata.items():
+                    try:
+                        cycle.document[key] = json.loads(value)
+                    except ValueError:
+                        cycle.document[key] = value
+            self._cycles.append(cycle)
+            self._events = None
 
     def _trace_ready(self) -> None:
         try:

@@ -330,6 +330,8 @@ class _Recording:
         # the script's end) is saved at the step it was recording
         last = prof.step_num - 1 if prof._started else prof.step_num
         name = f"step_{last}" if steps or self.options.scheduled else "run"
+        if prof._cycles:
+            prof._cycles[-1]._torchscope_exported = True
         path = self.export(prof, name)
         prof.free_kineto_results()  # kept for export_memory_timeline, which the runner never calls
         if path is None:
@@ -542,6 +544,10 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         rec.stopping.append(hook.count)
         if prof._started:
             rec._stop_ours()
+        if prof._cycles and not getattr(prof._cycles[-1], "_torchscope_exported", False):
+            # kept by the profiler but not written: a Ctrl-C right after the cycle's stop (held
+            # back until the cycle was kept) came before its on_trace_ready
+            rec.on_ready(prof)
         rec.copy_script_cycles()
     # the default schedule's sentence matters once it cut something; no warmup, once a step ran
     shown_after = 0 if described == _NO_WARMUP else DefaultSchedule().head
