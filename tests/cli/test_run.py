@@ -617,7 +617,7 @@ def test_a_second_ctrl_c_while_saving_says_what_is_on_disk(
     out = tmp_path / "run"
     assert main(["run", "--out", str(out), str(SCRIPTS / "adam_loop.py"), "10"]) == 130
     err = capsys.readouterr().err
-    assert f"interrupted again: stopped saving; 1 trace file(s) in {out / 'traces'}, no report" in err
+    assert f"interrupted: stopped saving; 1 trace file(s) in {out / 'traces'}, no report" in err
     assert not (out / "report.html").exists()
 
 

@@ -148,10 +148,16 @@ notes:
         try:
             result = profile_target(target, options)
             self._report(result, options, args)
-        except KeyboardInterrupt:  # a second Ctrl-C while saving: say what is on disk
+        except KeyboardInterrupt:  # a second Ctrl-C while saving, or one before the script ran
+            from torchscope.runner.session import RUN_PHASE
+
             written = sorted(p.name for p in (out / "traces").glob("*.pt.trace.json*"))
             kept = f"{len(written)} trace file(s) in {out / 'traces'}" if written else "no trace file"
-            print(f"torchscope run: interrupted again: stopped saving; {kept}, no report", file=sys.stderr)
+            when = {
+                "saving after Ctrl-C": "interrupted again: stopped saving",
+                "saving": "interrupted: stopped saving",
+            }.get(RUN_PHASE[0], "interrupted while starting")
+            print(f"torchscope run: {when}; {kept}, no report", file=sys.stderr)
             return 130
         return result.exit_code
 

@@ -31,6 +31,9 @@ from torchscope.runner.sampler import HotSpots, Sampler
 from torchscope.runner.target import Target, execute
 
 ACTIVITIES = ("cpu", "cuda", "xpu", "mtia")
+# what a run was doing when a Ctrl-C stops the command: "" (starting or running the script),
+# "saving" (the script ended) or "saving after Ctrl-C" (the script was interrupted, and said so)
+RUN_PHASE = [""]
 
 
 @dataclass(frozen=True)
@@ -518,12 +521,15 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
     if sampler is not None:
         sampler.start()
     outcome = None
+    RUN_PHASE[0] = ""
     try:
         outcome = execute(target)
     finally:
+        RUN_PHASE[0] = "saving"
         if outcome is not None and outcome.error == "KeyboardInterrupt":
             # saving a long cycle takes a while (29 s for 6 s of --all --memory --stack) and
             # said nothing, so a second Ctrl-C came and lost everything without a word
+            RUN_PHASE[0] = "saving after Ctrl-C"
             print(
                 "torchscope run: interrupted: saving what was recorded and writing the report"
                 " (Ctrl-C again to stop now, keeping only the traces already written)",
