@@ -608,6 +608,25 @@ def kineto_recording() -> bool:
     return bool(enabled()) if enabled is not None else True
 
 
+class Elsewhere:
+    """The session of a profile entered while another profiler records (Kineto has one session
+    per process): it records nothing and its cycle is empty, ``lost`` with the warning's reason."""
+
+    use_device: str | None = None
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def prepare(self) -> None:
+        """Nothing to prepare: the running profiler owns Kineto."""
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def stop(self) -> Cycle:
+        return Cycle(document={"traceEvents": []}, lost=self.reason)
+
+
 class PortableSession:
     """A session of the portable collector (no Kineto), for devices Kineto cannot trace."""
 

@@ -40,6 +40,7 @@ from torch.profiler import DeviceType, ExecutionTraceObserver, kineto_available
 from torchscope.capture.kineto import (
     MEMORY_TIMELINE_OPTIONS,
     Cycle,
+    Elsewhere,
     KinetoSession,
     PortableSession,
     _Scratch,
@@ -56,6 +57,7 @@ from torchscope.errors import (
     UsageAssertionError,
     UsageError,
     UsageTypeError,
+    warn_user,
 )
 from torchscope.trace.model import Trace
 
@@ -259,7 +261,7 @@ class profile:
         if filters:  # only torch builds that know activity filters get the keyword
             self._kineto_options["activity_filters"] = filters
         self._scratch = _Scratch()
-        self._session: KinetoSession | PortableSession | None = None
+        self._session: KinetoSession | PortableSession | Elsewhere | None = None
         self._trace_id: str | None = None  # the latest Kineto session's (``get_trace_id``)
         self._cycles: list[Cycle] = []
         self._metadata: dict[str, str] = {}
@@ -431,17 +433,22 @@ class profile:
         """Warm up a new session (Kineto starts collecting but the events are discarded)."""
         for hook in list(PREPARE_HOOKS):
             hook(self)
-        if _RECORDING and _RECORDING[0] is not self:
-            raise ProfilerStateError(
-                "another torchscope profiler is already recording; nested profilers are not supported"
-            )
         timeout = self.post_processing_timeout_s
         if timeout is not None and timeout < 0:  # torch checks it here too (autograd profile)
             raise UsageError("post_processing_timeout_s must be non-negative")
-        if torch.autograd.profiler._is_profiler_enabled and self.backend == "kineto" and kineto_recording():
-            raise ProfilerStateError(
-                "a torch profiler is already running in this process; nested profilers are not supported"
-            )
+        busy = None
+        if _RECORDING and _RECORDING[0] is not self:
+            busy = "another torchscope profiler is already recording"
+        elif torch.autograd.profiler._is_profiler_enabled and self.backend == "kineto" and kineto_recording():
+            busy = "a torch profiler is already running in this process"
+        if busy is not None:
+            # refusing raised out of a framework's training step (Lightning's profiler="pytorch"
+            # around a user's own profile); torch's own nesting goes on, so ours does, empty
+            reason = f"torchscope: {busy}, which keeps the events; this profile records nothing"
+            self._session = Elsewhere(reason)
+            warn_user(reason)
+            self._torch_stats = _ProfilerStats()
+            return
         if self._cycles and not self.acc_events:
             # only the current cycle is held: memory stays flat over long scheduled runs
             for cycle in self._cycles:
@@ -473,6 +480,8 @@ class profile:
         if self._session is None:
             raise ProfilerStateError("start_trace() before prepare_trace()")
         self._session.start()
+        if isinstance(self._session, Elsewhere):
+            return  # the running profiler's session is not ours to add metadata to
         for key, flag in (
             ("profile_memory", self.profile_memory),
             ("with_stack", self.with_stack),
