@@ -87,3 +87,24 @@ def test_a_device_runtime_starting_inside_a_cycle_is_not_the_recordings_memory()
     finally:
         cap.stop_watching()
         bounds.rss_mb = original  # type: ignore[assignment]
+
+
+def test_a_cycle_begins_with_a_schedule_that_gives_torchs_actions() -> None:
+    """After the cap ends a cycle, the run records the schedule's next one when it begins.
+    ``--wait/--warmup/--active`` build the schedule with ``torchscope.schedule``, whose actions
+    are torch's own enum: compared with ours, no step ever began a cycle."""
+    import torch.profiler as tp
+
+    from torchscope.runner.bounds import DefaultSchedule
+    from torchscope.runner.session import _StepHook
+
+    class Prof:
+        def __init__(self, schedule: object) -> None:
+            self.schedule = schedule
+
+    user = torchscope.schedule(wait=2, warmup=1, active=2)
+    assert isinstance(user(3), tp.ProfilerAction)
+    hook = _StepHook(Prof(user), [], [])
+    assert [s for s in range(12) if hook._cycle_begins(s)] == [2, 7]  # each cycle's warm-up step
+    hook = _StepHook(Prof(DefaultSchedule()), [], [])  # ours: the same answer
+    assert [s for s in range(30) if hook._cycle_begins(s)] == [0, 19]

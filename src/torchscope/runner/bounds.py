@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from torchscope.capture.schedule import Action as ProfilerAction
+from torchscope.capture.schedule import Action
 from torchscope.process_memory import rss_mb
 
 # Kineto holds ~0.5 KB per event while recording and its stop costs several KB and ~60 us per
@@ -77,19 +77,19 @@ class DefaultSchedule:
     active: int = 3
     cycles: int = 2
 
-    def __call__(self, step: int) -> ProfilerAction:
+    def __call__(self, step: int) -> Action:
         if step < self.head:
-            return ProfilerAction.RECORD_AND_SAVE if step == self.head - 1 else ProfilerAction.RECORD
+            return Action.RECORD_AND_SAVE if step == self.head - 1 else Action.RECORD
         period = self.wait + self.warmup + self.active
         rel = step - self.head
         if rel >= self.cycles * period:
-            return ProfilerAction.NONE
+            return Action.NONE
         k = rel % period
         if k < self.wait:
-            return ProfilerAction.NONE
+            return Action.NONE
         if k < self.wait + self.warmup:
-            return ProfilerAction.WARMUP
-        return ProfilerAction.RECORD_AND_SAVE if k == period - 1 else ProfilerAction.RECORD
+            return Action.WARMUP
+        return Action.RECORD_AND_SAVE if k == period - 1 else Action.RECORD
 
     def recorded(self) -> list[tuple[int, int]]:
         """The recorded step ranges (first, last), in order."""

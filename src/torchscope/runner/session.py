@@ -114,9 +114,9 @@ def _warm_lazy_imports() -> None:
 
 
 def _record_everything(step: int) -> Any:
-    from torchscope.capture.schedule import Action as ProfilerAction
+    from torchscope.capture.schedule import Action
 
-    return ProfilerAction.RECORD
+    return Action.RECORD
 
 
 SETUP_SPAN = "torchscope#setup"  # the work before the first training iteration
@@ -187,14 +187,12 @@ class _StepHook:
 
     def _cycle_begins(self, step: int) -> bool:
         """Whether the schedule starts a new cycle at ``step`` (after the cap ended the last)."""
-        from torchscope.capture.schedule import Action as ProfilerAction
+        from torchscope.capture.schedule import Action, as_action
 
-        action = self.prof.schedule(step)
-        before = self.prof.schedule(step - 1) if step > 0 else ProfilerAction.NONE
-        return action != ProfilerAction.NONE and before in (
-            ProfilerAction.NONE,
-            ProfilerAction.RECORD_AND_SAVE,
-        )
+        # as_action: a schedule gives torch's members wherever torch is loaded, ours otherwise
+        action = as_action(self.prof.schedule(step))
+        before = as_action(self.prof.schedule(step - 1)) if step > 0 else Action.NONE
+        return action != Action.NONE and before in (Action.NONE, Action.RECORD_AND_SAVE)
 
     def _restart(self) -> None:
         """Record the schedule's next cycle after the cap ended the previous one: the profiler
