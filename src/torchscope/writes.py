@@ -17,6 +17,7 @@ Torch-free and import-light: the capture, the reader and the CLI all use it.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import itertools
 import os
 import re
@@ -84,6 +85,21 @@ def write_atomically(
             raise _write_error(target, problem, failed) from None
         raise
     return target
+
+
+def write_data(path: str | os.PathLike[str], data: bytes, *, compresslevel: int) -> Path:
+    """``data`` written to ``path``, gzip-compressed (at ``compresslevel``) when its name ends
+    in ``.gz``, whole or not at all (``write_atomically``)."""
+    gz = Path(path).name.endswith(".gz")
+
+    def write(tmp: Path) -> None:
+        if gz:
+            with gzip.open(tmp, "wb", compresslevel=compresslevel) as dst:
+                dst.write(data)
+        else:
+            tmp.write_bytes(data)
+
+    return write_atomically(path, write)
 
 
 def _os_error_in(exc: BaseException) -> OSError | None:

@@ -298,6 +298,11 @@ class Cycle:
         # how this cycle ended: Kineto's own stop, our save, RSS while Kineto held the results
         self.stats: dict[str, float | None] = {}
 
+    @classmethod
+    def lost_one(cls, reason: str) -> Cycle:
+        """An empty cycle Kineto gave no trace for, and why (the warning the user was given)."""
+        return cls(document={"traceEvents": []}, lost=reason)
+
     @property
     def trace(self) -> Trace:
         """The cycle's Trace, read on first use."""
@@ -355,7 +360,7 @@ class Cycle:
         scheduled run slower than torch's at every cycle end. A cycle Kineto gave no trace
         for raises ``CycleLostError`` rather than writing an empty one.
         """
-        from torchscope.writes import write_atomically
+        from torchscope.writes import write_atomically, write_data
 
         if self.lost is not None:
             raise CycleLostError(os.fspath(path), self.lost)
@@ -379,15 +384,7 @@ class Cycle:
             import msgspec
 
             data = msgspec.json.encode(self.document or {"traceEvents": []})
-
-        def write(tmp: Path) -> None:
-            if gz:
-                with gzip.open(tmp, "wb", compresslevel=6) as dst:
-                    dst.write(data)
-            else:
-                tmp.write_bytes(data)
-
-        write_atomically(target, write)
+        write_data(target, data, compresslevel=6)
 
     @property
     def names_restored(self) -> bool:
@@ -422,9 +419,9 @@ class _Scratch:
         self._n += 1
         return self.dir / f"cycle-{self._n}.pt.trace.json"
 
-    def save(self, results: Any) -> tuple[Path | None, str | None]:
-        """Kineto's ``results`` saved as JSON here: the path, or None and a one-line warning
-        saying why not.
+    def save(self, results: Any) -> Path | str:
+        """Kineto's ``results`` saved as JSON here: the path, or (a ``str``) the one-line
+        warning saying why not.
 
         Kineto's writer fails without a word when the disk fills (no file, or a cut one), and
         reading the missing file then raised a raw FileNotFoundError from the user's
@@ -435,9 +432,9 @@ class _Scratch:
         path = self.next_path()
         results.save(str(path))
         if _saved_whole(path):
-            return path, None
+            return path
         path.unlink(missing_ok=True)
-        return None, (
+        return (
             f"torchscope: could not save this cycle's trace in {self.dir} ({_room(self.dir)}),"
             " so this cycle has no events; set TMPDIR to a directory with room (a cycle's JSON"
             " takes ~300 bytes an event)"
@@ -513,14 +510,13 @@ class KinetoSession:
         prof.kineto_results = None  # the cycle holds them alone, and frees them when it is read
         if results is None:
             raise TraceError(LIVE_SOURCE, "Kineto returned no results for this cycle")
-        path, problem = self._scratch.save(results)
-        if problem is not None:
-            warn_user(problem)
-        if path is None:
+        saved = self._scratch.save(results)
+        if isinstance(saved, str):  # no room: the cycle is lost, and the warning says so
+            warn_user(saved)
             del results
             return_free_memory()
-            return Cycle(document={"traceEvents": []}, lost=problem)
-        cycle = Cycle(path=path, kineto_results=results, keep_kineto=self._keep_kineto)
+            return Cycle.lost_one(saved)
+        cycle = Cycle(path=saved, kineto_results=results, keep_kineto=self._keep_kineto)
         del results
         cycle.stats = {
             "kineto_stop_s": t1 - t0,
@@ -546,7 +542,7 @@ class KinetoSession:
             " script's own torch.profiler into ours"
         )
         warn_user(problem)
-        return Cycle(document={"traceEvents": []}, lost=problem)
+        return Cycle.lost_one(problem)
 
 
 @contextlib.contextmanager
@@ -624,7 +620,7 @@ class Elsewhere:
         """Nothing to start."""
 
     def stop(self) -> Cycle:
-        return Cycle(document={"traceEvents": []}, lost=self.reason)
+        return Cycle.lost_one(self.reason)
 
 
 class PortableSession:

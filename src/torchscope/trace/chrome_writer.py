@@ -8,7 +8,6 @@ that our reader reads the file back to an equal Trace.
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from torchscope.trace.model import Trace
-from torchscope.writes import write_atomically
+from torchscope.writes import write_data
 
 # args key in the file -> (events column, how to write the value)
 _ARGS: tuple[tuple[str, str, str], ...] = (
@@ -50,18 +49,8 @@ _MEMORY_ARGS = (
 
 def write_chrome(trace: Trace, path: Path) -> Path:
     """Write ``trace`` to ``path`` (gzip when the name ends in ``.gz``), whole or not at all
-    (``writes.write_atomically``: a ``WriteError`` naming ``path`` when it cannot be written)."""
-    data = chrome_text(trace).encode()
-    gz = path.name.endswith(".gz")
-
-    def write(tmp: Path) -> None:
-        if gz:
-            with gzip.open(tmp, "wb", compresslevel=3) as fh:
-                fh.write(data)
-        else:
-            tmp.write_bytes(data)
-
-    return write_atomically(path, write)
+    (``writes.write_data``: a ``WriteError`` naming ``path`` when it cannot be written)."""
+    return write_data(path, chrome_text(trace).encode(), compresslevel=3)
 
 
 def chrome_text(trace: Trace) -> str:
