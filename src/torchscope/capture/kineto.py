@@ -476,9 +476,9 @@ class KinetoSession:
         # torch's memory profiler reads Kineto's results: kept until the next cycle for it
         self._keep_kineto = all(options.get(k) for k in MEMORY_TIMELINE_OPTIONS)
         # torch profiler sessions started in this process when ours was last prepared or
-        # started (``_profiler_starts``); another count means another profiler took Kineto
+        # started (``_profiler_starts``); another count means another profiler took Kineto, and
+        # it stays another (the count only grows) until this one-cycle session ends
         self._starts_seen = _profiler_starts()
-        self._interfered = False
 
     @property
     def trace_id(self) -> str:
@@ -493,14 +493,13 @@ class KinetoSession:
         if _profiler_starts() != self._starts_seen:
             # another profiler started (and ended) Kineto during our warm-up: our prepared
             # session is gone, and enabling without it makes the stop crash the process
-            self._interfered = True
             return
         self._profiler._start_trace()
         self._starts_seen = _profiler_starts()
 
     def stop(self) -> Cycle:
         prof = self._profiler
-        if self._interfered or _profiler_starts() != self._starts_seen or not kineto_recording():
+        if _profiler_starts() != self._starts_seen or not kineto_recording():
             return self._stopped_by_another()
         t0 = time.perf_counter()
         prof.__exit__(None, None, None)
@@ -534,7 +533,6 @@ class KinetoSession:
         the cycle is empty and a warning says why (torch gives its outer profiler an empty
         table without a word, or crashes)."""
         self._profiler.kineto_results = None
-        self._interfered = False  # a session is one cycle; the next is prepared afresh
         problem = (
             "torchscope: another profiler (a torch.profiler.profile inside this one?) stopped"
             " Kineto while torchscope was recording, so this cycle has no events; profile with"
@@ -558,6 +556,9 @@ def ctrl_c_deferred() -> Iterator[None]:
         yield
         return
     caught: list[Any] = []
+    if signal.getsignal(signal.SIGINT) is None:  # a handler set outside Python: not ours to swap
+        yield
+        return
     try:
         previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
     except (ValueError, OSError):
