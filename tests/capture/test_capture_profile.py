@@ -611,3 +611,65 @@ def test_a_stale_torch_profiler_flag_does_not_refuse_every_later_profile(net: An
     finally:
         torch.autograd.profiler._set_is_profiler_enabled(False)
     assert "aten::linear" in {r.key for r in prof.key_averages()}
+
+
+def test_a_cycle_scanned_while_kineto_saved_it_reads_as_its_file(
+    net: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kineto's save holds the GIL for ~0.8 s per 142 MB with the seeds' three options, and the
+    read after stop() waited for a scan of the whole file on top. The file's events are now
+    scanned while it is written; the cycle's Trace must be the one its file gives."""
+    from torchscope.capture.kineto import LIVE_SOURCE
+    from torchscope.trace import reader
+
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 64 * 1024)  # a few MB of cycle: dozens of pieces
+    taken: list[Any] = []
+    followed_batches = reader._followed_batches
+
+    def spy(data: Any, followed: Any, *rest: Any) -> Any:
+        got = followed_batches(data, followed, *rest)
+        taken.append((followed, got is not None))
+        return got
+
+    monkeypatch.setattr(reader, "_followed_batches", spy)
+    options = {"record_shapes": True, "profile_memory": True, "with_stack": True}
+    with profile(activities=[ProfilerActivity.CPU], **options) as prof:
+        for _ in range(20):
+            net().sum().backward()
+    cycle = prof._cycles[-1]
+    assert cycle.path is not None and cycle._follower is not None
+    text = cycle.path.read_bytes()
+    assert cycle.trace.equals(reader.read_chrome_document(text, LIVE_SOURCE))
+    assert cycle._follower is None  # handed to the read, not kept beside the Trace
+    ((lo, pieces, rest), used) = taken[-1]
+    assert used and len(pieces) >= len(text) // (2 * 64 * 1024) and text[rest : rest + 1] == b"{"
+    rows = {r.key: r.count for r in prof.key_averages()}
+    assert rows["aten::linear"] == 40 and rows["aten::relu"] == 20
+
+
+def test_what_was_scanned_of_a_cycle_nobody_read_goes_when_the_run_goes_on(
+    net: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchscope.trace import reader
+
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 64 * 1024)
+    seen = []
+
+    def handler(p: Any) -> None:
+        seen.append((p._cycles[-1], p._cycles[-1]._follower is not None))
+
+    sched = schedule(wait=0, warmup=1, active=3, repeat=2)
+    memory_timeline = {"record_shapes": True, "profile_memory": True, "with_stack": True}  # results kept
+    with profile(schedule=sched, on_trace_ready=handler, **memory_timeline) as prof:
+        for _ in range(8):
+            for _ in range(30):  # ~1 MB a cycle: over 1.5 pieces
+                net()
+            prof.step()
+    assert [scanned for _, scanned in seen] == [True, True]  # the handler could have read them
+    first, last = seen[0][0], seen[1][0]
+    assert first._follower is None  # the run went on: its pieces are not held for a read
+    assert last.trace.events.filter(last.trace.events["name"] == "aten::linear").height == 180
+    with profile(record_shapes=True) as prof:  # results freed as the cycle is read: no follower
+        for _ in range(100):
+            net()
+    assert prof._cycles[-1]._follower is None

@@ -1992,6 +1992,371 @@ static PyObject *value_end(PyObject *self, PyObject *args)
 }
 
 /* ----------------------------------------------------------------------------------------- */
+/* Following a file while Kineto writes it.                                                   */
+/*
+ * Kineto's save writes a cycle's JSON (~190 MB/s: 0.8 s for 142 MB) on the thread that called
+ * it, holding the GIL throughout, so no Python thread runs meanwhile and the other core idles.
+ * A Follower is a native thread that scans the events of the file as it grows, piece by piece,
+ * during that save: the bytes before the file's size are written for good (Kineto only
+ * appends), and the scan needs no Python. After the save, ``complete`` lets the thread scan
+ * the last pieces and end while the program goes on; when the cycle is read, ``finish`` hands
+ * over what it scanned, and the reader scans only the rest (see reader._followed_batches,
+ * which also checks the head and the tail this thread does not). A cycle nobody reads drops
+ * its follower, which cancels the thread and frees the pieces.
+ *
+ * Pieces are cut where ``reader._cut_points`` cuts: at the separator Kineto writes between two
+ * events ("},\n" + the first event's indentation + "{"), about `chunk` bytes apart. Each
+ * piece is scanned as scan_events scans one: a cut inside a string would leave its piece
+ * ending in an unterminated string (a raw newline is refused inside one), so pieces that all
+ * scan were cut at true event boundaries. Anything unexpected (no such head, a declined
+ * piece, no memory) ends the follow: finish() then says None, and the reader reads the file
+ * as it reads any other.
+ */
+#if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <time.h>
+#define HAVE_FOLLOWER 1
+#else
+#define HAVE_FOLLOWER 0
+#endif
+
+#if HAVE_FOLLOWER
+/* the head (top-level keys before the events, e.g. 8 GPUs' deviceProperties) is this small */
+#define HEAD_MAX (1 << 20)
+#define INDENT_MAX 256
+
+typedef struct {
+    void *map;
+    size_t map_len;
+    Py_ssize_t begin, end; /* the piece's bytes in the file */
+    Scanner s;             /* its columns; they point into `map` until built */
+} FollowedPiece;
+
+typedef struct {
+    PyObject_HEAD
+    char *paths[2]; /* where Kineto writes (its temporary), and the name it renames it to */
+    Py_ssize_t chunk;
+    pthread_t thread;
+    int running;      /* started and not yet joined */
+    int stop;         /* set (atomically) once the file is complete */
+    int cancel;       /* set (atomically) when nobody will take the pieces: stop scanning */
+    int fd;
+    int failed;
+    Py_ssize_t lo;       /* just after the event list's '[', or -1 until seen */
+    Py_ssize_t next;     /* the next unscanned event's '{' */
+    Py_ssize_t searched; /* no separator starts in [next + chunk, searched) */
+    unsigned char sep[INDENT_MAX + 8];
+    size_t seplen;
+    FollowedPiece *pieces;
+    size_t npieces, cappieces;
+} Follower;
+
+static size_t page_size(void)
+{
+    long size = sysconf(_SC_PAGESIZE);
+    return size > 0 ? (size_t)size : 4096;
+}
+
+static void nap(void)
+{
+    struct timespec t = {0, 1000000}; /* 1 ms: a 16 MB piece takes Kineto ~80 ms to write */
+    nanosleep(&t, NULL);
+}
+
+static int is_ws(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Where the events start in the head m[0, len), and the separator between them: 1 found, 0
+ * not written yet, -1 a head this follower does not handle. */
+static int find_events(Follower *f, Ptr m, size_t len)
+{
+    static const char KEY[] = "\"traceEvents\"";
+    Ptr end = m + len, key = memmem(m, len, KEY, sizeof(KEY) - 1);
+    if (!key)
+        return 0;
+    Ptr p = skip_ws(key + sizeof(KEY) - 1, end);
+    if (p < end && *p != ':')
+        return -1; /* the name as a value, not the key */
+    p = p < end ? skip_ws(p + 1, end) : end;
+    if (p < end && *p != '[')
+        return -1;
+    if (p >= end)
+        return 0;
+    Ptr lo = p + 1, first = lo;
+    while (first < end && is_ws(*first) && first - lo < INDENT_MAX)
+        first++;
+    if (first == end)
+        return 0;
+    if (*first != '{')
+        return -1; /* an empty list, padding, or not an event */
+    Ptr line = first;
+    while (line > lo && line[-1] != '\n')
+        line--;
+    if (line == lo)
+        return -1; /* not one event a line */
+    size_t indent = (size_t)(first - line);
+    memcpy(f->sep, "},\n", 3);
+    memcpy(f->sep + 3, line, indent);
+    f->sep[3 + indent] = '{';
+    f->seplen = indent + 4;
+    f->lo = lo - m;
+    f->next = first - m;
+    f->searched = 0;
+    return 1;
+}
+
+static int follow_head(Follower *f, Py_ssize_t size)
+{
+    size_t len = (size_t)(size < HEAD_MAX ? size : HEAD_MAX);
+    if (len == 0)
+        return 0;
+    Ptr m = mmap(NULL, len, PROT_READ, MAP_SHARED, f->fd, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    int found = find_events(f, m, len);
+    munmap((void *)m, len);
+    if (found == 0 && len >= HEAD_MAX)
+        found = -1; /* no event list in the first MB: not a Kineto head */
+    return found;
+}
+
+/* Scan the next piece if the file holds one: 1 scanned, 0 not yet, -1 the follow ends. */
+static int follow_piece(Follower *f, Py_ssize_t size, int complete)
+{
+    Py_ssize_t want = f->next + f->chunk;
+    /* a complete file keeps at least half a chunk for the reader's tail, as _cut_points does */
+    Py_ssize_t limit = complete ? size - f->chunk / 2 : size;
+    if (want >= limit)
+        return 0;
+    size_t page = page_size();
+    Py_ssize_t off = f->next & ~(Py_ssize_t)(page - 1);
+    size_t len = (size_t)(size - off);
+    Ptr m = mmap(NULL, len, PROT_READ, MAP_SHARED, f->fd, off);
+    if (m == MAP_FAILED)
+        return -1;
+    Ptr base = m - off; /* offsets in the file: base + i is the file's byte i */
+    Py_ssize_t from = want > f->searched ? want : f->searched;
+    Ptr k = from < size ? memmem(base + from, (size_t)(size - from), f->sep, f->seplen) : NULL;
+    if (!k || k - base >= limit) {
+        if (!k)
+            f->searched = size - (Py_ssize_t)f->seplen + 1 > from ? size - (Py_ssize_t)f->seplen + 1 : from;
+        munmap((void *)m, len);
+        return 0;
+    }
+    if (f->npieces == f->cappieces) {
+        size_t cap = f->cappieces ? 2 * f->cappieces : 16;
+        FollowedPiece *grown = realloc(f->pieces, cap * sizeof(*grown));
+        if (!grown) {
+            munmap((void *)m, len);
+            return -1;
+        }
+        f->pieces = grown;
+        f->cappieces = cap;
+    }
+    FollowedPiece *piece = &f->pieces[f->npieces];
+    memset(piece, 0, sizeof(*piece));
+    piece->map = (void *)m;
+    piece->map_len = len;
+    piece->begin = f->next;
+    piece->end = (k - base) + 1; /* after the event's '}' */
+    Scanner *s = &piece->s;
+    s->base = base;
+    s->data = base + piece->begin;
+    s->end = base + piece->end;
+    s->cap = initial_rows(piece->end - piece->begin);
+    s->released = s->data; /* our own read-only map of the file: its pages go behind the scan */
+    scan_all(s, s->data);
+    release_behind(&s->released, s->end, 1);
+    f->npieces++; /* even declined: finish() frees it */
+    if (s->status != ST_OK)
+        return -1;
+    f->next = (k - base) + (Py_ssize_t)f->seplen - 1; /* the next event's '{' */
+    f->searched = f->next;
+    return 1;
+}
+
+static void *follow_run(void *arg)
+{
+    Follower *f = arg;
+    for (;;) {
+        if (__atomic_load_n(&f->cancel, __ATOMIC_ACQUIRE))
+            break;
+        int complete = __atomic_load_n(&f->stop, __ATOMIC_ACQUIRE); /* before the size */
+        if (f->fd < 0) {
+            /* a file written before this thread ran (a small one, a busy machine) is scanned
+             * now: the result never depends on when the thread got a core */
+            for (int i = 0; i < 2 && f->fd < 0; i++)
+                f->fd = open(f->paths[i], O_RDONLY | O_CLOEXEC);
+            if (f->fd < 0) {
+                if (complete)
+                    break; /* no file: the save failed */
+                nap();
+            }
+            continue;
+        }
+        struct stat st;
+        if (fstat(f->fd, &st) < 0) {
+            f->failed = 1;
+            break;
+        }
+        int got = f->lo < 0 ? follow_head(f, (Py_ssize_t)st.st_size)
+                            : follow_piece(f, (Py_ssize_t)st.st_size, complete);
+        if (got < 0) {
+            f->failed = 1;
+            break;
+        }
+        if (got == 0) {
+            if (complete)
+                break;
+            nap();
+        }
+    }
+    return NULL;
+}
+
+static void follower_join(Follower *f)
+{
+    if (f->running) {
+        __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(f->thread, NULL);
+        Py_END_ALLOW_THREADS
+        f->running = 0;
+    }
+}
+
+static void follower_clear(Follower *f)
+{
+    for (size_t i = 0; i < f->npieces; i++) {
+        scanner_free(&f->pieces[i].s);
+        munmap(f->pieces[i].map, f->pieces[i].map_len);
+    }
+    free(f->pieces);
+    f->pieces = NULL;
+    f->npieces = f->cappieces = 0;
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+}
+
+static void follower_dealloc(Follower *f)
+{
+    __atomic_store_n(&f->cancel, 1, __ATOMIC_RELEASE); /* the piece being scanned is the last */
+    follower_join(f);
+    follower_clear(f);
+    PyMem_Free(f->paths[0]);
+    PyMem_Free(f->paths[1]);
+    Py_TYPE(f)->tp_free((PyObject *)f);
+}
+
+static char *copy_path(PyObject *path)
+{
+    PyObject *bytes = NULL;
+    if (!PyUnicode_FSConverter(path, &bytes))
+        return NULL;
+    const char *text = PyBytes_AS_STRING(bytes);
+    char *out = PyMem_Malloc(strlen(text) + 1);
+    if (out)
+        strcpy(out, text);
+    else
+        PyErr_NoMemory();
+    Py_DECREF(bytes);
+    return out;
+}
+
+static PyObject *follower_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *writing, *final;
+    Py_ssize_t chunk;
+    static char *KEYWORDS[] = {"writing", "path", "chunk", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOn:Follower", KEYWORDS, &writing, &final, &chunk))
+        return NULL;
+    if (chunk < 4096)
+        return PyErr_Format(PyExc_ValueError, "Follower: chunk must be at least 4096 bytes, not %zd", chunk);
+    Follower *f = (Follower *)type->tp_alloc(type, 0);
+    if (!f)
+        return NULL;
+    f->fd = -1;
+    f->lo = -1;
+    f->chunk = chunk;
+    f->paths[0] = copy_path(writing);
+    f->paths[1] = f->paths[0] ? copy_path(final) : NULL;
+    if (!f->paths[1]) {
+        Py_DECREF(f);
+        return NULL;
+    }
+    if (pthread_create(&f->thread, NULL, follow_run, f) == 0)
+        f->running = 1;
+    else
+        f->failed = 1;
+    return (PyObject *)f;
+}
+
+static PyObject *follower_complete(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    __atomic_store_n(&((Follower *)self)->stop, 1, __ATOMIC_RELEASE);
+    Py_RETURN_NONE;
+}
+
+static PyObject *follower_finish(PyObject *self, PyObject *unused)
+{
+    Follower *f = (Follower *)self;
+    (void)unused;
+    follower_join(f);
+    PyObject *pieces = NULL, *result = NULL;
+    if (f->failed || f->npieces == 0)
+        goto done;
+    if (!(pieces = PyList_New((Py_ssize_t)f->npieces)))
+        goto done;
+    for (size_t i = 0; i < f->npieces; i++) {
+        FollowedPiece *p = &f->pieces[i];
+        PyObject *got = build_result(&p->s); /* reads pending floats and names from the map */
+        PyObject *item = got ? Py_BuildValue("(nnN)", p->begin, p->end, got) : NULL;
+        if (!item)
+            goto done;
+        PyList_SET_ITEM(pieces, (Py_ssize_t)i, item);
+    }
+    result = Py_BuildValue("(nOn)", f->lo, pieces, f->next);
+done:
+    Py_XDECREF(pieces);
+    follower_clear(f);
+    f->failed = 1; /* finished: a second call says None */
+    if (!result && !PyErr_Occurred())
+        result = Py_NewRef(Py_None);
+    return result;
+}
+
+static PyMethodDef FOLLOWER_METHODS[] = {
+    {"complete", follower_complete, METH_NOARGS,
+     "complete() -> None\n\n"
+     "Say that the file is complete (the writer returned): the thread scans what pieces are\n"
+     "left and ends, without being waited for. Dropping the follower cancels it."},
+    {"finish", follower_finish, METH_NOARGS,
+     "finish() -> (lo, [(begin, end, columns | None), ...], rest) | None\n\n"
+     "Call once the file is complete: waits for the thread, then hands over the pieces it\n"
+     "scanned (the event list starts at lo; the unscanned events start at rest). None when\n"
+     "it scanned none or gave up."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FollowerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "torchscope.trace._scan.Follower",
+    .tp_basicsize = sizeof(Follower),
+    .tp_dealloc = (destructor)follower_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Follower(writing, path, chunk): scans a Kineto JSON file's events while it is written.",
+    .tp_new = follower_new,
+    .tp_methods = FOLLOWER_METHODS,
+};
+#endif /* HAVE_FOLLOWER */
+
+/* ----------------------------------------------------------------------------------------- */
 
 static PyMethodDef METHODS[] = {
     {"scan_trace", (PyCFunction)(void (*)(void))scan_trace, METH_VARARGS | METH_KEYWORDS,
@@ -2048,5 +2413,12 @@ PyMODINIT_FUNC PyInit__scan(void)
         Py_DECREF(module);
         return NULL;
     }
+#if HAVE_FOLLOWER
+    if (module && (PyType_Ready(&FollowerType) < 0 ||
+                   PyModule_AddObjectRef(module, "Follower", (PyObject *)&FollowerType) < 0)) {
+        Py_DECREF(module);
+        return NULL;
+    }
+#endif
     return module;
 }

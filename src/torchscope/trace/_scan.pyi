@@ -48,3 +48,20 @@ def nest(order: object, start: object, end: object, pid: object, tid: object) ->
     """The host call tree in one pass: ``order`` lists host rows thread by thread in id order;
     ``start``/``end``/``pid``/``tid`` hold every row's (int64 arrays). Returns each row's parent
     (-1 none), depth, and the union of its children's intervals clipped to its end."""
+
+class Follower:
+    """A native thread that scans the events of a Kineto JSON file while it is written (POSIX
+    only: absent elsewhere). ``writing`` is the name Kineto writes to (its temporary), ``path``
+    the one it renames it to; pieces are cut about ``chunk`` bytes apart at the separator
+    between two events, as the reader cuts them."""
+
+    def __init__(self, writing: str, path: str, chunk: int) -> None: ...
+    def complete(self) -> None:
+        """Say that the file is complete: the thread scans the pieces left and ends, without
+        being waited for (``finish`` waits). Dropping the follower cancels the thread."""
+    def finish(self) -> tuple[int, list[tuple[int, int, dict[str, object] | None]], int] | None:
+        """Once the file is complete: wait for the thread and hand over ``(lo, pieces, rest)``:
+        the event list starts at ``lo``, each piece is ``(begin, end, columns)`` as
+        ``scan_events(data, begin, end)`` gives them, and the events not scanned start at
+        ``rest``. None when no piece was scanned or the follow gave up (a head it does not
+        handle, a piece the scanner declines); a second call says None."""

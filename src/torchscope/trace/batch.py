@@ -301,10 +301,12 @@ def _texts(codes: bytes, uniques: list[str], dtype: type[pl.DataType] = pl.Strin
     return pl.Series(uniques + [None], dtype=pl.String).cast(dtype).gather(idx)
 
 
-def from_scan(result: dict[str, Any]) -> pl.DataFrame:
+def from_scan(result: dict[str, Any], args_shift: int = 0) -> pl.DataFrame:
     """The batch of events the C scanner read (``_scan.scan_events``' dict of buffers).
 
     Consumes ``result``: each buffer is popped as it is converted, so that it can be freed.
+    ``args_shift``: added to ``args_at``, for events scanned from a text that is not the file's
+    (a piece given a head of its own: its offsets must count from the file's start).
     """
     n = int(result.pop("n"))
     cols: dict[str, pl.Series] = {}
@@ -330,9 +332,10 @@ def from_scan(result: dict[str, Any]) -> pl.DataFrame:
     for name in (*INT_ARGS, "args_at"):
         if (got := result.pop(name, None)) is not None:
             values, present = got
-            cols[name] = _masked(
-                np.frombuffer(values, dtype=np.int64), np.frombuffer(present, dtype=np.bool_)
-            )
+            ints = np.frombuffer(values, dtype=np.int64)
+            if name == "args_at" and args_shift:
+                ints = ints + args_shift
+            cols[name] = _masked(ints, np.frombuffer(present, dtype=np.bool_))
     for name in FLOAT_ARGS:
         if (got := result.pop(name, None)) is not None:
             cols[name] = pl.Series(np.frombuffer(got, dtype=np.float64), nan_to_null=True)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import msgspec
 import numpy as np
@@ -162,13 +162,16 @@ def read_chrome_document(
     data: bytes | mmap.mmap | str | dict[str, Any] | list[Any] | Any,
     source: str = "",
     on_phase_start: Callable[[str], None] | None = None,
+    *,
+    followed: Followed | None = None,
 ) -> Trace:
     """Read a Kineto JSON document (bytes, text, a parsed dict, or a bare event list).
 
     A ``mmap.mmap`` is read in place (no copy of the text); the caller keeps it open until this
     returns and must own the file: a map of a file another process truncates faults.
     ``on_phase_start`` is called with "decode" just before the scanner starts: it runs without
-    the GIL, so work handed to another thread then runs beside it.
+    the GIL, so work handed to another thread then runs beside it. ``followed``: the pieces a
+    ``_scan.Follower`` scanned while the file was written (``_followed_batches``).
     """
     timings = Timings(on_phase_start=on_phase_start)
     raw: Text
@@ -183,7 +186,7 @@ def read_chrome_document(
             raw = msgspec.json.encode(data)
         except (TypeError, ValueError, OverflowError) as exc:
             raise TraceError(source, f"document cannot be encoded as JSON ({exc})") from None
-    return _read([raw], source, timings)
+    return _read([raw], source, timings, scanned=None if followed is None else ("followed", followed))
 
 
 # -- decoding ---------------------------------------------------------------------------------
@@ -429,6 +432,11 @@ def _scanned_batches(
     if _scan is None or not SCANNER_ENABLED:
         return None
     kind, done = scanned if scanned is not None else ("", None)
+    if kind == "followed" and done is not None:
+        followed = _followed_batches(data, done, source, warnings, top, finish)
+        if followed is not None:
+            return followed
+        kind, done = "", None  # what the follower saw does not hold: read the text as any other
     if _read_whole(data):  # the document and its events in one pass
         whole = done if kind == "trace" else _scan.scan_trace(data, release_pages=isinstance(data, OwnedMap))
         if whole is None:
@@ -444,6 +452,77 @@ def _scanned_batches(
     lo, hi, keys = doc
     _top_values(data, keys, top, source, warnings)
     return _scan_pieces(data, _pieces(lo, _cut_points(data, lo, hi), hi), source, warnings, finish)
+
+
+# What a ``_scan.Follower`` scanned while Kineto wrote the file: where the event list starts,
+# the pieces (begin, end, columns or None when declined), and where the unscanned events start.
+Followed: TypeAlias = tuple[int, list[tuple[int, int, dict[str, Any] | None]], int]
+# the head a piece of the event list is given to be scanned as a document of its own
+_LIST_HEAD = b'{"traceEvents":['
+
+
+def _followed_batches(
+    data: Text,
+    followed: Followed,
+    source: str,
+    warnings: list[str],
+    top: dict[str, Any],
+    finish: Callable[[pl.DataFrame], _Part],
+) -> Iterator[_Part] | None:
+    """The tables of a file a ``_scan.Follower`` scanned while it was written: its pieces, then
+    the rest of the events scanned here with the top-level keys after them. None when anything
+    does not hold (the caller then reads the text as any other, with its checks and repairs).
+
+    The follower saw neither the head nor the tail whole; together with its pieces they are
+    the whole document, checked as ``scan_document`` checks it: the head up to the list's
+    ``[`` must be a document whose events list starts there (so "traceEvents" was that key),
+    the tail must scan as a list of events closing the document, and no top-level key may
+    appear in both (a duplicate ``scan_document`` refuses).
+    """
+    lo, pieces, rest = followed
+    scanned = [got for _, _, got in pieces if got is not None]
+    if len(scanned) < len(pieces) or not 0 < lo <= rest <= len(data):
+        return None
+    head_text = data[:lo] + b"]}"
+    head = _scan.scan_document(head_text)
+    if head is None or head[0] != lo or head[1] != lo:
+        return None
+    tail_text = _LIST_HEAD + data[rest:]
+    tail = _scan.scan_trace(tail_text)
+    if tail is None or head[2].keys() & tail[0][2].keys():
+        return None
+    _top_values(head_text, head[2], top, source, warnings)
+    _top_values(tail_text, tail[0][2], top, source, warnings)
+    batches = [(got, 0) for got in scanned] + [(tail[1], rest - len(_LIST_HEAD))]
+    del tail, pieces, scanned
+    return _ahead(batches, lambda batch: finish(raw.from_scan(*batch)))
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _ahead(items: list[_T], work: Callable[[_T], _R]) -> Iterator[_R]:
+    """``work`` of each item, in order, done on every core (``SCAN_THREADS``): at most one
+    item per thread, plus the one being consumed, is done ahead, so memory stays that of a few
+    pieces whatever the file's size. Items are dropped from ``items`` as they are taken."""
+    threads = min(SCAN_THREADS, len(items))
+    if threads <= 1:
+        while items:
+            yield work(items.pop(0))
+        return
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="torchscope-scan") as pool:
+        ahead: deque[Future[_R]] = deque()
+        try:
+            while items:
+                ahead.append(pool.submit(work, items.pop(0)))
+                if len(ahead) > threads:
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
+        finally:  # the consumer stopped early (an error): do not do what nobody will read
+            for future in ahead:
+                future.cancel()
 
 
 def _scan_piece(data: Text, begin: int, end: int, finish: Callable[[pl.DataFrame], _Part]) -> _Part | None:
@@ -466,27 +545,9 @@ def _scan_pieces(
     that of a few pieces whatever the file's size; a piece the scanner declines is decoded by
     msgspec here, on the consuming thread, with its repairs and warnings.
     """
-    threads = min(SCAN_THREADS, len(pieces))
-    if threads <= 1:
-        for begin, end in pieces:
-            yield _or_decoded(
-                _scan_piece(data, begin, end, finish), data, begin, end, source, warnings, finish
-            )
-        return
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="torchscope-scan") as pool:
-        ahead: deque[tuple[int, int, Future[_Part | None]]] = deque()
-        try:
-            for begin, end in pieces:
-                ahead.append((begin, end, pool.submit(_scan_piece, data, begin, end, finish)))
-                if len(ahead) > threads:
-                    begin, end, future = ahead.popleft()
-                    yield _or_decoded(future.result(), data, begin, end, source, warnings, finish)
-            while ahead:
-                begin, end, future = ahead.popleft()
-                yield _or_decoded(future.result(), data, begin, end, source, warnings, finish)
-        finally:  # the consumer stopped early (an error): do not scan what nobody will read
-            for _, _, future in ahead:
-                future.cancel()
+    scanned = _ahead(list(pieces), lambda piece: (piece, _scan_piece(data, *piece, finish)))
+    for (begin, end), got in scanned:
+        yield _or_decoded(got, data, begin, end, source, warnings, finish)
 
 
 def _or_decoded(
@@ -754,8 +815,11 @@ def _build(
         # unless events of categories we do not model need their verbatim args from it
         batches = list(chunks)
         chunks = iter(batches)
-        if not any(may_keep_raw_args(b) for b in batches if isinstance(b, pl.DataFrame)):
+        raw_batches = [b for b in batches if isinstance(b, pl.DataFrame)]
+        # (parts already built, as a follower's pieces, may need it: the text is then a map)
+        if len(raw_batches) == len(batches) and not any(may_keep_raw_args(b) for b in raw_batches):
             kept_text = None
+        del raw_batches
         del batches  # ``chunks`` alone holds them now, and is deleted before linking
     del data
     return_free_memory()  # the scanner's buffers and (when not kept) the JSON text
@@ -798,7 +862,10 @@ def _build(
     return_free_memory()
     timings.mark("columns")
 
-    ev, memory, flow_df = derive(ev, memory, flow_df)
+    tables = [ev, memory, flow_df]
+    del ev, memory, flow_df  # derive frees the unsorted events as it sorts them
+    ev, memory, flow_df = derive(tables)
+    return_free_memory()
     _check_clocks(ev, warnings)
     timings.mark("derive")
     if warnings:
