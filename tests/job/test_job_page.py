@@ -76,3 +76,22 @@ def _job_page(
         page.wait_for_selector("[data-testid=job-run]")
         yield page, errors
         browser.close()
+
+
+def test_the_job_page_shows_the_terminals_step_by_category(
+    gloo_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The terminal said "median rank's (rank N) mean step by category: ..." and the page did
+    not say it at all; the same numbers now stand in both."""
+    assert main(["report", str(gloo_job), "--no-html", "--engine", "local:1"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "mean step by category: " in x)
+    head, _, said = line.partition(": ")
+    terminal = [part.rsplit(" (", 1) for part in said.split(", ")]
+    with _job_page(gloo_job, tmp_path, capsys) as (page, errors):
+        assert page.get_by_role("heading", name="Median rank's (rank").inner_text() == head[0].upper() + head[1:]
+        rows = page.locator("[data-testid=job-categories] tbody tr").all_inner_texts()
+    shown = [r.split("\t") for r in rows]
+    assert [(c, v, s) for c, v, s in shown] == [
+        (nv.rsplit(" ", 2)[0], " ".join(nv.rsplit(" ", 2)[1:]), share.rstrip(")")) for nv, share in terminal
+    ]
+    assert errors == []

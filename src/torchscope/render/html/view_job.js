@@ -28,6 +28,15 @@ const viewJob = (() => {
       out.push(h("div", { class: "cards" }, [...stepCards, ...rankCards,
         card("straggler", R.straggler ? `rank ${R.straggler.rank}` : "none"),
         card("wait per step", R.straggler ? fmtNs(R.straggler.wait_per_step_ns) : "–")]));
+      // the median rank's mean step by category: the terminal's line, as a table
+      const base = R.median_breakdown_ns || {};
+      const cats = (R.categories || Object.keys(base)).filter((/** @type {string} */ c) => c !== "Total");
+      const total = base.Total || cats.reduce((/** @type {number} */ s, /** @type {string} */ c) => s + (base[c] || 0), 0) || 1;
+      out.push(h("h4", {}, (R.ranks > 1 ? `Median rank's (rank ${R.median_rank}) mean step` : "Mean step") + " by category"));
+      out.push(table([{ key: "category", label: "category", cls: "name" }, { key: "mean_ns", label: "per step", num: true, fmt: fmtNs },
+        { key: "share", label: "share of the step", num: true, fmt: (/** @type {number} */ v) => `${v.toFixed(0)}%` }],
+        cats.filter((/** @type {string} */ c) => (base[c] || 0) > 0).map((/** @type {string} */ c) => ({ category: c, mean_ns: base[c], share: 100 * base[c] / total })),
+        { id: "job-categories", sort: "mean_ns" }));
       if (R.straggler) {
         out.push(h("h4", {}, `Rank ${R.straggler.rank} arrives last at ${R.straggler.last} of ${R.straggler.matched} collectives; it spends more on`));
         out.push(table([{ key: "name", label: "op / kernel / category", cls: "name" }, { key: "rank_ns", label: "on the straggler", num: true, fmt: fmtNs },
