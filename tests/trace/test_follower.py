@@ -203,3 +203,32 @@ def test_a_follower_nobody_finishes_ends_its_thread_when_dropped(tmp_path: Path)
     assert _native_threads() == before
     with pytest.raises(ValueError, match="chunk"):
         reader._scan.Follower("a", "b", 10)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_while_the_thread_runs_drops_its_copy_without_waiting_for_it(tmp_path: Path) -> None:
+    """A DataLoader worker forked right after a cycle's save inherits the follower but not its
+    thread: dropping the copy must not wait for a thread that is not there."""
+    import signal
+    import warnings
+
+    follower = reader._scan.Follower(str(tmp_path / "never.tmp"), str(tmp_path / "never"), CHUNK)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+        pid = os.fork()
+    if pid == 0:  # the child: drop its copy, say whether finish() gave nothing, and leave
+        got = follower.finish()
+        del follower
+        os._exit(0 if got is None else 1)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung dropping its copy of the follower")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert follower.finish() is None  # the parent's own thread, joined as usual

@@ -2042,6 +2042,7 @@ typedef struct {
     int running;      /* started and not yet joined */
     int stop;         /* set (atomically) once the file is complete */
     int cancel;       /* set (atomically) when nobody will take the pieces: stop scanning */
+    pid_t owner;      /* the process whose thread it is: a forked child has no such thread */
     int fd;
     int failed;
     Py_ssize_t lo;       /* just after the event list's '[', or -1 until seen */
@@ -2218,8 +2219,22 @@ static void *follow_run(void *arg)
     return NULL;
 }
 
+/* Whether this is a copy in a forked child (a DataLoader worker forked while the thread
+ * scanned): the thread is not in this process, and the pieces may be mid-update. */
+static int follower_forked(const Follower *f)
+{
+    return f->owner != getpid();
+}
+
 static void follower_join(Follower *f)
 {
+    if (f->running && follower_forked(f)) {
+        f->running = 0; /* no thread to join here; what it was making is left alone */
+        f->failed = 1;
+        f->npieces = f->cappieces = 0;
+        f->pieces = NULL;
+        return;
+    }
     if (f->running) {
         __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
         Py_BEGIN_ALLOW_THREADS
@@ -2283,6 +2298,7 @@ static PyObject *follower_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     f->fd = -1;
     f->lo = -1;
     f->chunk = chunk;
+    f->owner = getpid();
     f->paths[0] = copy_path(writing);
     f->paths[1] = f->paths[0] ? copy_path(final) : NULL;
     if (!f->paths[1]) {
