@@ -21,13 +21,18 @@ OPTIMISE = {
 }
 
 
+# _scan starts a POSIX thread (its Follower); glibc before 2.34 keeps those in libpthread
+THREADS = {"torchscope.trace._scan": ["-pthread"]}
+
+
 class BuildExt(build_ext):
     """Adds our warning and optimisation flags where the compiler understands them."""
 
     def build_extensions(self) -> None:
         if self.compiler.compiler_type == "unix":
             for ext in self.extensions:
-                ext.extra_compile_args = OPTIMISE[ext.name] + WARNINGS
+                ext.extra_compile_args = OPTIMISE[ext.name] + WARNINGS + THREADS.get(ext.name, [])
+                ext.extra_link_args = THREADS.get(ext.name, [])
         super().build_extensions()
 
 
