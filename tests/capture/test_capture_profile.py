@@ -528,6 +528,21 @@ def test_a_cycle_kineto_could_not_save_is_lost_with_a_warning_and_the_run_goes_o
         prof.export_chrome_trace(str(tmp_path / "x.json"))
 
 
+def test_a_cycle_kineto_cut_short_leaves_no_temporary_behind() -> None:
+    """On a full disk Kineto's writer stops in its temporary (PATH.tmp, renamed when done) and
+    says nothing: that file kept the disk full, so every later cycle of the run was lost too."""
+    from torchscope.capture.kineto import _Scratch
+
+    class CutShort:
+        def save(self, path: str) -> None:
+            Path(path + ".tmp").write_text('{"traceEvents": [{"ph": "X", "na')  # no room for the rest
+
+    scratch = _Scratch()
+    said = scratch.save(CutShort())
+    assert isinstance(said, str) and said.startswith("torchscope: could not save this cycle's trace")
+    assert list(scratch.dir.iterdir()) == []
+
+
 def test_a_full_log_directory_loses_the_cycles_file_not_the_run(
     net: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -673,3 +688,47 @@ def test_what_was_scanned_of_a_cycle_nobody_read_goes_when_the_run_goes_on(
         for _ in range(100):
             net()
     assert prof._cycles[-1]._follower is None
+
+
+def test_a_profile_dropped_while_recording_lets_the_next_one_record(net: Any) -> None:
+    """A notebook cell that failed after ``start()`` left an unreachable profile recording: every
+    later profile in the process warned "another torchscope profiler is already recording" and
+    recorded nothing, while Kineto kept collecting into memory nobody could free (torch's own
+    later profiles record)."""
+    import gc
+    import weakref
+
+    from torchscope.capture.kineto import kineto_recording
+
+    def start_and_lose() -> weakref.ref[Any]:
+        dropped = profile()
+        dropped.start()
+        net()
+        return weakref.ref(dropped)
+
+    lost = start_and_lose()
+    gc.collect()
+    assert lost() is None and not kineto_recording()  # collected, and Kineto stopped with it
+    for _ in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "already recording" warning
+            with profile() as prof:
+                net()
+        assert {r.key: r.count for r in prof.key_averages()}["aten::linear"] == 2
+
+
+def test_exiting_while_a_profile_records_is_a_clean_exit(tmp_path: Path) -> None:
+    """torch's teardown crashed with a segmentation fault when the interpreter exited while
+    Kineto recorded (torch's own profiler does the same); the recording is now stopped first."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "exits.py"
+    script.write_text(
+        "import torch\nfrom torchscope import profile\n"
+        "p = profile(with_stack=True)\np.start()\ntorch.mm(torch.ones(4, 4), torch.ones(4, 4))\n"
+        "print('exiting while recording')\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "exiting while recording" in done.stdout

@@ -452,7 +452,10 @@ class _Scratch:
         if _saved_whole(path):
             return path, following[0] if following else None
         following.clear()  # cancels its thread
-        path.unlink(missing_ok=True)
+        # what Kineto's writer left: its temporary (torch 2.13 writes PATH.tmp and renames it
+        # when done), which held the full disk's space and made every later cycle lost too
+        for left in (path, path.with_name(path.name + ".tmp")):
+            left.unlink(missing_ok=True)
         return (
             f"torchscope: could not save this cycle's trace in {self.dir} ({_room(self.dir)}),"
             " so this cycle has no events; set TMPDIR to a directory with room (a cycle's JSON"
@@ -577,6 +580,16 @@ class KinetoSession:
         }
         return cycle
 
+
+    def abandon(self) -> None:
+        """Stop Kineto for a profile nobody can stop any more (garbage-collected while it
+        recorded, or still recording when the interpreter exits), dropping its events. Left
+        alone when another profiler took Kineto since, or it is not recording."""
+        if _profiler_starts() != self._starts_seen or not kineto_recording():
+            return
+        with contextlib.suppress(Exception):  # at exit or in a collection: never raise there
+            self._profiler.__exit__(None, None, None)
+        self._profiler.kineto_results = None
 
     def _stopped_by_another(self) -> Cycle:
         """The cycle of a session another profiler took: a ``torch.profiler.profile`` entered

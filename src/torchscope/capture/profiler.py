@@ -25,6 +25,7 @@ import os
 import re
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
@@ -81,7 +82,17 @@ __all__ = [
 
 BACKENDS = ("auto", "kineto", "portable")
 _DEVICE_ACTIVITIES = ("CUDA", "XPU", "MTIA", "HPU", "PrivateUse1")
-_RECORDING: list[profile] = []  # the profiler currently recording, if any
+# the profiler currently recording, if any, by weak reference: a profile started and dropped
+# (a notebook cell that failed after start()) no longer makes every later one record nothing
+_RECORDING: list[weakref.ref[profile]] = []
+
+
+def recording_profile() -> profile | None:
+    """The torchscope profile recording in this process (the first still alive), if any."""
+    while _RECORDING and _RECORDING[0]() is None:
+        _RECORDING.pop(0)
+    return _RECORDING[0]() if _RECORDING else None
+
 PROFILER_STEP_NAME = "ProfilerStep"  # torch's requester name in KinetoStepTracker
 TRACE_ONLY_EVENTS = (
     "events() is not available when trace_only=True in ExperimentalConfig. Use export_chrome_trace() instead."
@@ -264,6 +275,7 @@ class profile:
         self._session: KinetoSession | PortableSession | Elsewhere | None = None
         self._trace_id: str | None = None  # the latest Kineto session's (``get_trace_id``)
         self._cycles: list[Cycle] = []
+        self._orphan_guard: weakref.finalize[Any, Any] | None = None  # see prepare_trace
         self._metadata: dict[str, str] = {}
         self._torch_stats: _ProfilerStats | None = None  # torch's ``_stats()`` of the latest cycle
         # events() of the cycles held, built once (torch keeps its list too); a new cycle drops it
@@ -425,8 +437,10 @@ class profile:
             action()
 
     def _release(self) -> None:
-        if self in _RECORDING:
-            _RECORDING.remove(self)
+        _RECORDING[:] = [r for r in _RECORDING if r() not in (self, None)]
+        if self._orphan_guard is not None:
+            self._orphan_guard.detach()
+            self._orphan_guard = None
 
     # -- the schedule's actions (torch's names) -------------------------------------------
     def prepare_trace(self) -> None:
@@ -437,7 +451,8 @@ class profile:
         if timeout is not None and timeout < 0:  # torch checks it here too (autograd profile)
             raise UsageError("post_processing_timeout_s must be non-negative")
         busy = None
-        if _RECORDING and _RECORDING[0] is not self:
+        current = recording_profile()
+        if current is not None and current is not self:
             busy = "another torchscope profiler is already recording"
         elif torch.autograd.profiler._is_profiler_enabled and self.backend == "kineto" and kineto_recording():
             busy = "a torch profiler is already running in this process"
@@ -464,8 +479,12 @@ class profile:
         else:
             self._session = KinetoSession(self._kineto_options, self._scratch)
             self.use_device = self._session.use_device
-        if self not in _RECORDING:
-            _RECORDING.append(self)
+        if recording_profile() is not self:
+            _RECORDING.append(weakref.ref(self))
+        if isinstance(self._session, KinetoSession) and self._orphan_guard is None:
+            # dropped while recording, or still recording at exit (a segmentation fault in
+            # torch's teardown, with torch's profiler too): Kineto is stopped, its events dropped
+            self._orphan_guard = weakref.finalize(self, self._session.abandon)
         self._session.prepare()
         # Kineto's session fills torch's own stats (prepare, enable, disable); we add ours
         inner = getattr(self._session, "_profiler", None)
