@@ -732,3 +732,23 @@ def test_exiting_while_a_profile_records_is_a_clean_exit(tmp_path: Path) -> None
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "exiting while recording" in done.stdout
+
+
+def größe_der_matrix(x: torch.Tensor) -> torch.Tensor:
+    return torch.mm(x, x)
+
+
+@pytest.mark.parametrize("options", ["with_stack", "seeds_three"])
+def test_a_python_frame_with_a_name_outside_ascii_keeps_it(options: str) -> None:
+    """Kineto's writer names such a frame "unknown" (a function like this one, or any frame of a
+    project under ``/home/josé``); torch's tables show the name as written, and ours said
+    "unknown" for every one of them."""
+    kw = {"with_stack": True} if options == "with_stack" else {"record_shapes": True, "profile_memory": True, "with_stack": True}
+    x = torch.ones(4, 4)
+    with profile(**kw) as prof:
+        for _ in range(3):
+            größe_der_matrix(x)
+    rows = {r.key: r.count for r in prof.key_averages()}
+    frame = next(k for k in rows if k.endswith("größe_der_matrix"))
+    assert rows[frame] == 3 and frame.startswith("test_capture_profile.py(")
+    assert "unknown" not in rows

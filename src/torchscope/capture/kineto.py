@@ -136,31 +136,73 @@ def _changed_names(results: Any, path: Path, trace: Trace | None = None) -> pl.D
         return None
     import polars as pl
 
+    schema = {"kineto_start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64, "true_name": pl.String}
+    found: list[pl.DataFrame] = [pl.DataFrame(_python_frames_renamed(results, path, trace), schema=schema)]
     events = results.events()
-    if not events:
-        return None
-    # every name through one C-level map, the test in Polars: no Python loop over the events
+    if events:
+        # every name through one C-level map, the test in Polars: no Python loop over the events
+        try:
+            texts = list(map(type(events[0]).name, events))
+        except UnicodeDecodeError:  # a name that is not UTF-8 (seen in torch 2.13 with with_stack)
+            texts = [_name_or_none(e) for e in events]
+        names = pl.Series("true_name", texts, dtype=pl.String)
+        rows = names.str.contains(_CHANGED_BY_KINETO).fill_null(False).arg_true().to_list()
+        picked = [events[i] for i in rows]
+        found.append(
+            pl.DataFrame(
+                {
+                    "kineto_start_ns": [e.start_ns() for e in picked],
+                    "dur_ns": [e.duration_ns() for e in picked],
+                    "correlation": [e.correlation_id() for e in picked],
+                    "true_name": names.gather(rows),
+                },
+                schema=schema,
+            )
+        )
+    table = pl.concat(found)
+    return table if table.height else None
+
+
+# a Python frame Kineto's writer renamed: its category, then the name it wrote instead
+_RENAMED_FRAME = re.compile(rb'"cat": "python_function",\s*"name": "unknown"')
+
+
+def _python_frames_renamed(results: Any, path: Path, trace: Trace | None) -> dict[str, list[Any]]:
+    """The true names of the Python frames (``with_stack``) Kineto's writer renamed "unknown":
+    a function or file name outside ASCII (``größe``, a project under ``/home/josé``), which
+    torch's tables show as written. They are not among ``results.events()``; they are walked
+    out of the results' event tree, only when the cycle shows such a frame."""
+    import polars as pl
+
+    rows: dict[str, list[Any]] = {"kineto_start_ns": [], "dur_ns": [], "correlation": [], "true_name": []}
+    if trace is not None:
+        ev = trace.events
+        shows = ev.filter((ev["kind"] == "python_function") & (ev["name"].cast(pl.String) == "unknown")).height
+    else:
+        with open(path, "rb") as f:
+            shows = _RENAMED_FRAME.search(f.read()) is not None
+    if not shows:
+        return rows
     try:
-        texts = list(map(type(events[0]).name, events))
-    except UnicodeDecodeError:  # a name that is not UTF-8 (seen in torch 2.13 with with_stack)
-        texts = [_name_or_none(e) for e in events]
-    names = pl.Series("true_name", texts, dtype=pl.String)
-    rows = names.str.contains(_CHANGED_BY_KINETO).fill_null(False).arg_true().to_list()
-    picked = [events[i] for i in rows]
-    return pl.DataFrame(
-        {
-            "kineto_start_ns": [e.start_ns() for e in picked],
-            "dur_ns": [e.duration_ns() for e in picked],
-            "correlation": [e.correlation_id() for e in picked],
-            "true_name": names.gather(rows),
-        },
-        schema={
-            "kineto_start_ns": pl.Int64,
-            "dur_ns": pl.Int64,
-            "correlation": pl.Int64,
-            "true_name": pl.String,
-        },
-    )
+        stack = list(results.experimental_event_tree())
+    except Exception:  # noqa: BLE001 - an older torch without the tree: Kineto's names stay
+        return rows
+    changed = re.compile(_CHANGED_BY_KINETO)
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if not str(node.tag).endswith("PyCall"):
+            continue
+        try:
+            name = node.name
+        except UnicodeDecodeError:
+            continue
+        if changed.search(name):
+            rows["kineto_start_ns"].append(node.start_time_ns)
+            rows["dur_ns"].append(node.duration_time_ns)
+            rows["correlation"].append(None)
+            rows["true_name"].append(name)
+    return rows
 
 
 def _name_or_none(event: Any) -> str | None:
@@ -190,7 +232,10 @@ def restore_names(trace: Trace, changed: pl.DataFrame | None) -> Trace:
         events.select("start_ns", "dur_ns", "external_id", "cat")
         .with_row_index("row")
         .join(keyed, on=["start_ns", "dur_ns"], how="inner")
-        .filter((pl.col("external_id") == pl.col("correlation")) | (pl.col("cat") == "gpu_user_annotation"))
+        .filter(
+            (pl.col("external_id") == pl.col("correlation"))
+            | pl.col("cat").is_in(["gpu_user_annotation", "python_function"])  # no id in the file
+        )
         .unique("row", keep="first")
     )
     if found.is_empty():
