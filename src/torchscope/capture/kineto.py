@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -468,11 +469,41 @@ class Cycle:
             self.path.unlink(missing_ok=True)
 
 
+def _scratch_prefix() -> str:
+    """The name every scratch directory of this host starts with (then the owner's pid)."""
+    return f"torchscope-cycles-{socket.gethostname()}-"
+
+
+def sweep_abandoned_scratch(root: Path) -> list[Path]:
+    """Remove the scratch directories of this host's processes that no longer exist, and say
+    which: a process killed (SIGKILL, an OOM kill, a preempted job's SIGTERM) leaves its saved
+    cycles behind, hundreds of MB each, and no later run removed them. A directory whose
+    process is alive (or whose liveness we may not ask: another user's) is left alone."""
+    removed = []
+    prefix = _scratch_prefix()
+    for d in root.glob(prefix + "*"):
+        pid = d.name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+        except OSError:  # alive, another user's
+            pass
+    return removed
+
+
 class _Scratch:
-    """A private temporary directory for saved cycles, removed with its owner."""
+    """A private temporary directory for saved cycles, removed with its owner; those that
+    killed owners left are removed when the next one is made (``sweep_abandoned_scratch``)."""
 
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="torchscope-"))
+        root = Path(tempfile.gettempdir())
+        with contextlib.suppress(OSError):
+            sweep_abandoned_scratch(root)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{_scratch_prefix()}{os.getpid()}-", dir=root))
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.dir), True)
         self._n = 0
 
