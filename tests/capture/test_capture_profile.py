@@ -763,7 +763,7 @@ def test_the_cycles_a_killed_process_left_are_removed_by_the_next_profile(
     import sys
     import tempfile
 
-    from torchscope.capture.kineto import _scratch_prefix, _Scratch
+    from torchscope.capture.kineto import _Scratch, _scratch_prefix
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
