@@ -24,6 +24,7 @@ instead, for devices Kineto cannot see in this torch build.
 
 from __future__ import annotations
 
+import _signal
 import contextlib
 import gzip
 import mmap
@@ -32,6 +33,7 @@ import re
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -625,11 +627,15 @@ class KinetoSession:
             # session is gone, and enabling without it makes the stop crash the process
             return
         self._profiler._start_trace()
-        self._starts_seen = _profiler_starts()
+        # read inline, not through _profiler_starts(): Kineto records Python frames from here
+        # on, and each call of ours would become a row of the user's with_stack table
+        self._starts_seen = _STARTS[0]
 
     def stop(self) -> Cycle:
         prof = self._profiler
-        if _profiler_starts() != self._starts_seen or not kineto_recording():
+        # kineto_recording(), inline (torch is imported: this session made it)
+        enabled = getattr(sys.modules["torch"]._C._autograd, "_profiler_enabled", None)
+        if _STARTS[0] != self._starts_seen or (enabled is not None and not enabled()):
             return self._stopped_by_another()
         t0 = time.perf_counter()
         prof.__exit__(None, None, None)
@@ -688,33 +694,53 @@ class KinetoSession:
 @contextlib.contextmanager
 def ctrl_c_deferred() -> Iterator[None]:
     """Hold a Ctrl-C (SIGINT) back until the block is done, then deliver it as it would have
-    been (the handler that was in place: KeyboardInterrupt by default).
+    been (the handler that was in place: KeyboardInterrupt by default); ``hold_ctrl_c`` and
+    ``deliver_ctrl_c`` as a context manager.
 
     Stopping a cycle is Kineto's disable, torch's bookkeeping and our save: a Ctrl-C landing
     between two of them lost the cycle, and left torch's "profiler enabled" flag set with Kineto
     off, so every later profile in the process was refused. Only the main thread receives
     signals; elsewhere (and where signals cannot be handled) the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[Any] = []
-    if signal.getsignal(signal.SIGINT) is None:  # a handler set outside Python: not ours to swap
-        yield
-        return
-    try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
-    except (ValueError, OSError):
-        yield
-        return
+    held = hold_ctrl_c()
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            if callable(previous):
-                previous(signal.SIGINT, caught[0])
-            elif previous == signal.SIG_DFL:
-                os.kill(os.getpid(), signal.SIGINT)
+        deliver_ctrl_c(held)
+
+
+# The main thread, and signal's C functions: ``hold_ctrl_c`` runs while Kineto still records
+# with_stack's Python frames, and each Python call there (contextlib, threading, signal's enum
+# conversions: 15 frames) became a row of the user's table that torch's does not have.
+_MAIN_THREAD = threading.main_thread().ident
+_SIGINT = int(signal.SIGINT)
+
+
+def hold_ctrl_c() -> tuple[Any, list[Any]] | None:
+    """Start holding a Ctrl-C back (``ctrl_c_deferred``): the handler it replaced and the
+    frames caught meanwhile, or None where it cannot (not the main thread, a handler set
+    outside Python, signals not handled here)."""
+    if threading.get_ident() != _MAIN_THREAD:
+        return None
+    try:
+        if _signal.getsignal(_SIGINT) is None:  # a handler set outside Python: not ours to swap
+            return None
+        caught: list[Any] = []
+        return _signal.signal(_SIGINT, lambda signum, frame: caught.append(frame)), caught
+    except (ValueError, OSError):
+        return None
+
+
+def deliver_ctrl_c(held: tuple[Any, list[Any]] | None) -> None:
+    """Put the handler back, and deliver a Ctrl-C caught meanwhile as it would have come."""
+    if held is None:
+        return
+    previous, caught = held
+    _signal.signal(_SIGINT, previous)
+    if caught:
+        if callable(previous):
+            previous(_SIGINT, caught[0])
+        elif previous == signal.SIG_DFL:
+            os.kill(os.getpid(), _SIGINT)
 
 
 _STARTS = [0]  # torch profiler sessions started in this process since we began counting

@@ -45,7 +45,8 @@ from torchscope.capture.kineto import (
     KinetoSession,
     PortableSession,
     _Scratch,
-    ctrl_c_deferred,
+    deliver_ctrl_c,
+    hold_ctrl_c,
     kineto_recording,
 )
 from torchscope.capture.schedule import Action, as_action, default_schedule, public_action
@@ -381,7 +382,8 @@ class profile:
             raise
         if self.record_steps:
             self._enter_step()
-        self._raise_callback_error()
+        if self._callback_error is not None:  # (inline: Kineto records from here, see stop_trace)
+            self._raise_callback_error()
 
     def stop(self) -> None:
         """End profiling; a cycle that was recording becomes ready (``on_trace_ready`` runs)."""
@@ -389,7 +391,9 @@ class profile:
             raise ProfilerStateError(
                 "profile.stop() called without a running profiler (not started, or stopped twice)"
             )
-        self._exit_step()
+        if self.step_rec_fn is not None:  # _exit_step, inline: Kineto records each call of ours
+            rec, self.step_rec_fn = self.step_rec_fn, None
+            rec.__exit__(None, None, None)
         self._started = False
         try:
             self._transit(self._action, None)
@@ -522,11 +526,15 @@ class profile:
         if self.execution_trace_observer is not None:
             self.execution_trace_observer.stop()
         session, self._session = self._session, None
-        self._release()
         if session is None:
+            self._release()
             raise ProfilerStateError("stop_trace() without a running session")
-        with ctrl_c_deferred():  # a Ctrl-C here comes once the cycle is kept and Kineto is off
+        # a Ctrl-C here comes once the cycle is kept and Kineto is off (``ctrl_c_deferred``);
+        # no call of ours before Kineto's disable that is not needed: with_stack records each
+        held = hold_ctrl_c()
+        try:
             cycle = session.stop()
+            self._release()
             if cycle.document is not None:  # the portable document gets the metadata Kineto would write
                 for key, value in self._metadata.items():
                     try:
@@ -535,6 +543,9 @@ class profile:
                         cycle.document[key] = value
             self._cycles.append(cycle)
             self._events = None
+        finally:
+            self._release()
+            deliver_ctrl_c(held)
 
     def _trace_ready(self) -> None:
         try:
