@@ -534,7 +534,6 @@ class profile:
         held = hold_ctrl_c()
         try:
             cycle = session.stop()
-            self._release()
             if cycle.document is not None:  # the portable document gets the metadata Kineto would write
                 for key, value in self._metadata.items():
                     try:
