@@ -181,9 +181,13 @@ def _python_frames_renamed(results: Any, path: Path, trace: Trace | None) -> dic
     if trace is not None:
         ev = trace.events
         shows = ev.filter((ev["kind"] == "python_function") & (ev["name"].cast(pl.String) == "unknown")).height
-    else:
+    else:  # searched in a map of the file: a cycle is hundreds of MB
         with open(path, "rb") as f:
-            shows = _RENAMED_FRAME.search(f.read()) is not None
+            try:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+                    shows = _RENAMED_FRAME.search(text) is not None
+            except (OSError, ValueError):
+                shows = _RENAMED_FRAME.search(f.read()) is not None
     if not shows:
         return rows
     try:
