@@ -794,3 +794,30 @@ def test_with_stack_shows_about_as_many_frames_of_the_profiler_as_torchs_own() -
     theirs, ours = own_rows(torch.profiler.profile), own_rows(profile)
     assert not [k for k in ours if k.split("(")[0] in ("contextlib.py", "signal.py", "threading.py", "weakref.py")]
     assert len(ours) <= len(theirs) + 4, ours
+
+
+def test_an_export_takes_the_followers_word_for_the_file(
+    net: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the seeds' options, every ``tensorboard_trace_handler`` cycle end looked over the
+    whole saved file to see that it needs no repair (0.17 s for 142 MB); what the follower
+    scanned during the save says so already, with the head and tail checked."""
+    from torchscope.capture import kineto
+    from torchscope.trace import reader
+
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 64 * 1024)
+    looked: list[Path] = []
+    valid_json = kineto._valid_json
+    monkeypatch.setattr(kineto, "_valid_json", lambda p: looked.append(p) or valid_json(p))
+    with profile(record_shapes=True, profile_memory=True, with_stack=True) as prof:
+        for _ in range(20):
+            net().sum().backward()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    cycle = prof._cycles[-1]
+    assert looked == [] and cycle.path is not None
+    assert (tmp_path / "t.json").read_bytes() == cycle.path.read_bytes()
+    assert cycle.trace.equals(reader.read_chrome_document(cycle.path.read_bytes(), kineto.LIVE_SOURCE))
+    with profile(record_shapes=True) as other:  # no follower: the file is looked over
+        net()
+    other.export_chrome_trace(str(tmp_path / "u.json"))
+    assert looked == [other._cycles[-1].path]

@@ -345,9 +345,11 @@ class Cycle:
         follower: Follower | None = None,
     ) -> None:
         self.path = path
-        # what scanned ``path`` while Kineto wrote it (``follow_save``): its pieces go to the
-        # read that usually follows stop(); dropped with Kineto's results when nobody read it
+        # what scanned ``path`` while Kineto wrote it (``follow_save``), then what it scanned
+        # (``_take_followed``): for the read that usually follows stop(), and to vouch for the
+        # file at an export; dropped with Kineto's results when the run goes on unread
         self._follower = follower
+        self._followed: Followed | None = None
         self.document = document
         self.lost = lost  # why Kineto gave no trace for this cycle (the warning it gave), if so
         self._trace: Trace | None = None
@@ -372,9 +374,8 @@ class Cycle:
             from torchscope.trace.reader import read_chrome_document
 
             if self.path is not None:
-                follower, self._follower = self._follower, None
-                followed = follower.finish() if follower is not None else None
-                del follower
+                followed = self._take_followed()
+                self._followed = None  # the read takes the pieces: nothing kept beside the Trace
                 trace = _read_saved(self.path, self._release_while_decoding, followed)
                 del followed
                 self._take_names(trace)  # results kept for the memory profiler, or no scan
@@ -386,6 +387,30 @@ class Cycle:
             else:
                 self._trace = read_chrome_document(self.document or {"traceEvents": []}, LIVE_SOURCE)
         return self._trace
+
+    def _take_followed(self) -> Followed | None:
+        """What the follower scanned (it is waited for the first time), kept until the read."""
+        if self._follower is not None:
+            follower, self._follower = self._follower, None
+            self._followed = follower.finish()
+        return self._followed
+
+    def _vouched_for(self, saved: Path) -> bool:
+        """Whether what the follower scanned, with the head and tail checked, vouches that the
+        saved file is JSON our scanner takes: the export's look at the whole file
+        (``_valid_json``: 0.06 s for 43 MB, 0.17 s for 142 MB) is then spared at each cycle end
+        of a ``tensorboard_trace_handler`` run with the seeds' options."""
+        followed = self._take_followed()
+        if followed is None:
+            return False
+        from torchscope.trace.reader import followed_document
+
+        with open(saved, "rb") as f:
+            try:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+                    return followed_document(text, followed) is not None
+            except (OSError, ValueError):
+                return False
 
     def _release_while_decoding(self, phase: str) -> None:
         if phase == "decode" and self._kineto is not None and not self._keep_kineto:
@@ -404,6 +429,7 @@ class Cycle:
         are taken from them first, for the read that may come later. What was scanned while the
         file was written goes too (a read without it scans the file)."""
         self._follower = None
+        self._followed = None
         if self._kineto is not None and (even_if_kept or not self._keep_kineto):
             self._take_names()
             self._kineto = None
@@ -441,7 +467,7 @@ class Cycle:
             write_chrome(self.trace, target)
             return
         saved = self.path
-        if saved is not None and _valid_json(saved):
+        if saved is not None and (self._vouched_for(saved) or _valid_json(saved)):
             write_atomically(target, lambda tmp: _copy_file(saved, tmp, gz))
             return
         if self.path is not None:

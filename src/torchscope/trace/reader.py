@@ -479,6 +479,23 @@ def _followed_batches(
     the tail must scan as a list of events closing the document, and no top-level key may
     appear in both (a duplicate ``scan_document`` refuses).
     """
+    whole = followed_document(data, followed)
+    if whole is None:
+        return None
+    (head_text, head_keys), (tail_text, tail_keys, tail_columns), scanned = whole
+    _top_values(head_text, head_keys, top, source, warnings)
+    _top_values(tail_text, tail_keys, top, source, warnings)
+    rest = followed[2]
+    batches = [(got, 0) for got in scanned] + [(tail_columns, rest - len(_LIST_HEAD))]
+    del whole, tail_columns, scanned
+    return _ahead(batches, lambda batch: finish(raw.from_scan(*batch)))
+
+
+def followed_document(data: Text, followed: Followed) -> tuple[Any, Any, list[dict[str, Any]]] | None:
+    """The document a follower saw, checked whole: the head (its text and top-level key
+    spans), the tail (text, keys, and its events scanned) and the pieces' columns; None when
+    it does not hold as ``scan_document`` would hold it (see ``_followed_batches``). That it
+    holds also says what ``scan_document`` would: the file is JSON our scanner takes."""
     lo, pieces, rest = followed
     scanned = [got for _, _, got in pieces if got is not None]
     if len(scanned) < len(pieces) or not 0 < lo <= rest <= len(data):
@@ -491,11 +508,7 @@ def _followed_batches(
     tail = _scan.scan_trace(tail_text)
     if tail is None or head[2].keys() & tail[0][2].keys():
         return None
-    _top_values(head_text, head[2], top, source, warnings)
-    _top_values(tail_text, tail[0][2], top, source, warnings)
-    batches = [(got, 0) for got in scanned] + [(tail[1], rest - len(_LIST_HEAD))]
-    del tail, pieces, scanned
-    return _ahead(batches, lambda batch: finish(raw.from_scan(*batch)))
+    return (head_text, head[2]), (tail_text, tail[0][2], tail[1]), scanned
 
 
 _T = TypeVar("_T")
