@@ -79,9 +79,9 @@ def followed_while_written(
 
     with monkeypatch.context() as patch:  # small pieces while following; the reads as usual
         patch.setattr(reader, "CHUNK_BYTES", CHUNK)
-        with follow_save(path) as following:
+        with follow_save(path) as follower:
             write_slowly(path, text, **how)
-    (follower,) = following
+    assert follower is not None
     return follower.finish()
 
 

@@ -40,7 +40,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torchscope.errors import CycleLostError, TraceError, warn_user
 from torchscope.process_memory import return_free_memory, rss_mb
@@ -79,6 +79,22 @@ def _read_saved(
             return read_chrome_document(f.read(), LIVE_SOURCE, on_phase_start)
         with text:
             return read_chrome_document(text, LIVE_SOURCE, on_phase_start, followed=followed)
+
+
+_Look = TypeVar("_Look")
+
+
+def _look_at_saved(path: Path, look: Callable[[bytes | mmap.mmap], _Look]) -> _Look:
+    """``look`` at a saved cycle's text through a read-only map of the file (a cycle is
+    hundreds of MB: no copy), or at its bytes where it cannot be mapped (an empty file, a file
+    system that cannot map files)."""
+    with open(path, "rb") as f:
+        try:
+            text = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return look(f.read())
+        with text:
+            return look(text)
 
 
 # a name Kineto's writer would change: a character outside printable ASCII, or a backslash
@@ -126,15 +142,9 @@ def _changed_names(results: Any, path: Path, trace: Trace | None = None) -> pl.D
     time, duration and correlation id (``start_ns`` is Kineto's clock, not yet the file's); None
     when the saved file (or the ``trace`` read from it) shows no sign of a change, which is
     nearly always."""
-    if trace is not None:
-        changed = _trace_shows_a_changed_name(trace)
-    else:
-        with open(path, "rb") as f:
-            try:
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
-                    changed = _kineto_changed_a_name(text)
-            except (OSError, ValueError):
-                changed = _kineto_changed_a_name(f.read())
+    changed = (
+        _trace_shows_a_changed_name(trace) if trace is not None else _look_at_saved(path, _kineto_changed_a_name)
+    )
     if not changed:
         return None
     import polars as pl
@@ -181,13 +191,8 @@ def _python_frames_renamed(results: Any, path: Path, trace: Trace | None) -> dic
     if trace is not None:
         ev = trace.events
         shows = ev.filter((ev["kind"] == "python_function") & (ev["name"].cast(pl.String) == "unknown")).height
-    else:  # searched in a map of the file: a cycle is hundreds of MB
-        with open(path, "rb") as f:
-            try:
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
-                    shows = _RENAMED_FRAME.search(text) is not None
-            except (OSError, ValueError):
-                shows = _RENAMED_FRAME.search(f.read()) is not None
+    else:
+        shows = _look_at_saved(path, lambda text: _RENAMED_FRAME.search(text) is not None)
     if not shows:
         return rows
     try:
@@ -276,12 +281,7 @@ def _valid_json(path: Path) -> bool:
 
     if _scan is None:
         return False
-    with open(path, "rb") as f:
-        try:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
-                doc = _scan.scan_document(text)
-        except (OSError, ValueError):  # an empty file, or one that cannot be mapped
-            return False
+    doc = _look_at_saved(path, _scan.scan_document)
     return doc is not None and doc[0] >= 0
 
 
@@ -405,12 +405,7 @@ class Cycle:
             return False
         from torchscope.trace.reader import followed_document
 
-        with open(saved, "rb") as f:
-            try:
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
-                    return followed_document(text, followed) is not None
-            except (OSError, ValueError):
-                return False
+        return _look_at_saved(saved, lambda text: followed_document(text, followed) is not None)
 
     def _release_while_decoding(self, phase: str) -> None:
         if phase == "decode" and self._kineto is not None and not self._keep_kineto:
@@ -501,6 +496,12 @@ class Cycle:
             self.path.unlink(missing_ok=True)
 
 
+def _kineto_writing(path: Path) -> Path:
+    """Where Kineto's writer puts ``path`` while it writes it: ``PATH.tmp``, renamed when done
+    (torch 2.13; older writers write ``path`` itself)."""
+    return path.with_name(path.name + ".tmp")
+
+
 def _scratch_prefix() -> str:
     """The name every scratch directory of this host starts with (then the owner's pid)."""
     return f"torchscope-cycles-{socket.gethostname()}-"
@@ -555,14 +556,14 @@ class _Scratch:
         elsewhere: the cycle is lost, the warning says where there was no room and what to set.
         """
         path = self.next_path()
-        with follow_save(path, follow) as following:
+        with follow_save(path, follow) as follower:
             results.save(str(path))
         if _saved_whole(path):
-            return path, following[0] if following else None
-        following.clear()  # cancels its thread
-        # what Kineto's writer left: its temporary (torch 2.13 writes PATH.tmp and renames it
-        # when done), which held the full disk's space and made every later cycle lost too
-        for left in (path, path.with_name(path.name + ".tmp")):
+            return path, follower
+        del follower  # cancels its thread
+        # what Kineto's writer left: its temporary, which held the full disk's space and made
+        # every later cycle lost too
+        for left in (path, _kineto_writing(path)):
             left.unlink(missing_ok=True)
         return (
             f"torchscope: could not save this cycle's trace in {self.dir} ({_room(self.dir)}),"
@@ -572,7 +573,7 @@ class _Scratch:
 
 
 @contextlib.contextmanager
-def follow_save(path: Path, follow: bool = True) -> Iterator[list[Follower]]:
+def follow_save(path: Path, follow: bool = True) -> Iterator[Follower | None]:
     """Scan the events of ``path`` on a native thread while the block writes it (Kineto's
     save, which holds the GIL and leaves the other cores idle for ~0.8 s per 142 MB).
 
@@ -582,10 +583,10 @@ def follow_save(path: Path, follow: bool = True) -> Iterator[list[Follower]]:
     pieces would leave only GIL work to queue behind it (no options, 160k events: 0.42 s to
     the table without it, 0.50 s with it) and hold their columns beside the results (+45 MB).
 
-    Yields a list that holds the ``_scan.Follower`` (none without our scanner): after the
+    Yields the ``_scan.Follower`` (None without our scanner, or not ``follow``): after the
     block, it scans the pieces left and ends on its own; its ``finish`` hands over what it
-    scanned, for the read (``Cycle.trace``). Kineto writes ``path`` + ``.tmp`` and renames it
-    when done (torch 2.13); a Kineto writing ``path`` directly is followed too. Measured on 2
+    scanned, for the read (``Cycle.trace``). It follows Kineto's temporary
+    (``_kineto_writing``), or ``path`` itself for a Kineto that writes it directly. Measured on 2
     cores, the seeds' three options, 366k events: the read after ``stop()`` fell from 0.58 s
     to ~0.4 s, and the save took as long as before.
     """
@@ -594,11 +595,11 @@ def follow_save(path: Path, follow: bool = True) -> Iterator[list[Follower]]:
 
     make = None if _scan is None or not follow else getattr(_scan, "Follower", None)
     if make is None:
-        yield []
+        yield None
         return
-    following = make(f"{path}.tmp", str(path), CHUNK_BYTES)
+    following = make(str(_kineto_writing(path)), str(path), CHUNK_BYTES)
     try:
-        yield [following]
+        yield following
     finally:
         following.complete()
 

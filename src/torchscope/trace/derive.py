@@ -40,13 +40,10 @@ OP_KINDS = ("cpu_op", "user_annotation", "collective")
 LAUNCH_FLOWS = ("ac2g", "async", "async_cpu_to_gpu", "ac2d")
 
 
-def derive(tables: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Sort events into id order and fill the derived columns of all three tables.
-
-    ``tables`` holds the events, memory and flow tables, and is emptied: the caller keeps no
-    reference to the unsorted events, which are freed once sorted.
-    """
-    flows, memory, ev = tables.pop(), tables.pop(), tables.pop()
+def derive(
+    ev: pl.DataFrame, memory: pl.DataFrame, flows: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Sort events into id order and fill the derived columns of all three tables."""
     sort_cols = ["start_ns", "dur_ns"] + (["raw_row"] if "raw_row" in ev.columns else [])
     ev = ev.sort(sort_cols, descending=[False, True] + [False] * (len(sort_cols) - 2))
     ev = ev.with_columns(
