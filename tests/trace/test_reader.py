@@ -644,6 +644,42 @@ def test_unknown_categories_args_are_cut_from_the_text(monkeypatch: pytest.Monke
     assert json.loads(other["args"][0]) == thing and other["args"][1] == "{}"
 
 
+def _string_view_bytes(col: pl.Series) -> int:
+    """The bytes a String column's views point at, null rows included (Arrow's string views:
+    16 bytes each, the length first). A null row is expected to point at nothing."""
+    arr = col.rechunk().to_arrow(compat_level=pl.CompatLevel.newest())
+    views = np.frombuffer(arr.buffers()[1], dtype=np.int32).reshape(-1, 4)
+    return int(views[:, 0].sum())
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+def test_a_long_unknown_args_value_is_held_by_its_event_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pieces: bool
+) -> None:
+    """A new user's 4 MB args value on one event among 123k made ``report --html`` take 7 s
+    (50 MB: more than 5 minutes): every event without args pointed at that text, and Polars'
+    string functions read it once per such event. Each null row now points at nothing."""
+    from torchscope.render.payload import _detail_values
+    from torchscope.render.text import DISPLAY_CHARS
+    from torchscope.trace import reader
+
+    blob = "ab;" * 20_000
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(3000)
+    ]
+    events[700] = {"ph": "X", "cat": "vendor_dma", "name": "dma", "pid": 1, "tid": 2, "ts": 3, "dur": 1, "args": {"p": blob}}
+    path = tmp_path / "vendor.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    if pieces:
+        monkeypatch.setattr(reader, "CHUNK_BYTES", 16 * 1024)
+    args = read_chrome(path).events["args"]
+    (text,) = (a for a in args.to_list() if a is not None)
+    assert json.loads(text) == {"p": blob}
+    assert _string_view_bytes(args) == len(text)  # was 3000 x the text: 180 MB of views
+    shown = [v for v in _detail_values(args) if v is not None]
+    assert shown == [f"{text[:DISPLAY_CHARS]}… ({len(text):,} characters)"]
+
+
 @pytest.mark.parametrize(
     ("where", "args_text"),
     [("name", '{"q": 1}'), ("args", '{"q": 1, "s": "x\\ufffdy"}')],

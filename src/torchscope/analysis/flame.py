@@ -39,7 +39,7 @@ from torchscope.analysis.modules import MODULE_PREFIX
 from torchscope.trace.derive import overhead_holders, profiler_overhead
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS
-from torchscope.trace.tree import nearest_ancestor
+from torchscope.trace.tree import by_level, depths, nearest_ancestor
 
 if TYPE_CHECKING:
     from torchscope.runner.sampler import HotSpots
@@ -111,21 +111,6 @@ class Flame:
 # -- building a tree from rows that form a forest ---------------------------------------------
 
 
-def _levels(parent: I64) -> I64:
-    """Depth of each row in a forest given by ``parent`` (row indices, -1 at a root)."""
-    depth = np.full(parent.size, -1, dtype=np.int64)
-    depth[parent < 0] = 0
-    pending = np.flatnonzero(parent >= 0)
-    while pending.size:
-        ready = depth[parent[pending]] >= 0
-        if not ready.any():  # a cycle cannot come out of derive; never loop forever on one
-            raise ValueError("flame: the parent column has a cycle")
-        rows = pending[ready]
-        depth[rows] = depth[parent[rows]] + 1
-        pending = pending[~ready]
-    return depth
-
-
 class _Builder:
     """Nodes appended level by level; ``node_of`` merges rows with the same path."""
 
@@ -161,12 +146,8 @@ class _Builder:
     def add_forest(self, top: I64, parent: I64, name: I64) -> I64:
         """Merge a forest of rows (``parent``: row index or -1, whose roots hang under the nodes
         ``top``) into nodes by path; returns each row's node."""
-        depth = _levels(parent)
         node_of = np.full(parent.size, -1, np.int64)
-        order = np.argsort(depth, kind="stable")
-        bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=-1)) + 2))
-        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            rows = order[lo:hi]
+        for rows in by_level(depths(parent)):
             par = parent[rows]
             pnode = np.where(par >= 0, node_of[np.maximum(par, 0)], top[rows])
             node_of[rows] = self.add(pnode, name[rows])
@@ -192,10 +173,9 @@ def _ordered(
 ) -> Flame:
     """A Flame with totals summed, empty nodes removed and nodes in level order, each level's
     nodes grouped by parent, biggest first (the page lays them out in that order)."""
-    depth = _levels(parent)
+    levels = by_level(depths(parent))
     total = self_ns.copy()
-    for d in range(int(depth.max(initial=0)), 0, -1):
-        rows = np.flatnonzero(depth == d)
+    for rows in reversed(levels[1:]):
         np.add.at(total, parent[rows], total[rows])
     keep = total > 0
     keep[0] = True
@@ -203,8 +183,8 @@ def _ordered(
     new_pos[0] = 0
     placed = [np.zeros(1, np.int64)]
     count = 1
-    for d in range(1, int(depth.max(initial=0)) + 1):
-        rows = np.flatnonzero((depth == d) & keep)
+    for level in levels[1:]:
+        rows = level[keep[level]]
         if rows.size == 0:
             break
         # parent's new position, then biggest first, then name: a stable, deterministic order
@@ -449,9 +429,7 @@ def diff_flame(a: Flame, b: Flame) -> Flame:
     sorted_keys = b_keys[order]
     match = np.full(a.size, -1, np.int64)  # A node -> B node at the same path
     match[0] = 0
-    a_depth = _levels(a.parent)
-    for d in range(1, int(a_depth.max(initial=0)) + 1):
-        rows = np.flatnonzero(a_depth == d)
+    for rows in by_level(depths(a.parent))[1:]:
         pb = match[a.parent[rows]]
         key = np.where((pb >= 0) & (a_name_in_b[rows] >= 0), pb * width + a_name_in_b[rows], -2)
         at = np.minimum(np.searchsorted(sorted_keys, key), sorted_keys.size - 1)

@@ -282,7 +282,9 @@ def _detail_values(col: pl.Series) -> list[Any]:
     """One details column as JSON-able values: long strings cut, non-finite floats null."""
     if col.dtype == pl.String:
         values = col.to_list()
-        for i in np.flatnonzero((col.str.len_chars() > DISPLAY_CHARS).fill_null(False).to_numpy()):
+        # by bytes (stored with each string), never fewer than its characters: counting
+        # characters reads every string, which ``cut`` then does for the few long ones only
+        for i in np.flatnonzero((col.str.len_bytes() > DISPLAY_CHARS).fill_null(False).to_numpy()):
             values[i] = cut(values[i])
         return values
     if col.dtype.is_float():

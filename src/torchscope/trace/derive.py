@@ -26,7 +26,7 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND
-from torchscope.trace.tree import nearest_ancestor
+from torchscope.trace.tree import depths, nearest_ancestor
 
 try:  # our C extension (optional: NumPy computes the same without it)
     from torchscope.trace import _scan
@@ -148,7 +148,7 @@ def _call_tree(rows: I64, pid: I64, tid: I64, start: I64, end: I64, n: int) -> t
     """
     if _scan is None:
         parent = _nesting(rows, pid, tid, start, end, n)
-        return parent, _depth(parent), _self_time(parent, start, end)
+        return parent, depths(parent), _self_time(parent, start, end)
     order = rows[np.lexsort((tid[rows], pid[rows]))]  # stable: id order inside a thread
     got = _scan.nest(
         order.astype(np.int64, copy=False),
@@ -182,19 +182,6 @@ def _nesting(rows: I64, pid: I64, tid: I64, start: I64, end: I64, n: int) -> I64
         active = active[nxt >= 0]
     parent[order] = np.where(result >= 0, order[np.maximum(result, 0)], -1)
     return parent
-
-
-def _depth(parent: I64) -> I64:
-    """Number of ancestors of each row, by list ranking (pointer doubling)."""
-    depth = (parent >= 0).astype(np.int64)
-    jump = parent.copy()
-    active = np.flatnonzero(jump >= 0)
-    while active.size:
-        j = jump[active]
-        depth[active] += depth[j]
-        jump[active] = jump[j]
-        active = active[jump[active] >= 0]
-    return depth
 
 
 def _self_time(parent: I64, start: I64, end: I64) -> I64:

@@ -954,9 +954,14 @@ def _attach_raw_args(ev: pl.DataFrame, text: Text, n_spans: int, warnings: list[
                 invalid += 1
     if invalid:
         warnings.append(f"replaced bytes that are not UTF-8 with U+FFFD in the args of {invalid:,} events")
-    return ev.with_columns(
-        pl.col("raw_row").replace_strict(texts, default=None, return_dtype=pl.String).alias("args")
-    )
+    # placed by gathering from the few texts, with a null for every other row: ``replace_strict``
+    # with a null default left those rows' string views pointing at a text, and Polars' string
+    # functions (``str.len_chars``) then read that text once per null row (one 4 MB args value
+    # among 123k events: 6.3 s in the dashboard's details, 50 MB: minutes)
+    where = np.full(n_spans, len(texts), dtype=np.int64)
+    where[list(texts)] = np.arange(len(texts))
+    values = pl.Series([*texts.values(), None], dtype=pl.String)
+    return ev.with_columns(values.gather(where[ev["raw_row"].to_numpy()]).alias("args"))
 
 
 # -- metadata -----------------------------------------------------------------------------------
