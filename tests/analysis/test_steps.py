@@ -133,3 +133,27 @@ def test_a_deep_launch_queue_does_not_push_a_step_past_its_host_end(tmp_path: Pa
     assert win["start_ns"].to_list() == [0, 20_000_000]
     assert win["end_ns"].to_list() == [20_000_000, 40_000_000]
     assert (win["start_ns"] <= win["host_end_ns"]).all()
+
+
+def test_device_work_no_call_launched_stays_in_the_breakdowns_of_a_multi_step_trace() -> None:
+    """With two or more steps the device breakdowns leave out the last (cut short), as HTA does;
+    HTA also drops every device event no call launched, so a new user's two-step MTIA trace
+    showed 100 % computation (its DMA transfers, 5 %, gone). Such an event counts by its own
+    start: here the memcpy of steps 1 and 2 stay, the last step's kernel and memcpy do not."""
+    from torchscope.analysis.kernels import kernel_type_breakdown
+    from torchscope.trace import read_chrome_document
+
+    events: list[dict[str, Any]] = []
+    for k in range(3):
+        t = 100 * k
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 1}", "pid": 1, "tid": 1, "ts": t, "dur": 100},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 10, "dur": 5,
+             "args": {"correlation": k + 1}},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t + 20, "dur": 30,
+             "args": {"correlation": k + 1, "stream": 7, "device": 0}},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": t + 60, "dur": 10,
+             "args": {"stream": 7, "device": 0}},
+        ]
+    breakdown = kernel_type_breakdown(read_chrome_document({"traceEvents": events}), include_memory=True)
+    assert dict(breakdown.select("kernel_type", "ns").iter_rows()) == {"COMPUTATION": 60_000, "MEMORY": 20_000}
