@@ -496,6 +496,7 @@ def test_a_small_job_runs_without_worker_processes(tmp_path: Path, monkeypatch: 
         return real_pool(n, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(engine, "ProcessPoolExecutor", counting_pool)
+    monkeypatch.setattr(engine, "default_workers", lambda: 2)  # local:2 is within the cores
     here = analyse_job(root)
     assert pools == [] and engine.job_bytes([{"files": [str(f) for f in root.iterdir()]}]) < engine.SMALL_JOB_BYTES
     assert analyse_job(root, engine="local:2") == here and pools == [2]
@@ -593,3 +594,49 @@ def test_uneven_cycles_several_runs_and_dot_paths_are_said(
     )
     ranks = build_report(ts)["distributed"]["ranks"]
     assert sorted(r["rank"] for r in ranks) == [0, 1, 2]
+
+
+def test_a_cut_ranks_warning_comes_before_the_skipped_ones(traces_dir: Path, tmp_path: Path) -> None:
+    """A new user's job of damaged ranks: the terminal showed three "skipped" warnings and hid
+    the cut rank's, whose partial data is in the job's numbers. What a reader kept of a damaged
+    file is said first."""
+    from torchscope.job.render import job_lines
+
+    root = tmp_path / "job"
+    root.mkdir()
+    shutil.copy(traces_dir / "multirank/rank-0.json.gz", root / "rank-0.json.gz")
+    whole = (traces_dir / "multirank/rank-1.json.gz").read_bytes()
+    (root / "rank-1.json.gz").write_bytes(whole[: len(whole) * 3 // 4])  # a copy cut short
+    for rank in range(2, 6):
+        (root / f"rank-{rank}.json").write_text("not json")
+    job = analyse_job(root, engine="local:1")
+    assert job["warnings"][0].startswith("rank-1.json.gz: the gzip stream is truncated")
+    assert sum(w.startswith("skipped rank-") for w in job["warnings"]) == 4
+    shown = [line for line in job_lines(job) if line.startswith("warning: ")]
+    assert shown[0].startswith("warning: rank-1.json.gz: the gzip stream is truncated") and len(shown) == 5
+
+
+def test_more_workers_than_cores_run_one_per_core_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``local:64`` on 2 cores started 64 processes, each holding a rank's trace: past 10 GB
+    within 27 s, and slower than the default. Capped at the cores, with a warning."""
+    from torchscope.job import engine
+
+    src = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "multirank"
+    root = tmp_path / "job"
+    shutil.copytree(src, root)
+    pools: list[int] = []
+    real_pool = engine.ProcessPoolExecutor
+
+    def counting_pool(n: int, **kw: object) -> object:
+        pools.append(n)
+        return real_pool(n, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine, "ProcessPoolExecutor", counting_pool)
+    monkeypatch.setattr(engine, "default_workers", lambda: 2)
+    job = analyse_job(root, engine="local:64")
+    assert pools == [2]
+    assert job["warnings"] == [
+        "--engine local:64: ran 2 worker processes, one per core of this machine"
+        " (each holds one rank's trace; more would only take more memory)"
+    ]
+    assert analyse_job(root, engine="local:2")["warnings"] == [] and pools == [2, 2]

@@ -9,7 +9,7 @@ from typing import Any
 from torchscope.analysis import keys as K
 from torchscope.errors import TraceError
 from torchscope.job.discover import Discovery, discover, mixed_world_sizes
-from torchscope.job.engine import run_tasks
+from torchscope.job.engine import run_tasks, within_cores
 from torchscope.job.reduce import reduce_run
 from torchscope.trace.progress import LoadProgress
 
@@ -26,6 +26,10 @@ def analyse_job(
 
     ``view_dir``: also write each rank's full dashboard there (one HTML file per rank and cycle).
     """
+    try:
+        engine, engine_note = within_cores(engine)
+    except ValueError as exc:
+        raise TraceError(f"--engine {engine}", str(exc)) from None
     found = found or discover(root)
     tasks = [
         {
@@ -51,19 +55,22 @@ def analyse_job(
     every = [reduce_run(run.name, by_run[run.name]) for run in found.runs]
     # a run none of whose traces could be read is no run: its files are named in the warnings
     runs = [run for run in every if any(r["cycles"] for r in by_run[run["run"]])]
+    # what a reader kept of a damaged file (a cut trace) is said first, as for a single trace:
+    # those numbers are in the job's, where a skipped file's are not (the terminal shows the
+    # first few warnings; a new user's cut ranks were hidden behind three skipped ones)
     warnings = [
-        *found.skipped,
-        *mixed_world_sizes(found),
-        *_uneven_cycles(found),
-        *(s for run in every for s in run["skipped"]),
-    ]
-    # what a reader kept of a damaged file (a cut trace) is said, as for a single trace
-    warnings += [
         f"{_shown(c['file'], Path(root))}: {w}"
         for run in by_run.values()
         for r in run
         for c in r["cycles"]
         for w in c.get("warnings", [])
+    ]
+    warnings += [
+        *found.skipped,
+        *mixed_world_sizes(found),
+        *_uneven_cycles(found),
+        *(s for run in every for s in run["skipped"]),
+        *([engine_note] if engine_note else []),
     ]
     return {
         K.VERSION: K.REPORT_VERSION,

@@ -17,6 +17,7 @@ MAX_LINES = 80
 TOP_COLLECTIVES = 4
 TOP_FINDINGS = 6
 MAX_CYCLE_LINES = 8
+SHOWN_WARNINGS = 5  # the rest are in --json and on the page
 
 
 def short_name(name: str, width: int = 60) -> str:
@@ -182,8 +183,12 @@ def job_lines(
     warnings = job.get("warnings") or []
     if warnings:
         tail = (
-            [f"warning: {w}" for w in warnings[:3]]
-            + ([f"  ... {len(warnings) - 3} more warnings (--json)"] if len(warnings) > 3 else [])
+            [f"warning: {w}" for w in warnings[:SHOWN_WARNINGS]]
+            + (
+                [f"  ... {len(warnings) - SHOWN_WARNINGS} more warnings (--json)"]
+                if len(warnings) > SHOWN_WARNINGS
+                else []
+            )
             + tail
         )
     budget = max_lines - len(tail)
