@@ -292,3 +292,22 @@ def test_a_json_value_that_is_no_trace_is_not_called_not_json(tmp_path: Path, te
     with pytest.raises(TraceError) as err:
         read_chrome(path)
     assert str(err.value) == f"{path}: {problem}"
+
+
+@pytest.mark.parametrize("scanner", [True, False])
+def test_a_bad_byte_in_a_large_file_is_placed_in_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scanner: bool
+) -> None:
+    """A ``:`` made ``;`` 236 MB into a 472 MB trace was said to be at byte 1,237,364: its
+    place in the 16 MB piece decoded, not in the file."""
+    from torchscope.trace import reader
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(400)]
+    text = json.dumps({"traceEvents": events}, indent=0)
+    at = text.index('"name": "op250"') + len('"name"')
+    path = tmp_path / "bad.json"
+    path.write_text(text[:at] + ";" + text[at + 1 :])
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 2048)  # read in pieces, as a file over 64 MB is
+    monkeypatch.setattr(reader, "SCANNER_ENABLED", scanner)
+    with pytest.raises(TraceError, match=re.escape(f"expected ':' (byte {at:,} of the file)")):
+        read_chrome(path)

@@ -169,3 +169,21 @@ def test_commands_that_only_read_traces_start_no_blas_threads(argv: list[str], b
     env["OPENBLAS_NUM_THREADS"] = "3"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip().splitlines()[-1] == "0 3 True"
+
+
+def test_a_damaged_gzip_says_what_is_wrong_with_the_gzip(tmp_path: Path) -> None:
+    """The first bytes of a .json.gz said only "not valid JSON" (or "no 'traceEvents' key"),
+    and a copy with bytes flipped "corrupt or truncated gzip", though a truncated one is read."""
+    raw = SMALL.read_bytes()
+    head = tmp_path / "head.json.gz"
+    head.write_bytes(raw[:200])
+    with pytest.raises(TraceError, match=r"head\.json\.gz: the gzip stream is truncated: read the \d+ bytes it inflates"
+                       r" to, which are not a trace: "):
+        torchscope.load(head)
+    wrong_sum = bytearray(raw)
+    wrong_sum[-8] ^= 0xFF  # the trailer's CRC-32: every byte inflates, none can be trusted
+    damaged = tmp_path / "damaged.json.gz"
+    damaged.write_bytes(bytes(wrong_sum))
+    with pytest.raises(TraceError) as caught:
+        torchscope.load(damaged)
+    assert str(caught.value) == f"{damaged}: corrupt gzip: what it inflates to does not match its checksum (a damaged copy?)"

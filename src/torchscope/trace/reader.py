@@ -148,7 +148,15 @@ def read_chrome(
     box: list[Text] = [text]  # handed over: the text is freed once decoded
     del text
     timings.mark("inflate")
-    trace = _read(box, str(path), timings, warnings, scanned)
+    try:
+        trace = _read(box, str(path), timings, warnings, scanned)
+    except TraceError as exc:
+        # what a damaged gzip stream gave is not a trace: the damage comes first (the first KB
+        # of a 170 MB .json.gz said only "not a trace: no 'traceEvents' key")
+        salvaged = next((w for w in warnings if w.startswith("the gzip stream")), None)
+        if salvaged is None:
+            raise
+        raise TraceError(exc.source, f"{salvaged}, which are not a trace: {exc.problem}") from None
     if trace.events.height == 0 and trace.memory.height == 0:
         # a file that yields nothing to analyse is not a trace: say so rather than print empty
         # tables and exit 0 (a live document may be empty: an empty profiled region is fine)
@@ -346,7 +354,18 @@ def _repaired(
         if notes:
             warnings.extend(notes)
             return fixed
-    raise TraceError(source, f"not valid JSON ({_first_line(message)})") from None
+    raise TraceError(source, f"not valid JSON ({_in_file(_first_line(message), place)})") from None
+
+
+_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _in_file(message: str, place: _Place | None) -> str:
+    """A decoder's message with its "(byte N)" counted in the file, not in the piece decoded:
+    a bad byte 236 MB into a 472 MB file was said to be at byte 1,237,364."""
+    if place is None:
+        return message
+    return _BYTE.sub(lambda m: f"(byte {int(m.group(1)) + place.shift:,} of the file)", message)
 
 
 def _cut_warning(cut: Cut, data: bytes, place: _Place) -> str:
