@@ -140,8 +140,9 @@ notes:
             # 17 s run with --memory --stack passed 9 GB while its one cycle was saved)
             print(
                 "torchscope run: --all records the whole run as one cycle with no memory cap;"
-                " saving it takes several KB of memory an event (~1 GB for 10 s of a small-op"
-                " loop): stop early with Ctrl-C, or leave out --all to keep a cap",
+                " Kineto holds and saves several KB of memory an event (a tight loop of small ops:"
+                " 2-3 GB for each second it runs): stop early with Ctrl-C, or leave out --all to"
+                " keep a cap",
                 file=sys.stderr,
             )
         target = Target(name, script_args, is_module=args.module)

@@ -25,7 +25,13 @@ from typing import Any
 
 from torchscope.capture.schedule import schedule as make_schedule
 from torchscope.errors import CycleLostError
-from torchscope.runner.bounds import DEFAULT_CAP_MB, DEFAULT_REPEAT, DefaultSchedule, RecordingCap
+from torchscope.runner.bounds import (
+    DEFAULT_CAP_MB,
+    DEFAULT_REPEAT,
+    SETUP_FACTOR,
+    DefaultSchedule,
+    RecordingCap,
+)
 from torchscope.runner.launch import LaunchRank
 from torchscope.runner.sampler import HotSpots, Sampler
 from torchscope.runner.target import Target, execute
@@ -352,11 +358,15 @@ class _Recording:
         if self.prof is None or not self.prof._started:
             return
         steps = self.hook.count if self.hook is not None else 0
+        cap = self.options.cap_mb
+        if steps:
+            when = f"by optimizer step {steps} (cap {cap:.0f} MB)"
+        else:  # a script with no optimizer step (inference, a loop of ops) has the setup allowance
+            when = f"before any optimizer step (cap {cap:.0f} MB, {SETUP_FACTOR}x that before the first step)"
         self.notes.append(
-            f"a cycle stopped at the cap: it had added {grown_mb:.0f} MB to the process "
-            f"(cap {self.options.cap_mb:.0f} MB) by optimizer step {steps}; its trace holds what came "
-            "before, and the schedule's later cycles are recorded. Record less with "
-            "--wait/--warmup/--active, more with --cap-mb MB, or the whole run with --all"
+            f"a cycle stopped at the cap: it had added {grown_mb:.0f} MB to the process {when}; its"
+            " trace holds what came before, and the schedule's later cycles, if any, are recorded."
+            " Record less with --wait/--warmup/--active, more with --cap-mb MB, or the whole run with --all"
         )
         self._stop_ours()
         if self.hook is not None and not self._adopted:
