@@ -85,15 +85,18 @@ def progress(message: str) -> Iterator[None]:
 
 
 def load_input(path: str | Path, early: Prefetch | None = None) -> Trace | TraceSet:
-    """``torchscope.load`` with progress; a missing path is bad input (exit code 2). ``early``:
-    the file's read, started by the command before its imports (``trace.files.prefetch``)."""
+    """``torchscope.load`` with its progress line; a missing path is bad input (exit code 2).
+    ``early``: the file's read, started by the command before its imports (``trace.files.prefetch``).
+
+    No spinner of the command's own: the loader's line (its phase, after a second) and a
+    spinner both drew on one terminal line, alternating on every frame of a 15 s read.
+    """
     from torchscope.trace import load
 
     p = Path(path)
     if not p.exists():
         raise TraceError(str(path), "no such file or directory")
-    with progress(f"reading {p.name}"):
-        return load(p, early=early)
+    return load(p, early=early)
 
 
 def read_early(path: str | Path, at_most: int | None = None) -> Prefetch | None:
