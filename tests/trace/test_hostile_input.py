@@ -311,3 +311,36 @@ def test_a_bad_byte_in_a_large_file_is_placed_in_the_file(
     monkeypatch.setattr(reader, "SCANNER_ENABLED", scanner)
     with pytest.raises(TraceError, match=re.escape(f"expected ':' (byte {at:,} of the file)")):
         read_chrome(path)
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.93, 0.999, 1.0])
+def test_a_large_file_cut_short_is_scanned_in_pieces_as_the_decoder_reads_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, keep: float
+) -> None:
+    """A 472 MB trace cut short went to msgspec whole (10 s, against 3 s for the whole file):
+    the scanner declined the document, and so every piece. Its pieces are scanned now, the last
+    one cut after its last complete event; the Trace and the warning are msgspec's own."""
+    from torchscope.trace import reader
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
+         "args": {"External id": i}}
+        for i in range(600)
+    ]
+    for i in (5, 580):  # unknown categories early and in the last piece: args cut from the text
+        events[i] = {"ph": "X", "cat": "vendor_dma", "name": "dma", "pid": 1, "tid": 2, "ts": 10 * i, "dur": 1,
+                     "args": {"q": i, "s": "}, {"}}
+    doc = {"schemaVersion": 1, "traceEvents": events, "traceName": "t.json"}
+    text = json.dumps(doc, indent=1).encode()
+    path = tmp_path / "cut.json"
+    path.write_bytes(text[: int(len(text) * keep)])
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 4096)  # read in pieces, as a file over 64 MB is
+    scanned = read_chrome(path)
+    monkeypatch.setattr(reader, "SCANNER_ENABLED", False)
+    decoded = read_chrome(path)
+    assert scanned.equals(decoded) and scanned.meta.warnings == decoded.meta.warnings
+    assert scanned.meta.schema_version == 1
+    args = scanned.of_kind("other")["args"].to_list()
+    assert [json.loads(a)["q"] for a in args] == [5, 580][: len(args)] and len(args) >= 1
+    if keep < 1.0:
+        assert len(scanned.meta.warnings) == 1 and "truncated?" in scanned.meta.warnings[0]
