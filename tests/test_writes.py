@@ -19,6 +19,7 @@ import polars as pl
 import pytest
 
 import torchscope
+from torchscope import writes
 from torchscope.cli.main import main
 from torchscope.errors import WriteError
 from torchscope.writes import hidden, temporary_sibling, write_atomically
@@ -60,6 +61,27 @@ def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
         write_bytes(Path(dst), data[: len(data) // 2])
         raise _enospc()
 
+    class HalfFile:
+        """A file ``writes`` opened for writing: the first write writes half and fails."""
+
+        def __init__(self, fh: Any) -> None:
+            self.fh = fh
+
+        def write(self, data: bytes) -> int:
+            self.fh.write(data[: len(data) // 2])
+            raise _enospc()
+
+        def __enter__(self) -> HalfFile:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.fh.close()
+
+    def half_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:  # a file written in pieces
+        fh = open(file, mode, *args, **kwargs)  # noqa: SIM115 - closed by HalfFile
+        return HalfFile(fh) if "w" in mode else fh
+
+    monkeypatch.setattr(writes, "open", half_open, raising=False)
     monkeypatch.setattr(shutil, "copyfile", half_copy)
     monkeypatch.setattr(Path, "write_bytes", half_bytes)
     monkeypatch.setattr(Path, "write_text", half_text)

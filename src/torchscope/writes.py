@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +90,18 @@ def write_atomically(
 def write_data(path: str | os.PathLike[str], data: bytes, *, compresslevel: int) -> Path:
     """``data`` written to ``path``, gzip-compressed (at ``compresslevel``) when its name ends
     in ``.gz``, whole or not at all (``write_atomically``)."""
+    return write_pieces(path, (data,), compresslevel=compresslevel)
+
+
+def write_pieces(path: str | os.PathLike[str], pieces: Iterable[bytes], *, compresslevel: int) -> Path:
+    """``write_data`` of the concatenation of ``pieces``, each written as it comes (made by a
+    generator, the whole text is never in memory at once)."""
     gz = Path(path).name.endswith(".gz")
 
     def write(tmp: Path) -> None:
-        if gz:
-            with gzip.open(tmp, "wb", compresslevel=compresslevel) as dst:
-                dst.write(data)
-        else:
-            tmp.write_bytes(data)
+        with gzip.open(tmp, "wb", compresslevel=compresslevel) if gz else open(tmp, "wb") as dst:
+            for piece in pieces:
+                dst.write(piece)
 
     return write_atomically(path, write)
 

@@ -9,13 +9,14 @@ that our reader reads the file back to an equal Trace.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from torchscope.trace.model import Trace
-from torchscope.writes import write_data
+from torchscope.writes import write_pieces
 
 # args key in the file -> (events column, how to write the value)
 _ARGS: tuple[tuple[str, str, str], ...] = (
@@ -49,23 +50,43 @@ _MEMORY_ARGS = (
 
 def write_chrome(trace: Trace, path: Path) -> Path:
     """Write ``trace`` to ``path`` (gzip when the name ends in ``.gz``), whole or not at all
-    (``writes.write_data``: a ``WriteError`` naming ``path`` when it cannot be written)."""
-    return write_data(path, chrome_text(trace).encode(), compresslevel=3)
+    (``writes.write_pieces``: a ``WriteError`` naming ``path`` when it cannot be written).
+
+    Written piece by piece (``EVENTS_PER_PIECE`` events at a time): the text of a 5.3M-event
+    trace held whole, as Polars strings, Python strings, one joined string and its bytes, took
+    an export of a 2 GB trace to 8.4 GB.
+    """
+    return write_pieces(path, (text.encode() for text in chrome_pieces(trace)), compresslevel=3)
 
 
 def chrome_text(trace: Trace) -> str:
     """The Kineto JSON document of ``trace`` as text."""
+    return "".join(chrome_pieces(trace))
+
+
+EVENTS_PER_PIECE = 200_000
+
+
+def chrome_pieces(trace: Trace) -> Iterator[str]:
+    """The Kineto JSON document of ``trace``, as consecutive pieces of its text."""
     labels = _labels(trace)
-    lines: list[str] = []
-    lines += _metadata_lines(trace, labels)
-    lines += _event_lines(trace, labels)
-    lines += _memory_lines(trace, labels)
-    lines += _flow_lines(trace, labels)
-    head = _top_level(trace)
-    body = ",\n".join(lines)
-    head_text = json.dumps(head, default=str)[1:-1]
-    sep = ", " if head_text else ""
-    return "{" + head_text + sep + '"traceEvents": [\n' + body + "\n]}\n"
+    head_text = json.dumps(_top_level(trace), default=str)[1:-1]
+    yield "{" + head_text + (", " if head_text else "") + '"traceEvents": [\n'
+    ev = trace.events
+
+    def line_groups() -> Iterator[list[str]]:
+        yield _metadata_lines(trace, labels)
+        for at in range(0, ev.height, EVENTS_PER_PIECE):
+            yield _event_lines(ev.slice(at, EVENTS_PER_PIECE), labels)
+        yield _memory_lines(trace, labels)
+        yield _flow_lines(trace, labels)
+
+    first = True
+    for lines in line_groups():
+        if lines:
+            yield ("" if first else ",\n") + ",\n".join(lines)
+            first = False
+    yield "\n]}\n"
 
 
 def _top_level(trace: Trace) -> dict[str, Any]:
@@ -139,8 +160,8 @@ def _float_text(col: pl.Expr) -> pl.Expr:
     return pl.when(col.is_finite()).then(col.cast(pl.String))  # NaN/inf are not JSON
 
 
-def _event_lines(trace: Trace, labels: dict[int, str]) -> list[str]:
-    ev = trace.events
+def _event_lines(ev: pl.DataFrame, labels: dict[int, str]) -> list[str]:
+    """The lines of the events in ``ev`` (the whole table or a slice of it)."""
     if ev.height == 0:
         return []
     df = ev.with_columns(
