@@ -180,10 +180,11 @@ def test_a_damaged_gzip_says_what_is_wrong_with_the_gzip(tmp_path: Path) -> None
     with pytest.raises(TraceError, match=r"head\.json\.gz: the gzip stream is truncated: read the \d+ bytes it inflates"
                        r" to, which are not a trace: "):
         torchscope.load(head)
-    wrong_sum = bytearray(raw)
-    wrong_sum[-8] ^= 0xFF  # the trailer's CRC-32: every byte inflates, none can be trusted
-    damaged = tmp_path / "damaged.json.gz"
-    damaged.write_bytes(bytes(wrong_sum))
-    with pytest.raises(TraceError) as caught:
-        torchscope.load(damaged)
-    assert str(caught.value) == f"{damaged}: corrupt gzip: what it inflates to does not match its checksum (a damaged copy?)"
+    for at in (-8, -2):  # the trailer's CRC-32, then its length: every byte inflates, none can be trusted
+        wrong = bytearray(raw)
+        wrong[at] ^= 0xFF
+        damaged = tmp_path / "damaged.json.gz"
+        damaged.write_bytes(bytes(wrong))
+        with pytest.raises(TraceError) as caught:
+            torchscope.load(damaged)
+        assert str(caught.value) == f"{damaged}: corrupt gzip: what it inflates to does not match its checksum (a damaged copy?)"

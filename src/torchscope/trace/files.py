@@ -47,7 +47,8 @@ def read_bytes(path: str | Path, warnings: list[str] | None = None) -> bytes:
         except (OSError, EOFError, zlib.error) as exc:
             salvaged = _inflate_salvage(raw) if warnings is not None else None
             if salvaged is None or warnings is None:
-                if "incorrect data check" in str(exc):  # inflated to its end, checksum wrong
+                if "incorrect data check" in str(exc) or "incorrect length check" in str(exc):
+                    # inflated to its end, and its checksum or length does not match
                     raise TraceError(
                         str(p), "corrupt gzip: what it inflates to does not match its checksum (a damaged copy?)"
                     ) from None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import NamedTuple
 
 # A string value (after ``": "``) whose valid part ends in something a JSON string cannot hold:
@@ -99,7 +100,9 @@ class Cut(NamedTuple):
     lost_key: str | None = None
 
 
-def cut_after_last_event(text: bytes, tries: int = 8) -> Cut | None:
+def cut_after_last_event(
+    text: bytes, tries: int = 8, is_document: Callable[[bytes], bool] | None = None
+) -> Cut | None:
     """A truncated trace (a process killed while writing it, a copy cut short) cut after its
     last complete event and closed again; None when no cut makes it a document.
 
@@ -108,7 +111,12 @@ def cut_after_last_event(text: bytes, tries: int = 8) -> Cut | None:
     to ``tries`` such places, from the end, are tried until one decodes. A text that lacks only
     its closing brackets is closed as it is, and one cut in a top-level key written after the
     list (Kineto's ``"traceName"``) loses that key only (``_cut_after_list``).
+
+    ``is_document``: what says a candidate is a document (default: Python's lenient parser,
+    which takes what the reader repairs; the scanner's syntax check, when the text is known to
+    need no repair, is ~50x faster: 1.2 s of a 50 MB cut file's read).
     """
+    is_document = is_document or _is_document
     bare = text[:64].lstrip().startswith(b"[")
     if not bare and b'"traceEvents"' not in text[: 1 << 20]:
         return None
@@ -116,10 +124,10 @@ def cut_after_last_event(text: bytes, tries: int = 8) -> Cut | None:
     # cut after the last event's "}" or the list's "]": only the closing brackets are missing
     stripped = text.rstrip()
     for tail in (close, close[1:]) if stripped[-1:] in (b"}", b"]") else ():
-        if tail and _is_document(stripped + tail):
+        if tail and is_document(stripped + tail):
             return Cut(stripped + tail, len(stripped))
     if not bare:
-        after_list = _cut_after_list(text, tries)
+        after_list = _cut_after_list(text, tries, is_document)
         if after_list is not None:
             return after_list
     end = len(text)
@@ -131,12 +139,12 @@ def cut_after_last_event(text: bytes, tries: int = 8) -> Cut | None:
         if _KEY_AHEAD.match(text, k + 2):
             continue  # '}, "key": ...': inside an event's args, not between list entries
         candidate = text[: k + 1] + close
-        if _is_document(candidate):
+        if is_document(candidate):
             return Cut(candidate, k + 1)
     return None
 
 
-def _cut_after_list(text: bytes, tries: int) -> Cut | None:
+def _cut_after_list(text: bytes, tries: int, is_document: Callable[[bytes], bool]) -> Cut | None:
     """The document less the top-level key the text ends in, when that key comes after the
     event list's ``]``: every event is complete, so none is dropped (cutting at the last ``},``
     lost the last event of a 131 MB trace cut 3 bytes short, inside ``"traceName"``). The keys
@@ -147,11 +155,11 @@ def _cut_after_list(text: bytes, tries: int) -> Cut | None:
     if not ends:
         return None
     stripped = text.rstrip()
-    if _is_document(stripped + b"}"):  # only the closing brace is missing
+    if is_document(stripped + b"}"):  # only the closing brace is missing
         return Cut(stripped + b"}", len(stripped))
     for k in reversed(_top_level_commas(text, ends[-1].end() - 1)[-tries:]):
         candidate = text[:k] + b"}"
-        if _is_document(candidate):
+        if is_document(candidate):
             key = _KEY_START.match(text, k + 1)
             return Cut(candidate, k, (key.group(1) or b"").decode("utf-8", "replace") if key else "")
     return None
