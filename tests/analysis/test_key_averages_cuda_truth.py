@@ -112,8 +112,7 @@ def test_every_time_and_byte_is_torchs_but_for_the_documented_differences(name: 
     frames = _lists_frames(truth)
     for group, by_shape in (("key_averages", False), ("key_averages_by_shape", True)):
         theirs = _rows(truth[group], lambda r, f: r.get(f))
-        # the Trace's own method, as a new user reaches for it after torchscope.load (compat's)
-        ours = trace.key_averages(group_by_input_shape=by_shape, python_functions=frames)
+        ours = key_averages(trace, group_by_input_shape=by_shape, python_functions=frames)
         mine = _rows(list(ours), lambda r, f: getattr(r, f))
         assert set(mine) == set(theirs), (name, group)
         double = _abr_double_count(truth)

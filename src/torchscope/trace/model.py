@@ -165,14 +165,6 @@ class Trace:
 
         return sql(query, self)
 
-    def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0, **options: Any) -> Any:
-        """torch's ``key_averages()`` of this trace (``compat.key_averages``, whose options it
-        takes): ``torchscope.load(f).key_averages().table(...)``, as on a profiler. A new user
-        reached for it first and met an AttributeError."""
-        from torchscope.compat import key_averages
-
-        return key_averages(self, group_by_input_shape, group_by_stack_n, **options)
-
     # -- persistence (implemented in trace.store / trace.chrome_writer) -------------------
     def save(self, path: str | Path) -> Path:
         """Write our columnar store (a directory of Parquet files plus meta.json)."""
