@@ -480,14 +480,14 @@ def test_a_cycle_without_device_work_is_reduced_in_the_runs_categories() -> None
     assert host_only["cycles"][0]["categories"] == list(HOST_CATEGORIES)
 
 
-def test_a_small_job_runs_without_worker_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # a spawned worker imports Polars again: for a job of a few hundred KB that cost more than the
-    # work; asking for workers (local:N) still gets them, and the results are the same either way
+@pytest.fixture
+def pools_of_two_cores(tmp_path: Path, traces_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[int]]:
+    """A copy of ``multirank/`` and the sizes of the worker pools started, on a machine of 2
+    cores (``default_workers``), whatever this one has."""
     from torchscope.job import engine
 
-    src = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "multirank"
     root = tmp_path / "job"
-    shutil.copytree(src, root)
+    shutil.copytree(traces_dir / "multirank", root)
     pools: list[int] = []
     real_pool = engine.ProcessPoolExecutor
 
@@ -496,7 +496,16 @@ def test_a_small_job_runs_without_worker_processes(tmp_path: Path, monkeypatch: 
         return real_pool(n, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(engine, "ProcessPoolExecutor", counting_pool)
-    monkeypatch.setattr(engine, "default_workers", lambda: 2)  # local:2 is within the cores
+    monkeypatch.setattr(engine, "default_workers", lambda: 2)
+    return root, pools
+
+
+def test_a_small_job_runs_without_worker_processes(pools_of_two_cores: tuple[Path, list[int]]) -> None:
+    # a spawned worker imports Polars again: for a job of a few hundred KB that cost more than the
+    # work; asking for workers (local:N) still gets them, and the results are the same either way
+    from torchscope.job import engine
+
+    root, pools = pools_of_two_cores
     here = analyse_job(root)
     assert pools == [] and engine.job_bytes([{"files": [str(f) for f in root.iterdir()]}]) < engine.SMALL_JOB_BYTES
     assert analyse_job(root, engine="local:2") == here and pools == [2]
@@ -616,23 +625,10 @@ def test_a_cut_ranks_warning_comes_before_the_skipped_ones(traces_dir: Path, tmp
     assert shown[0].startswith("warning: rank-1.json.gz: the gzip stream is truncated") and len(shown) == 5
 
 
-def test_more_workers_than_cores_run_one_per_core_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_more_workers_than_cores_run_one_per_core_and_say_so(pools_of_two_cores: tuple[Path, list[int]]) -> None:
     """``local:64`` on 2 cores started 64 processes, each holding a rank's trace: past 10 GB
     within 27 s, and slower than the default. Capped at the cores, with a warning."""
-    from torchscope.job import engine
-
-    src = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "multirank"
-    root = tmp_path / "job"
-    shutil.copytree(src, root)
-    pools: list[int] = []
-    real_pool = engine.ProcessPoolExecutor
-
-    def counting_pool(n: int, **kw: object) -> object:
-        pools.append(n)
-        return real_pool(n, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(engine, "ProcessPoolExecutor", counting_pool)
-    monkeypatch.setattr(engine, "default_workers", lambda: 2)
+    root, pools = pools_of_two_cores
     job = analyse_job(root, engine="local:64")
     assert pools == [2]
     assert job["warnings"] == [

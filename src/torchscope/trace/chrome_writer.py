@@ -59,11 +59,6 @@ def write_chrome(trace: Trace, path: Path) -> Path:
     return write_pieces(path, (text.encode() for text in chrome_pieces(trace)), compresslevel=3)
 
 
-def chrome_text(trace: Trace) -> str:
-    """The Kineto JSON document of ``trace`` as text."""
-    return "".join(chrome_pieces(trace))
-
-
 EVENTS_PER_PIECE = 200_000
 
 

@@ -284,10 +284,8 @@ def _decode_tail(
     """The events of the last piece, decoded with the rest of the document (its keys after the
     list go to ``top``, with ``head_doc``'s), repaired as a whole document is: a file cut short
     ends there."""
-    _, cuts, bare = layout
-    head = b"[" if bare else b'{"traceEvents":['
-    tail = head + data[cuts[-1][1] :]
-    place = _Place(cuts[-1][1] - len(head), len(data))  # offsets in the file, not in the tail
+    bare = layout[2]
+    tail, place = _tail_text(data, layout)
     rest: dict[str, Any] = {}
     try:
         if bare:
@@ -305,6 +303,14 @@ def _decode_tail(
         top.update(_top_fields(head_doc))
     top.update(rest)
     return events
+
+
+def _tail_text(data: Text, layout: Layout) -> tuple[bytes, _Place]:
+    """The last piece of a file read in pieces with the rest of the document, as a document of
+    its own (the list's head put back), and where it sits in the file."""
+    _, cuts, bare = layout
+    head = b"[" if bare else b'{"traceEvents":['
+    return head + data[cuts[-1][1] :], _Place(cuts[-1][1] - len(head), len(data))
 
 
 def _decode_piece(data: Text, lo: int, hi: int, source: str, warnings: list[str]) -> list[Event]:
@@ -533,12 +539,9 @@ def _scanned_tail(
     """The last piece by the scanner, cut after its last complete event when the file was cut
     short (msgspec's events of that piece and their repairs took 1.3 s of a 70 MB cut file's
     2 s); None when the scanner does not take it even so (``_decode_tail`` then reads it)."""
-    _, cuts, bare = layout
-    if bare:
+    if layout[2]:  # a bare list: msgspec's (the scanner reads documents)
         return None
-    head = b'{"traceEvents":['
-    text = head + data[cuts[-1][1] :]
-    place = _Place(cuts[-1][1] - len(head), len(data))
+    text, place = _tail_text(data, layout)
     got = _scan_cut_short(text, place)
     if got is None:
         return None
