@@ -131,21 +131,24 @@ def workloads(device: torch.device) -> dict[str, Callable[[], None]]:
     }
 
 
-def capture_kineto(fn: Callable[[], None], device: torch.device) -> Trace:
+def capture_kineto(fn: Callable[[], None], device: torch.device, save: Path | None = None) -> Trace:
     with torch.profiler.profile(activities=_kineto_activities(device), record_shapes=True) as prof:
         fn()
         _sync(device)
-    path = TMP / "kineto_model.json"
+    path = save or TMP / "kineto_model.json"
     prof.export_chrome_trace(str(path))
     return read_chrome_document(json.loads(path.read_text()), str(path))
 
 
-def capture_portable(fn: Callable[[], None], device: torch.device) -> Trace:
+def capture_portable(fn: Callable[[], None], device: torch.device, save: Path | None = None) -> Trace:
     collector = PortableCollector(record_shapes=True)
     collector.start()
     fn()
     _sync(device)
-    return read_chrome_document(collector.stop(), "portable")
+    doc = collector.stop()
+    if save is not None:
+        save.write_text(json.dumps(doc))
+    return read_chrome_document(doc, "portable")
 
 
 def host_table(trace: Trace) -> pl.DataFrame:
@@ -203,7 +206,7 @@ def kineto_device_time_by_op(trace: Trace, names: set[str]) -> dict[str, float]:
     return totals
 
 
-def cuda_comparison(device: torch.device, batch: int) -> None:
+def cuda_comparison(device: torch.device, batch: int, save: Path | None = None) -> None:
     print(f"\n== 3. device time per op on {torch.cuda.get_device_name(device)}, ResNet-18 batch {batch} ==")
     torch.backends.cudnn.benchmark = True
     model = resnet18().to(device)
@@ -215,7 +218,8 @@ def cuda_comparison(device: torch.device, batch: int) -> None:
     for _ in range(3):
         step()
     _sync(device)
-    kineto, portable = capture_kineto(step, device), capture_portable(step, device)
+    saved = [save / f"{tool}_resnet18_batch{batch}.json" if save else None for tool in ("kineto", "portable")]
+    kineto, portable = capture_kineto(step, device, saved[0]), capture_portable(step, device, saved[1])
     p = portable.kernels.group_by(pl.col("name").cast(pl.String)).agg(
         (pl.col("dur_ns").sum() / 1000).alias("us")
     )
@@ -244,6 +248,7 @@ def main() -> None:
         "the host (an event pair then also times the host's launch gaps), a large one keeps it busy",
     )
     parser.add_argument("--skip-cpu", action="store_true", help="only the device sections (on a GPU machine)")
+    parser.add_argument("--save", type=Path, help="write both device comparisons' traces into this folder")
     args = parser.parse_args()
     print(f"torch {torch.__version__}; accelerator: {torch.accelerator.current_accelerator()}")
     torch.set_num_threads(1)
@@ -255,7 +260,7 @@ def main() -> None:
         cuda = torch.device("cuda", 0)
         overhead(cuda, args.iters, args.repeat)
         for batch in map(int, args.cuda_batch.split(",")):
-            cuda_comparison(cuda, batch)
+            cuda_comparison(cuda, batch, args.save)
     else:
         print("\n== 3. device time per op: skipped, no CUDA device on this machine ==")
 

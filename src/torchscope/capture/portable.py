@@ -122,6 +122,18 @@ class PortableCollector:
         exit_packet = torch.ops.profiler._record_function_exit
         self._exit_ops = tuple(getattr(exit_packet, o) for o in exit_packet.overloads())
         special = self._enter_ops + self._exit_ops
+        # Ops that never put work on a stream: views (their schema says the output aliases an
+        # input; ``OpOverload.is_view``) and allocations. An event pair around one would time
+        # nothing but the pair itself, and on a starved device the host's gap before the next
+        # op: Kineto shows them with no device time, and so do we.
+        aten = torch.ops.aten
+        self._no_device_work = (
+            aten.empty,
+            aten.empty_strided,
+            aten.empty_like,
+            aten.new_empty,
+            aten.new_empty_strided,
+        )
         fast = not (self.record_shapes or self.with_stack or self.profile_memory or self._accel is not None)
         on_op = self._on_op
         clock = time.perf_counter_ns
@@ -246,7 +258,7 @@ class PortableCollector:
         shapes = self._describe(args, kwargs) if self.record_shapes else None
         stack = self._stack() if self.with_stack else None
         device = None
-        if self._accel is not None:
+        if self._accel is not None and not (func.is_view or func._overloadpacket in self._no_device_work):
             dev = self._op_device(args, kwargs)
             if dev is not None and (dev.type not in _HOST_DEVICE_TYPES or self._event_source is not None):
                 device = dev
