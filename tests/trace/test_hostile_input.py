@@ -16,6 +16,7 @@ import os
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -313,6 +314,31 @@ def test_a_bad_byte_in_a_large_file_is_placed_in_the_file(
         read_chrome(path)
 
 
+@pytest.mark.parametrize("scanner", [True, False])
+def test_a_file_cut_in_its_first_events_keeps_them_not_the_keys_before_the_list(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scanner: bool
+) -> None:
+    """A small trace cut a few events in was cut after the ``deviceProperties`` list that
+    Kineto writes before the events (it too ends in ``}],``), which left a document without
+    events: "not a trace: no 'traceEvents' key" for a file of 300 complete events (found by
+    the mutation test when the scanner took such files and msgspec's path did not)."""
+    from torchscope.trace import reader
+
+    props = [{"id": 0, "name": "NVIDIA A100", "totalGlobalMem": 42297524224, "numSms": 108}]
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(40)]
+    text = json.dumps({"schemaVersion": 1, "deviceProperties": props, "traceEvents": events}, indent=2)
+    at = text.index('"name": "op3"')
+    path = tmp_path / "cut.json"
+    path.write_text(text[:at])
+    monkeypatch.setattr(reader, "SCANNER_ENABLED", scanner)
+    trace = read_chrome(path)
+    assert trace.ops["name"].cast(str).to_list() == ["op0", "op1", "op2"]
+    kept = text.rindex("},", 0, at) + 1
+    assert list(trace.meta.warnings) == [
+        f"the file ends mid-event (truncated?): read the events in its first {kept:,} of {at:,} bytes"
+    ]
+
+
 @pytest.mark.parametrize("pieces", [True, False])
 @pytest.mark.parametrize("raw_newline", [False, True])
 @pytest.mark.parametrize("keep", [0.5, 0.93, 0.999, 1.0])
@@ -322,10 +348,22 @@ def test_a_file_cut_short_is_scanned_as_the_decoder_reads_it(
     """A 472 MB trace cut short went to msgspec whole (10 s, against 3 s for the whole file):
     the scanner declined the document. Its pieces are scanned now, the last cut after its last
     complete event; the Trace and the warning are msgspec's own, whether read in pieces or
-    whole (a file up to 64 MB is still msgspec's). A text with another fault (a raw newline
-    in a name near the end) is left to msgspec, which repairs it before cutting: cutting it
-    first would have dropped the complete events after that name."""
+    whole (a file up to 64 MB, ~4x its whole time through msgspec, is scanned cut too). A text
+    with another fault (a raw newline in a name near the end) is left to msgspec, which
+    repairs it before cutting: cutting it first would have dropped the complete events after
+    that name."""
     from torchscope.trace import reader
+
+    scans = reader._scan.scan_trace
+    accepted: list[int] = []
+
+    def counting(data: bytes, **kwargs: Any) -> Any:
+        got = scans(data, **kwargs)
+        if got is not None:
+            accepted.append(len(data))
+        return got
+
+    monkeypatch.setattr(reader._scan, "scan_trace", counting)
 
     events = [
         {"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
@@ -344,6 +382,8 @@ def test_a_file_cut_short_is_scanned_as_the_decoder_reads_it(
     if pieces:
         monkeypatch.setattr(reader, "CHUNK_BYTES", 4096)  # read in pieces, as a file over 64 MB is
     scanned = read_chrome(path)
+    if (not raw_newline or keep < 0.99) and not (pieces and keep == 1.0):  # the cut text was scanned
+        assert accepted and accepted[-1] <= path.stat().st_size + 2
     monkeypatch.setattr(reader, "SCANNER_ENABLED", False)
     decoded = read_chrome(path)
     assert scanned.equals(decoded) and scanned.meta.warnings == decoded.meta.warnings

@@ -118,7 +118,10 @@ def cut_after_last_event(
     """
     is_document = is_document or _is_document
     bare = text[:64].lstrip().startswith(b"[")
-    if not bare and b'"traceEvents"' not in text[: 1 << 20]:
+    # a cut before the event list's key would leave a document without events (the keys
+    # before it, such as "deviceProperties", end in "}],"): no cut comes before it
+    events_key = 0 if bare else text.find(b'"traceEvents"', 0, 1 << 20)
+    if events_key < 0:
         return None
     close = b"]" if bare else b"]}"
     # cut after the last event's "}" or the list's "]": only the closing brackets are missing
@@ -127,12 +130,12 @@ def cut_after_last_event(
         if tail and is_document(stripped + tail):
             return Cut(stripped + tail, len(stripped))
     if not bare:
-        after_list = _cut_after_list(text, tries, is_document)
+        after_list = _cut_after_list(text, tries, is_document, events_key)
         if after_list is not None:
             return after_list
     end = len(text)
     for _ in range(tries):
-        k = text.rfind(b"},", 0, end)
+        k = text.rfind(b"},", events_key, end)
         if k < 0:
             return None
         end = k
@@ -144,14 +147,15 @@ def cut_after_last_event(
     return None
 
 
-def _cut_after_list(text: bytes, tries: int, is_document: Callable[[bytes], bool]) -> Cut | None:
+def _cut_after_list(text: bytes, tries: int, is_document: Callable[[bytes], bool], events_key: int) -> Cut | None:
     """The document less the top-level key the text ends in, when that key comes after the
     event list's ``]``: every event is complete, so none is dropped (cutting at the last ``},``
     lost the last event of a 131 MB trace cut 3 bytes short, inside ``"traceName"``). The keys
     written whole before the broken one are kept. The list's end is looked for in the last
     ``KEYS_WINDOW`` bytes only, and the text is parsed once per top-level comma tried (up to
-    ``tries``), usually once."""
-    ends = list(_LIST_END.finditer(text, max(0, len(text) - KEYS_WINDOW)))
+    ``tries``), usually once; only a list that ends after the event list's key
+    (``events_key``) is taken for it."""
+    ends = list(_LIST_END.finditer(text, max(events_key, len(text) - KEYS_WINDOW)))
     if not ends:
         return None
     stripped = text.rstrip()

@@ -469,7 +469,8 @@ def _scanned_batches(
     Files up to 4 x CHUNK_BYTES are scanned whole in one pass (``scan_trace``) into one raw
     batch; if the scanner declines anything in them (a value outside the exactly-typed subset
     it handles, such as a duration written as a string), msgspec reads the whole file instead,
-    with its repairs. Larger files are scanned in pieces, each made into its tables
+    with its repairs, unless its only fault is that it ends early (``_scan_cut_short``: then
+    it is scanned cut after its last complete event, ~4x faster than msgspec's path). Larger files are scanned in pieces, each made into its tables
     (``finish``) on the thread that scanned it; a declined piece is decoded by msgspec alone.
     ``scanned``: a scan of ``data`` already made (``files.Prefetch``), used when it is the one
     this text calls for.
@@ -484,10 +485,18 @@ def _scanned_batches(
         kind, done = "", None  # what the follower saw does not hold: read the text as any other
     if _read_whole(data):  # the document and its events in one pass
         whole = done if kind == "trace" else _scan.scan_trace(data, release_pages=isinstance(data, OwnedMap))
+        text = data
         if whole is None:
-            return None  # msgspec reads it, with its repairs, or says what is wrong
+            # a file cut short is scanned up to its last complete event; anything else is
+            # msgspec's, with its repairs, or it says what is wrong
+            got = _scan_cut_short(_as_bytes(data), _Place(0, len(data)), refused=True)
+            if got is None:
+                return None
+            whole, text, note = got
+            if note is not None:
+                warnings.append(note)
         (_, _, keys), columns = whole
-        _top_values(data, keys, top, source, warnings)
+        _top_values(text, keys, top, source, warnings)
         return iter([raw.from_scan(columns)])
     # a live cycle's map has its pages unmapped behind each scan (``OwnedMap``): the pieces map
     # them in again, one by one
@@ -555,7 +564,7 @@ def _scanned_tail(
     return finish(raw.from_scan(columns, args_shift=place.shift))
 
 
-def _scan_cut_short(text: bytes, place: _Place) -> tuple[Any, bytes, str | None] | None:
+def _scan_cut_short(text: bytes, place: _Place, *, refused: bool = False) -> tuple[Any, bytes, str | None] | None:
     """``scan_trace`` of ``text``, or of it cut after its last complete event when its only
     fault is that it ends early, with the warning msgspec's path gives (the text scanned, the
     warning or None); None when the scanner declines it or anything else is wrong with it.
@@ -564,7 +573,7 @@ def _scan_cut_short(text: bytes, place: _Place) -> tuple[Any, bytes, str | None]
     msgspec's path only after its repairs, or refused, and cutting it first would drop complete
     events. msgspec's syntax check alone (into ``Raw``, ~10 ms for 16 MB) says which it is.
     """
-    whole = _scan.scan_trace(text)
+    whole = None if refused else _scan.scan_trace(text)  # ``refused``: the scanner declined it already
     if whole is not None:
         return whole, text, None
     try:
