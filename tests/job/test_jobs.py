@@ -636,3 +636,19 @@ def test_more_workers_than_cores_run_one_per_core_and_say_so(pools_of_two_cores:
         " (each holds one rank's trace; more would only take more memory)"
     ]
     assert analyse_job(root, engine="local:2")["warnings"] == [] and pools == [2, 2]
+
+
+def test_ranks_with_the_same_step_time_are_not_called_fastest_and_slowest(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Eight copies of one rank read "fastest 615.120 ms (rank 0), ... slowest 615.120 ms
+    (rank 0)", as if rank 0 were both."""
+    with gzip.open(traces_dir / "multirank/rank-0.json.gz", "rt") as fh:
+        doc = json.load(fh)
+    for rank in (0, 1):
+        doc["distributedInfo"] = {**doc["distributedInfo"], "rank": rank}
+        (tmp_path / f"rank-{rank}.json").write_text(json.dumps(doc))
+    assert main(["report", str(tmp_path), "--no-html"]) == 0
+    out = capsys.readouterr().out
+    assert "step time per rank (each rank's median step): 615.120 ms on every rank" in out
+    assert "fastest" not in out

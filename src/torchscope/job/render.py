@@ -60,7 +60,10 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
         head += f" of {run['world_size']}"
     head += f", {_plural(run['cycles'], 'cycle')}" + (f", {run['backend']}" if run["backend"] else "")
     lines = [head]
-    if run["ranks"] > 1:
+    if run["ranks"] > 1 and st["min"] == st["max"]:
+        # "fastest 615 ms (rank 0) ... slowest 615 ms (rank 0)" read as if rank 0 were both
+        lines.append(f"step time per rank (each rank's median step): {fmt_ns(st['min'])} on every rank")
+    elif run["ranks"] > 1:
         lines.append(
             f"step time per rank (each rank's median step): fastest {fmt_ns(st['min'])} (rank {st['min_rank']}), "
             f"median {fmt_ns(st['median'])}, slowest {fmt_ns(st['max'])} (rank {st['max_rank']})"
