@@ -275,3 +275,29 @@ def test_labels_get_a_device_span_over_the_work_launched_inside_them() -> None:
         assert span["start_ns"] == mine["start_ns"].min()
         assert span["start_ns"] + span["dur_ns"] == (mine["start_ns"] + mine["dur_ns"]).max()
         assert span["device"] == 0 and span["stream"] == 0
+
+
+def test_pairs_that_began_before_the_host_launched_the_op_are_marked() -> None:
+    """An idle device reaches an op's start event while the host is still launching the op,
+    and may then wait inside the pair: such pairs say so (their time is an upper bound), and
+    the document counts them. A device busy with earlier work reaches them only after the host
+    has returned: nothing is marked."""
+    x = torch.randn(64, 64)
+
+    def marked(busy_ns: int) -> tuple[list[int], dict[str, Any]]:
+        device = FakeDevice()
+
+        def work() -> None:
+            device.enqueue(busy_ns)
+            for _ in range(20):
+                x.mul(2)
+
+        doc = _collect(work, event_source=lambda _: device)
+        kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+        assert len(kernels) == 20
+        return [e["args"].get("begun_before_launch", 0) for e in kernels], doc["portable"]["batches"]["cpu:0"]
+
+    flags, stats = marked(busy_ns=0)
+    assert flags == [1] * 20 and stats["begun_before_launch"] == 20 and stats["begun_before_launch_ns"] > 0
+    flags, stats = marked(busy_ns=10_000_000_000)  # 10 s of queued work: the device is behind throughout
+    assert flags == [0] * 20 and stats["begun_before_launch"] == 0 and stats["begun_before_launch_ns"] == 0

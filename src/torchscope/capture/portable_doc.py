@@ -262,6 +262,7 @@ def build_document(c: PortableCollector) -> dict[str, Any]:
     launched: list[tuple[int, int, int, int, int, int]] = []  # tid, op start, device, stream, start, end
     for (dtype, index), batcher in c._batchers.items():
         keys, starts, ends = batcher.host_times()
+        early = early_ns = 0
         for ext, s, e in zip(keys.tolist(), starts.tolist(), ends.tolist(), strict=True):
             found = ops_by_ext.get(ext)
             if found is None:
@@ -270,6 +271,14 @@ def build_document(c: PortableCollector) -> dict[str, Any]:
             stream = rec[10]
             streams.add((index, stream))
             launched.append((rec[1], rec[2], index, stream, s, e))
+            args = {"External id": ext, "device": index, "stream": stream, "correlation": rec[11], "portable": 1}
+            if s < rec[5]:
+                # the device reached the op's start event before the host had returned from
+                # launching it: it may have waited inside the pair, whose time is then an
+                # upper bound of the op's device time (docs/portable.md)
+                args["begun_before_launch"] = 1
+                early += 1
+                early_ns += e - s
             events.append(
                 {
                     "ph": "X",
@@ -279,13 +288,7 @@ def build_document(c: PortableCollector) -> dict[str, Any]:
                     "tid": stream,
                     "ts": ts(s),
                     "dur": dur(s, e),
-                    "args": {
-                        "External id": ext,
-                        "device": index,
-                        "stream": stream,
-                        "correlation": rec[11],
-                        "portable": 1,
-                    },
+                    "args": args,
                 }
             )
             events.append(
@@ -313,6 +316,8 @@ def build_document(c: PortableCollector) -> dict[str, Any]:
             "resolved": len(batcher.resolved_keys),
             "peak_outstanding": batcher.peak_outstanding,
             "waits": batcher.waits,
+            "begun_before_launch": early,
+            "begun_before_launch_ns": int(early_ns),
             "host_per_device_ns": [round(r, 9) for r in batcher.clock.ratios],
         }
 
