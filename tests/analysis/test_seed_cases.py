@@ -143,7 +143,9 @@ def test_argwhere_gives_python_outside_ops_and_a_cpu_item_is_no_device_sync(tmp_
     # the masking region's finding (a busy machine may add one for the linear pass as well)
     outside = {f.evidence["region"]: f for f in findings if f.rule == "python_outside_ops"}
     masking = outside["LABEL2: masking"]
-    assert "argwhere" in masking.evidence["python_functions"][0]
+    # first, or second behind ``mask.cpu()`` when the OS took the CPU away inside that call (a
+    # full suite beside other work: once in ten runs)
+    assert any("argwhere" in f for f in masking.evidence["python_functions"][:2])
     assert "argwhere" in masking.message
 
 
