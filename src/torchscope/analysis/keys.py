@@ -9,15 +9,16 @@ Bump ``REPORT_VERSION`` when a key changes meaning; adding keys does not bump it
 
 from __future__ import annotations
 
-REPORT_VERSION = 4  # 2: typed report, units map, exact µs, hex addresses; 3: chain kernels_by_op;
-# 4: operators_by_shape per kept op with an "(other shapes)" row
+REPORT_VERSION = 5  # 2: typed report, units map, exact µs, hex addresses; 3: chain kernels_by_op;
+# 4: operators_by_shape per kept op with an "(other shapes)" row; 5: a steps row may stand for a
+# run of consecutive steps (above MAX_STEP_ROWS)
 
 # -- report: one trace ----------------------------------------------------------------------
 VERSION = "report_version"
 KIND = "kind"  # "trace" or "traceset"
 SOURCE = "source"
 META = "meta"  # rank, world_size, backend, torch_version, devices, warnings, events, start_us, span_us, ...
-STEPS = "steps"  # list of {step, start_us, dur_us, breakdown_us, host_breakdown_us, comm_overlap_us}
+STEPS = "steps"  # list of {step, last_step, steps, start_us, end_us, dur_us, breakdown_us, host_breakdown_us, comm_overlap_us}
 BREAKDOWN_US = "breakdown_us"  # step average per TensorBoard category + "Total"
 HOST_BREAKDOWN_US = "host_breakdown_us"  # step average per host category + "Total"
 DEVICES = "devices"  # list of {device, kernel_us, utilization, sm_efficiency, achieved_occupancy, tensor_core_ratio}

@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from torchscope.analysis import keys as K
@@ -91,22 +92,52 @@ def _meta(trace: Trace, ov: Overview) -> M.Meta:
     )
 
 
-def _steps(ov: Overview) -> list[M.Step]:
-    comm = {r["step"]: r for r in ov.comm_overlap.iter_rows(named=True)} if "step" in ov.comm_overlap else {}
-    out = []
-    for r, h in zip(ov.steps.iter_rows(named=True), ov.host_steps.iter_rows(named=True), strict=True):
-        c = comm.get(r["step"], {})
-        out.append(
-            M.Step(
-                step=int(r["step"]),
-                start_us=M.us_of(r["start_ns"]),  # type: ignore[arg-type]
-                dur_us=M.us_of(r["dur_ns"]),  # type: ignore[arg-type]
-                breakdown_us=M.us_map({k: r[k] for k in BREAKDOWN_CATEGORIES}),
-                host_breakdown_us=M.us_map({k: h[k] for k in HOST_CATEGORIES}),
-                comm_overlap_us={k[:-3] + "_us": M.us_of(c.get(k, 0)) for k in COMM_COLUMNS},  # type: ignore[misc]
-            )
+def _steps(ov: Overview, max_rows: int | None = None) -> list[M.Step]:
+    """The report's step rows: one per step, or ``max_rows`` runs of consecutive steps
+    (``M.MAX_STEP_ROWS``) with their means, built as columns (one dict per step took 50 µs)."""
+    max_rows = M.MAX_STEP_ROWS if max_rows is None else max_rows
+    steps = ov.steps.select("step", "start_ns", "end_ns", "dur_ns", *BREAKDOWN_CATEGORIES)
+    host = ov.host_steps.select(pl.col(c).alias(f"host {c}") for c in HOST_CATEGORIES)
+    frame = pl.concat([steps, host], how="horizontal")
+    if "step" in ov.comm_overlap:
+        frame = frame.join(ov.comm_overlap.select("step", *COMM_COLUMNS), on="step", how="left", maintain_order="left")
+    else:
+        frame = frame.with_columns(pl.lit(None, pl.Int64).alias(c) for c in COMM_COLUMNS)
+    n = frame.height
+    bucket = np.arange(n, dtype=np.int64) if n <= max_rows else np.arange(n, dtype=np.int64) * max_rows // n
+    means = [*BREAKDOWN_CATEGORIES, *(f"host {c}" for c in HOST_CATEGORIES), *COMM_COLUMNS]
+    rows = (
+        frame.with_columns(pl.col(COMM_COLUMNS).fill_null(0), pl.Series("bucket", bucket))
+        .group_by("bucket", maintain_order=True)
+        .agg(
+            pl.col("step").first(),
+            pl.col("step").last().alias("last_step"),
+            pl.len().alias("steps"),
+            pl.col("start_ns").first(),
+            pl.col("end_ns").last(),
+            pl.col("dur_ns").mean() if n > max_rows else pl.col("dur_ns").first(),
+            *(pl.col(c).mean() if n > max_rows else pl.col(c).first() for c in means),
         )
-    return out
+    )
+    return [
+        M.Step(
+            step=int(r["step"]),
+            last_step=int(r["last_step"]),
+            steps=int(r["steps"]),
+            start_us=M.us_of(r["start_ns"]),  # type: ignore[arg-type]
+            end_us=M.us_of(r["end_ns"]),  # type: ignore[arg-type]
+            dur_us=M.us_of(r["dur_ns"]),  # type: ignore[arg-type]
+            breakdown_us=M.us_map({k: r[k] for k in BREAKDOWN_CATEGORIES}),
+            host_breakdown_us=M.us_map({k: r[f"host {k}"] for k in HOST_CATEGORIES}),
+            comm_overlap_us={k[:-3] + "_us": M.us_of(r[k]) for k in COMM_COLUMNS},  # type: ignore[misc]
+        )
+        for r in rows.iter_rows(named=True)
+    ]
+
+
+def step_count(report: M.TraceReport) -> int:
+    """How many steps ``report`` covers (its rows may each stand for several)."""
+    return sum(s.steps for s in report.steps)
 
 
 def _kernels(trace: Trace, top: int) -> list[M.Kernel]:
@@ -434,7 +465,7 @@ def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
     ranks = {name: report_model(tr, top) for name, tr in ts.items()}
     cycles = ts.members == "cycles"
     dist = distributed(TraceSet({}) if cycles else ts)
-    weight = {name: (max(len(r.steps), 1) if cycles else 1) for name, r in ranks.items()}
+    weight = {name: (max(step_count(r), 1) if cycles else 1) for name, r in ranks.items()}
     n = max(sum(weight.values()), 1)
     avg = {
         c: sum(r.breakdown_us[c] * weight[k] for k, r in ranks.items()) / n
@@ -461,9 +492,9 @@ def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
         kind="traceset",
         source=ts.source,
         # a process's cycles add up; ranks run side by side (the most steps of any rank)
-        steps=sum(len(r.steps) for r in ranks.values())
+        steps=sum(step_count(r) for r in ranks.values())
         if cycles
-        else max((len(r.steps) for r in ranks.values()), default=0),
+        else max((step_count(r) for r in ranks.values()), default=0),
         breakdown_us={k: M.us_of(v * 1e3) for k, v in avg.items()},  # type: ignore[misc]
         host_breakdown_us={k: M.us_of(v * 1e3) for k, v in havg.items()},  # type: ignore[misc]
         distributed=M.DistributedView(

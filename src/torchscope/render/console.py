@@ -99,7 +99,7 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
     avg = report.get(K.BREAKDOWN_US) if device else report.get(K.HOST_BREAKDOWN_US)
     if avg and avg.get("Total"):
         total = avg["Total"]
-        n = len(steps)
+        n = sum(s.get("steps", 1) for s in steps)
         label = (
             f"{n} step{'s' if n != 1 else ''}"
             if meta.get("steps_from_trace")
@@ -116,12 +116,18 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
                 t.add_row(cat, fmt_us(avg[cat]), fmt(100.0 * avg[cat] / total, "percent"))
         console.print(t)
     if meta.get("steps_from_trace") and steps:
-        console.print("[italic]steps (start: time since the trace's first event)[/italic]")
+        grouped = any(s.get("steps", 1) > 1 for s in steps)
+        console.print(
+            "[italic]steps (start: time since the trace's first event"
+            + (f"; {len(steps)} runs of consecutive steps, duration their mean" if grouped else "")
+            + ")[/italic]"
+        )
         t = Table()
-        for col in ("step", "start", "duration"):
+        for col in ("steps" if grouped else "step", "start", "mean duration" if grouped else "duration"):
             t.add_column(col, justify="right")
         for s in steps[:top]:
-            t.add_row(str(s["step"]), fmt_offset(s["start_us"], start), fmt_us(s["dur_us"]))
+            label = f"{s['step']}–{s['last_step']}" if s.get("steps", 1) > 1 else str(s["step"])
+            t.add_row(label, fmt_offset(s["start_us"], start), fmt_us(s["dur_us"]))
         console.print(t)
     ops = report.get(K.OPERATORS) or []
     if ops:

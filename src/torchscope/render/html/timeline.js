@@ -46,7 +46,7 @@
  * @property {Uint8Array} kind
  */
 
-/** @typedef {{step: number, start_ns: number, dur_ns: number}} StepSpan */
+/** @typedef {{step: number | string, start_ns: number, dur_ns: number}} StepSpan  step: a number, or "first–last" for a run of steps */
 /** @typedef {{name: string, offset_us: number[], bytes: number[]}} Counter */
 /** @typedef {{key: string, label: string, num?: boolean, fmt?: (v: any) => string, cls?: string}} Column */
 

@@ -15,7 +15,7 @@ const viewOverview = (() => {
     const r = rep(), m = r.meta || {}, P = state.payload, steps = r.steps || [];
     /** @type {Node[]} */
     const out = [h("h2", {}, "Overview"), ...warningsBox()];
-    const cards = [card("time span", fmtUs(m.span_us)), card("events", fmtCount(m.events)), card("steps", fmtCount(steps.length))];
+    const cards = [card("time span", fmtUs(m.span_us)), card("events", fmtCount(m.events)), card("steps", fmtCount(steps.reduce((/** @type {number} */ n, /** @type {Obj} */ x) => n + (x.steps || 1), 0)))];
     if (r.breakdown_us && r.breakdown_us.Total) cards.push(card("avg step", fmtUs(r.breakdown_us.Total)));
     (r.devices || []).forEach((/** @type {Obj} */ d) => {
       cards.push(card(`device ${d.device} utilization`, fmt(d.utilization, "fraction")));
@@ -31,13 +31,18 @@ const viewOverview = (() => {
     const part = hasDevice ? "breakdown_us" : "host_breakdown_us";
     if (steps.length) {
       out.push(h("h3", {}, hasDevice ? "Step time breakdown" : "Step time breakdown (host)"));
-      out.push(stackedBars(steps.map((/** @type {Obj} */ x) => ({ step: x.step, ...x[part] })), cats, "step", { id: "step-chart", fmt: fmtUs }));
+      // above MAX_STEP_ROWS steps a row is a run of consecutive steps (their means): "1000–1099"
+      const grouped = steps.some((/** @type {Obj} */ x) => (x.steps || 1) > 1);
+      const label = (/** @type {Obj} */ x) => ((x.steps || 1) > 1 ? `${x.step}–${x.last_step}` : x.step);
+      if (grouped) out.push(h("p", { class: "muted", "data-testid": "steps-grouped" }, `${fmtCount(steps.length)} runs of consecutive steps, each bar their mean step.`));
+      out.push(stackedBars(steps.map((/** @type {Obj} */ x) => ({ step: label(x), ...x[part] })), cats, "step", { id: "step-chart", fmt: fmtUs }));
       const avg = r[part] || {};
       out.push(table([nameCol("cat", "category"), { key: "us", label: "avg per step", num: true, fmt: fmtUs }, { key: "pct", label: "share", num: true, fmt: fmtPct }],
         cats.map((c) => ({ cat: c, us: avg[c] || 0, pct: avg.Total ? (100 * (avg[c] || 0)) / avg.Total : null })), { id: "breakdown-table" }));
       if (m.steps_from_trace) {
         out.push(h("h3", {}, "Steps (start: time since the trace's first event)"));
-        out.push(table([col("step", "step"), col("start_us", "start"), col("dur_us", "duration")], steps, { id: "steps-table" }));
+        const rows = steps.map((/** @type {Obj} */ x) => ({ ...x, step: label(x) }));
+        out.push(table([col("step", grouped ? "steps" : "step"), col("start_us", "start"), col("dur_us", grouped ? "mean duration" : "duration")], rows, { id: "steps-table" }));
       }
     } else out.push(empty("No step information in this trace."));
     const recs = (report() || {}).recommendations || [];
