@@ -394,3 +394,50 @@ def test_a_file_cut_short_is_scanned_as_the_decoder_reads_it(
         assert len(scanned.meta.warnings) == 1 and "truncated?" in scanned.meta.warnings[0]
     if raw_newline and keep > 0.99:  # the name is repaired, not cut away with what follows it
         assert "py(3): <lambda>\n" in scanned.events["name"].cast(str).to_list()
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+@pytest.mark.parametrize("scanner", [True, False])
+@pytest.mark.parametrize(
+    ("ending", "fill"),
+    [("12.", b""), ("-", b""), ("1e", b""), ("1E+", b""), ("1", b"\n"), ("1", b"\x00" * 4096), ('"ab', b"\n")],
+)
+def test_a_file_cut_inside_a_number_or_followed_by_fill_keeps_its_events(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ending: str, fill: bytes, pieces: bool, scanner: bool
+) -> None:
+    """A file cut right after a number's "." (Kineto writes times with decimals), "-" or "e"
+    was refused whole ("invalid number"): ~0.5 % of cut points. So was a cut file followed by
+    an editor's newline or by zeros (a file extended before its data reached the disk)."""
+    from torchscope.trace import reader
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10.5 * i, "dur": 5.25} for i in range(300)]
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events}, indent=1)
+    at = text.index('"name": "op250"')
+    key = '"name": ' if ending.startswith('"') else '"ts": '
+    cut = text[:at] + key + ending
+    path = tmp_path / "cut.json"
+    path.write_bytes(cut.encode() + fill)
+    monkeypatch.setattr(reader, "SCANNER_ENABLED", scanner)
+    if pieces:
+        monkeypatch.setattr(reader, "CHUNK_BYTES", 2048)
+    trace = read_chrome(path)
+    assert trace.ops["name"].cast(str).to_list() == [f"op{i}" for i in range(250)]
+    kept = text.rindex("},", 0, at) + 1
+    assert list(trace.meta.warnings) == [
+        f"the file ends mid-event (truncated?): read the events in its first {kept:,} of {len(cut) + len(fill):,} bytes"
+    ]
+
+
+def test_a_file_cut_right_after_an_event_does_not_claim_all_its_events(tmp_path: Path) -> None:
+    """It said "read all its events" for a file cut after an event's "}" 20 % into it."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(50)]
+    text = json.dumps({"traceEvents": events}, indent=1)
+    at = text.index("}", text.index('"name": "op9"')) + 1
+    path = tmp_path / "cut.json"
+    path.write_text(text[:at])
+    trace = read_chrome(path)
+    assert trace.ops.height == 10
+    assert list(trace.meta.warnings) == [
+        f"the file ends after an event, before the event list's end (truncated?): read every event in its {at:,}"
+        " bytes, but more may have followed"
+    ]
