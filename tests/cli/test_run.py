@@ -605,6 +605,49 @@ def test_ctrl_c_shows_the_scripts_traceback_exits_130_and_keeps_the_trace(tmp_pa
     assert "torchscope run: interrupted: saving what was recorded" in err  # before the long part
 
 
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_saves_what_was_recorded_as_ctrl_c_does(tmp_path: Path, signame: str) -> None:
+    """``timeout``, Slurm's scancel, Kubernetes and preemption send SIGTERM; a closed terminal
+    SIGHUP. Their default action ended the run at once: an empty traces/ folder, no run.json,
+    no report, no word. They now take Ctrl-C's path and exit 128 + the signal."""
+    import signal
+
+    script = tmp_path / "stopped.py"
+    script.write_text(
+        "import time\n"
+        "import torch\n"
+        "model = torch.nn.Linear(8, 8)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for i in range(10**9):\n"
+        "    opt.zero_grad()\n"
+        "    model(torch.randn(4, 8)).sum().backward()\n"
+        "    opt.step()\n"
+        "    if i == 3:\n"
+        "        print('ready', flush=True)\n"
+        "    time.sleep(0.005)\n"
+    )
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torchscope", "run", "--all", "--out", str(out), str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    sig = getattr(signal, signame)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig
+    assert f"torchscope run: {signame} received: saving what was recorded and writing the report" in err
+    facts = json.loads((out / "run.json").read_text())
+    assert facts["exit_code"] == 128 + sig and facts["error"] == signame
+    assert facts["optimizer_steps"] >= 4 and Path(facts["traces"][0]).is_file()
+    assert (out / "report.html").is_file()
+
+
 def test_a_second_ctrl_c_while_saving_says_what_is_on_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

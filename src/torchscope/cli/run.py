@@ -89,7 +89,7 @@ notes:
     def run(self, args: argparse.Namespace) -> int:
         from torchscope.runner.launch import launch_rank
         from torchscope.runner.session import ACTIVITIES, RunOptions, profile_target
-        from torchscope.runner.target import Target
+        from torchscope.runner.target import Target, interrupt_exit_code, stop_signals_interrupt
 
         if not args.target:
             raise TraceError(
@@ -147,9 +147,10 @@ notes:
             )
         target = Target(name, script_args, is_module=args.module)
         try:
-            result = profile_target(target, options)
-            self._report(result, options, args)
-        except KeyboardInterrupt:  # a second Ctrl-C while saving, or one before the script ran
+            with stop_signals_interrupt():
+                result = profile_target(target, options)
+                self._report(result, options, args)
+        except KeyboardInterrupt as exc:  # a second Ctrl-C or stop signal while saving, or one before the script ran
             from torchscope.runner.session import RUN_PHASE
 
             written = sorted(p.name for p in (out / "traces").glob("*.pt.trace.json*"))
@@ -159,7 +160,7 @@ notes:
                 "saving": "interrupted: stopped saving",
             }.get(RUN_PHASE[0], "interrupted while starting")
             print(f"torchscope run: {when}; {kept}, no report", file=sys.stderr)
-            return 130
+            return interrupt_exit_code(exc)
         return result.exit_code
 
     def _report(self, result: object, options: object, args: argparse.Namespace) -> None:

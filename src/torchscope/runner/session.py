@@ -534,13 +534,15 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         outcome = execute(target)
     finally:
         RUN_PHASE[0] = "saving"
-        if outcome is not None and outcome.error == "KeyboardInterrupt":
+        if outcome is not None and outcome.error in ("KeyboardInterrupt", "SIGTERM", "SIGHUP"):
             # saving a long cycle takes a while (29 s for 6 s of --all --memory --stack) and
             # said nothing, so a second Ctrl-C came and lost everything without a word
             RUN_PHASE[0] = "saving after Ctrl-C"
+            how = "interrupted" if outcome.error == "KeyboardInterrupt" else f"{outcome.error} received"
+            again = "Ctrl-C" if outcome.error == "KeyboardInterrupt" else f"{outcome.error} or Ctrl-C"
             print(
-                "torchscope run: interrupted: saving what was recorded and writing the report"
-                " (Ctrl-C again to stop now, keeping only the traces already written)",
+                f"torchscope run: {how}: saving what was recorded and writing the report"
+                f" ({again} again to stop now, keeping only the traces already written)",
                 file=sys.stderr,
                 flush=True,
             )

@@ -9,8 +9,12 @@ exit code and an uncaught exception is printed as Python would print it (exit co
 from __future__ import annotations
 
 import runpy
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +38,47 @@ class Target:
 class Outcome:
     exit_code: int
     error: str | None = None  # "ValueError: ..." when the script raised
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during ``torchscope run``: a scheduler's stop (``timeout``, Slurm's
+    ``scancel``, Kubernetes, a preemption) or a closed terminal. Their default action ended the
+    process at once and left an empty run directory; raised instead, they take Ctrl-C's path
+    (what was recorded is saved and the report written), and the run exits 128 + the signal.
+    A second one while saving stops it, as a second Ctrl-C does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def interrupt_exit_code(exc: KeyboardInterrupt) -> int:
+    """What the shell sees after an interruption: 130 for Ctrl-C, 128 + N for signal N."""
+    return 128 + exc.signum if isinstance(exc, Terminated) else 130
+
+
+@contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Terminated`` in the main thread inside the block, where their
+    handler is the default one (a handler someone else set is left alone, and a script that
+    sets its own replaces ours)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    ours = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    ours = [s for s in ours if signal.getsignal(s) is signal.SIG_DFL]
+    for s in ours:
+        signal.signal(s, raise_terminated)
+    try:
+        yield
+    finally:
+        for s in ours:
+            if signal.getsignal(s) is raise_terminated:
+                signal.signal(s, signal.SIG_DFL)
 
 
 def _exit_code(code: object) -> int:
@@ -91,11 +136,11 @@ def execute(target: Target) -> Outcome:
     except SystemExit as exc:
         _keep_script_globals(_script_traceback(exc))
         return Outcome(_exit_code(exc.code))
-    except KeyboardInterrupt as exc:  # Ctrl-C: the script's traceback, as for any raise
+    except KeyboardInterrupt as exc:  # Ctrl-C or a stop signal: the script's traceback, as for any raise
         tb = _script_traceback(exc)
         _keep_script_globals(tb)
         traceback.print_exception(type(exc), exc, tb)
-        return Outcome(130, "KeyboardInterrupt")
+        return Outcome(interrupt_exit_code(exc), str(exc) if isinstance(exc, Terminated) else "KeyboardInterrupt")
     except BaseException as exc:  # noqa: BLE001 - the script's crash is reported, not ours
         # Print as the interpreter would, without our own frames on top.
         tb = _script_traceback(exc)
