@@ -278,6 +278,21 @@ def test_export_chrome_and_parquet_round_trip(
         assert again.ops.filter(pl.col("name") == "aten::conv2d").height == 10
 
 
+def test_export_of_a_cut_file_says_what_was_read(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The export of a cut file printed only "wrote ...": a clean-looking trace whose readers
+    never learn that the end is missing. It warns as table and report do."""
+    text = (traces_dir / "cuda/backward_thread_small.json").read_bytes()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text[: len(text) * 3 // 5])
+    assert main(["export", str(cut), "--to", "chrome", "-o", str(tmp_path / "c.json"), "--json"]) == 0
+    got = capsys.readouterr()
+    written = json.loads(got.out)
+    assert len(written["warnings"]) == 1 and "the file ends mid-event (truncated?)" in written["warnings"][0]
+    assert f"torchscope export: warning: {cut}: the file ends mid-event (truncated?)" in got.err
+
+
 def test_report_leaves_out_an_unknown_world_size(
     traces_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

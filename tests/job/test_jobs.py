@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import torchscope
 from torchscope import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 from torchscope.cli.main import main
 from torchscope.job import analyse_job, discover
@@ -652,3 +653,18 @@ def test_ranks_with_the_same_step_time_are_not_called_fastest_and_slowest(
     out = capsys.readouterr().out
     assert "step time per rank (each rank's median step): 615.120 ms on every rank" in out
     assert "fastest" not in out
+
+
+def test_a_small_cut_gzip_rank_is_read_as_it_is_alone(traces_dir: Path, tmp_path: Path) -> None:
+    """A rank's .json.gz cut after 5,000 bytes (56 KB inflated, under the 64 KB head read to
+    find its rank) was skipped as "not a readable gzip file" by the directory, which became a
+    one-rank job, while `torchscope table` read the same file with a warning."""
+    shutil.copy(traces_dir / "multirank/rank-0.json.gz", tmp_path / "rank-0.json.gz")
+    raw = (traces_dir / "multirank/rank-1.json.gz").read_bytes()
+    (tmp_path / "rank-1.json.gz").write_bytes(raw[:5000])
+    ts = torchscope.load(tmp_path)
+    assert len(ts.traces) == 2 and not ts.skipped
+    cut = ts.traces["rank1"]
+    assert cut.meta.warnings[0] == "the gzip stream is truncated: read the 58,952 bytes it inflates to"
+    assert cut.meta.warnings[1].startswith("the file ends mid-event (truncated?)")
+    assert cut.events.height == 186

@@ -10,7 +10,15 @@ import argparse
 from pathlib import Path
 
 from torchscope.cli.base import EXIT_OK
-from torchscope.cli.common import load_single, output_target, print_json, progress, read_early
+from torchscope.cli.common import (
+    input_warnings,
+    load_single,
+    output_target,
+    print_json,
+    progress,
+    read_early,
+    warn_on_stderr,
+)
 from torchscope.writes import write_atomically
 
 FORMATS = ("chrome", "parquet", "stacks")
@@ -36,6 +44,9 @@ class ExportCommand:
         if args.output:
             output_target("-o", args.output, args.path)  # never the input: refused before any work
         trace = load_single(args.path, read_early(args.path))
+        # a cut file's export is a clean-looking whole trace: say what was read, as table does
+        warnings = input_warnings(trace)
+        warn_on_stderr(self.name, warnings)
         stem = Path(args.path).name.removesuffix(".gz").removesuffix(".json")
         default = {"chrome": f"{stem}.chrome.json.gz", "parquet": f"{stem}.store", "stacks": f"{stem}.folded"}
         out = Path(args.output or default[args.to])
@@ -54,7 +65,7 @@ class ExportCommand:
                 written = write_atomically(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
                 detail = {"stacks": len(lines)}
         if args.json:
-            print_json({"format": args.to, "path": str(written), **detail})
+            print_json({"format": args.to, "path": str(written), **detail, "warnings": warnings})
         else:
             print(f"wrote {written} ({args.to}, {', '.join(f'{k} {v:,}' for k, v in detail.items())})")
         return EXIT_OK

@@ -10,7 +10,6 @@ folder. Files that cannot be opened are skipped and named, never dropped silentl
 
 from __future__ import annotations
 
-import gzip
 import re
 import zlib
 from collections import defaultdict
@@ -118,6 +117,29 @@ class NotATrace(ValueError):
         self.named = named
 
 
+def _inflated_head(path: Path, size: int) -> bytes:
+    """The first ``size`` inflated bytes of a gzip file, or all of them when it inflates to
+    fewer, a stream cut short included: ``gzip.open(...).read(size)`` raised EOFError for a
+    cut stream of under ``size`` bytes, and the directory skipped a rank that ``torchscope
+    table`` reads with a warning. Raises ``zlib.error`` when the bytes are not gzip."""
+    out = bytearray()
+    inflate = zlib.decompressobj(wbits=31)
+    pending = b""
+    with path.open("rb") as fh:
+        while len(out) < size:
+            if not pending:
+                pending = fh.read(1 << 16)
+                if not pending:
+                    break
+            if inflate.eof:  # the next member of a multi-member file, or the end of the data
+                if pending[:2] != b"\x1f\x8b":
+                    break
+                inflate = zlib.decompressobj(wbits=31)
+            out += inflate.decompress(pending, size - len(out))  # bounded: a stream of zeros inflates 1000x
+            pending = inflate.unconsumed_tail or (inflate.unused_data if inflate.eof else b"")
+    return bytes(out[:size])
+
+
 def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
     """``distributedInfo`` from the first ``size`` bytes of a trace (inflated when gzip'd).
 
@@ -128,9 +150,8 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
     """
     if path.name.endswith(".gz"):
         try:
-            with gzip.open(path, "rb") as fh:
-                raw = fh.read(size)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raw = _inflated_head(path, size)
+        except zlib.error as exc:
             raise ValueError(f"not a readable gzip file ({exc})") from exc
     else:
         with path.open("rb") as fh:
