@@ -335,7 +335,10 @@ def test_a_file_cut_in_its_first_events_keeps_them_not_the_keys_before_the_list(
     assert trace.ops["name"].cast(str).to_list() == ["op0", "op1", "op2"]
     kept = text.rindex("},", 0, at) + 1
     assert list(trace.meta.warnings) == [
-        f"the file ends mid-event (truncated?): read the events in its first {kept:,} of {at:,} bytes"
+        f"the file ends mid-event (truncated?): read the events in its first {kept:,} of {at:,} bytes",
+        "no runtime call or device work was read though the trace names a device: if the run used it, the file"
+        " was cut before them (Kineto writes them after the host's ops), and device times, the step breakdown"
+        " and device advice are missing",
     ]
 
 
@@ -441,3 +444,30 @@ def test_a_file_cut_right_after_an_event_does_not_claim_all_its_events(tmp_path:
         f"the file ends after an event, before the event list's end (truncated?): read every event in its {at:,}"
         " bytes, but more may have followed"
     ]
+
+
+@pytest.mark.parametrize(
+    ("keep", "said"),
+    [
+        (37, "no runtime call or device work was read though the trace names a device: if the run used it, the file"),
+        (50, "5 steps (1009, 1010, 1011, 1012, 1013) have host ops but no runtime calls in what was read"),
+        (80, "1 step (1011) has host ops but no runtime calls in what was read"),
+        (100, None),
+    ],
+)
+def test_a_gpu_trace_cut_in_its_device_events_says_which_steps_lost_them(
+    traces_dir: Path, tmp_path: Path, keep: int, said: str | None
+) -> None:
+    """Kineto writes the host's ops first and the runtime calls and kernels after them: a cut
+    at 37 % kept all six steps and no kernel, one at 80 % kept kernels for five steps. Their
+    reports read like a host-bound run (python_outside_ops, "busy only 0.8 %") with only "the
+    file ends mid-event" to say otherwise."""
+    whole = gzip.decompress((traces_dir / "cuda/diff_control_rank3_of_8.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(whole[: len(whole) * keep // 100])
+    warnings = read_chrome(path).meta.warnings
+    if said is None:
+        assert warnings == ()
+    else:
+        assert len(warnings) == 2 and warnings[0].startswith("the file ends mid-event (truncated?)")
+        assert warnings[1].startswith(said) and "device advice" in warnings[1]
