@@ -447,25 +447,35 @@ def test_a_file_cut_right_after_an_event_does_not_claim_all_its_events(tmp_path:
 
 
 @pytest.mark.parametrize(
-    ("keep", "said"),
+    ("keep", "said", "steps"),
     [
-        (37, "no runtime call or device work was read though the trace names a device: if the run used it, the file"),
-        (50, "5 steps (1009, 1010, 1011, 1012, 1013) have host ops but no runtime calls in what was read"),
-        (80, "1 step (1011) has host ops but no runtime calls in what was read"),
-        (100, None),
+        (
+            37,
+            "no runtime call or device work was read though the trace names a device: if the run used it, the file",
+            list(range(1009, 1015)),
+        ),
+        (50, "5 steps (1009, 1010, 1011, 1012, 1013) have host ops but no runtime calls in what was read", [1014]),
+        (80, "1 step (1011) has host ops but no runtime calls in what was read", [1009, 1010]),
+        (100, None, list(range(1009, 1015))),
     ],
 )
 def test_a_gpu_trace_cut_in_its_device_events_says_which_steps_lost_them(
-    traces_dir: Path, tmp_path: Path, keep: int, said: str | None
+    traces_dir: Path, tmp_path: Path, keep: int, said: str | None, steps: list[int]
 ) -> None:
     """Kineto writes the host's ops first and the runtime calls and kernels after them: a cut
     at 37 % kept all six steps and no kernel, one at 80 % kept kernels for five steps. Their
     reports read like a host-bound run (python_outside_ops, "busy only 0.8 %") with only "the
-    file ends mid-event" to say otherwise."""
+    file ends mid-event" to say otherwise. (Steps whose runtime calls were cut in part stay:
+    at 80 % steps 1009 and 1010 show 30 ms of kernels a step, not the whole file's 46.)"""
     whole = gzip.decompress((traces_dir / "cuda/diff_control_rank3_of_8.json.gz").read_bytes())
     path = tmp_path / "cut.json"
     path.write_bytes(whole[: len(whole) * keep // 100])
-    warnings = read_chrome(path).meta.warnings
+    from torchscope.analysis.overview import overview
+
+    trace = read_chrome(path)
+    # the step breakdown keeps the longest run of steps that kept their runtime calls
+    assert overview(trace).steps["step"].to_list() == steps
+    warnings = trace.meta.warnings
     if said is None:
         assert warnings == ()
     else:

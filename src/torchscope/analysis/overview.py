@@ -22,6 +22,7 @@ from torchscope.analysis import intervals as iv
 from torchscope.analysis import names
 from torchscope.analysis.frames import kinds, memo
 from torchscope.analysis.outside import accounted_spans
+from torchscope.trace.cut import complete_steps
 from torchscope.trace.model import Trace
 
 BREAKDOWN_CATEGORIES: tuple[str, ...] = (
@@ -203,6 +204,12 @@ def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:
             "device_events": counts.astype(np.int64),
         }
     ).head(keep)
+    if from_trace:
+        # a file cut in its device events: only the longest run of steps that kept theirs
+        # (the reader's warning names the others), so that their time is not read as host time
+        complete = complete_steps(ev, trace.meta, out["step"].to_list())
+        if complete is not None:
+            out = out.filter(pl.col("step").is_in(complete))
     return out, from_trace
 
 

@@ -44,6 +44,7 @@ from torchscope.trace.columns import (
     span_frames,
     threads_frame,
 )
+from torchscope.trace.cut import CUT_MARK, cut_before_device_work
 from torchscope.trace.derive import derive
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
 from torchscope.trace.files import OwnedMap, Prefetch, read_bytes
@@ -1043,7 +1044,7 @@ def _build(
     return_free_memory()  # derive's temporaries (24 MB of 366k events' RSS after the read)
     _check_clocks(ev, warnings)
     if any(CUT_MARK in w for w in warnings):
-        _cut_before_device_work(ev, meta, warnings)
+        cut_before_device_work(ev, meta, warnings)
     timings.mark("derive")
     if warnings:
         meta = TraceMeta(**{**meta.__dict__, "warnings": tuple(warnings)})
@@ -1054,84 +1055,6 @@ def _build(
         threads=conform(threads, THREADS_SCHEMA),
         meta=meta,
     )
-
-
-# every warning of a file cut short says so with this, and a cut trace is checked for what it lost
-CUT_MARK = "(truncated?)"
-_DEVICE_SIDE = ["runtime", "kernel", "memcpy", "memset"]
-
-
-def _cut_before_device_work(ev: pl.DataFrame, meta: TraceMeta, warnings: list[str]) -> None:
-    """Say when a cut file lost the device's side of its later steps. Kineto writes the host's
-    ops first and the runtime calls and device work after them, so a cut a third into a GPU
-    trace kept every step and no kernel, and one at 80 % kept kernels for some steps only: the
-    reports read like a host-bound run ("python_outside_ops", "busy only 0.8 %"), with only
-    "the file ends mid-event" to say otherwise."""
-    ops = ev.filter(pl.col("kind") == "cpu_op")
-    device = ev.filter(pl.col("kind").is_in(_DEVICE_SIDE))
-    if ops.height == 0 or (device.height == 0 and not meta.device_properties):
-        return
-    lo = int(ev["start_ns"].min())  # type: ignore[arg-type]
-    host_end = int((ops["start_ns"] + ops["dur_ns"]).max())  # type: ignore[arg-type]
-    if device.height == 0:
-        warnings.append(
-            "no runtime call or device work was read though the trace names a device: if the run used it,"
-            " the file was cut before them (Kineto writes them after the host's ops), and device times,"
-            " the step breakdown and device advice are missing"
-        )
-        return
-    lacking = _steps_without_device_side(ev, device)
-    if lacking is not None:
-        if lacking:
-            named = ", ".join(str(k) for k in lacking[:5]) + (f" and {len(lacking) - 5} more" if len(lacking) > 5 else "")
-            warnings.append(
-                f"{len(lacking)} step{'s' if len(lacking) != 1 else ''} ({named})"
-                f" {'have' if len(lacking) != 1 else 'has'} host ops but no runtime calls"
-                " in what was read, where the others have them: the file was cut in the device's events (Kineto"
-                " writes them after the host's ops), so device times, the step breakdown and device advice are"
-                " wrong for those steps"
-            )
-        return
-    device_end = int((device["start_ns"] + device["dur_ns"]).max())  # type: ignore[arg-type]
-    # the host's last ops may outlast the device's work in a whole trace (the profiler's own
-    # stop): only a gap of over a tenth of the trace says the device's side was cut away
-    if host_end - device_end > (host_end - lo) // 10:
-        warnings.append(
-            f"runtime calls and device work stop {(device_end - lo) / 1e6:,.3f} ms into the trace, host ops"
-            f" go on to {(host_end - lo) / 1e6:,.3f} ms: the file was cut in the device's events (Kineto"
-            " writes them after the host's ops), so device times, the step breakdown and device advice"
-            " cover only the part before that"
-        )
-
-
-_STEP_NAME = r"^ProfilerStep#\d+$"
-
-
-def _steps_without_device_side(ev: pl.DataFrame, device: pl.DataFrame) -> list[int] | None:
-    """The ``ProfilerStep#N`` numbers whose span holds under a fifth of the median step's
-    runtime calls (none, in a cut file); None without steps or without runtime calls."""
-    steps = ev.filter(
-        pl.col("kind").is_in(["user_annotation", "cpu_op"]) & pl.col("name").cast(pl.String).str.contains(_STEP_NAME)
-    ).sort("start_ns")
-    runtime = device.filter(pl.col("kind") == "runtime")["start_ns"].sort().to_numpy()
-    if steps.height < 2 or runtime.size == 0:
-        return None
-    lo = steps["start_ns"].to_numpy()
-    hi = lo + steps["dur_ns"].to_numpy()
-
-    def per_step(starts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        return np.searchsorted(starts, hi, side="right") - np.searchsorted(starts, lo, side="left")
-
-    calls = per_step(runtime)
-    # a step with the host ops of the others: a trailing step the schedule cut short has few
-    # ops and, in a whole trace too, no runtime calls (amd_mi250_rocm6's last)
-    ops = per_step(ev.filter(pl.col("kind") == "cpu_op")["start_ns"].sort().to_numpy())
-    if not (calls > 0).any():
-        return []
-    typical_calls, typical_ops = float(np.median(calls[calls > 0])), float(np.median(ops[calls > 0]))
-    names = steps["name"].cast(pl.String).to_list()
-    lacking = (calls < typical_calls / 5) & (ops >= typical_ops / 2)
-    return [int(names[k].rsplit("#", 1)[1]) for k in np.flatnonzero(lacking)]
 
 
 def _check_clocks(ev: pl.DataFrame, warnings: list[str]) -> None:
