@@ -668,3 +668,19 @@ def test_a_small_cut_gzip_rank_is_read_as_it_is_alone(traces_dir: Path, tmp_path
     assert cut.meta.warnings[0] == "the gzip stream is truncated: read the 58,952 bytes it inflates to"
     assert cut.meta.warnings[1].startswith("the file ends mid-event (truncated?)")
     assert cut.events.height == 186
+
+
+def test_a_dangling_link_or_a_fifo_named_like_a_trace_is_named(traces_dir: Path, tmp_path: Path) -> None:
+    """Every other bad file of a log dir got a line; these two were left out without a word."""
+    import os
+
+    shutil.copy(traces_dir / "multirank/rank-0.json.gz", tmp_path / "rank-0.json.gz")
+    shutil.copy(traces_dir / "multirank/rank-1.json.gz", tmp_path / "rank-1.json.gz")
+    (tmp_path / "gone.pt.trace.json").symlink_to(tmp_path / "missing.json")
+    os.mkfifo(tmp_path / "fifo.pt.trace.json")
+    found = discover(tmp_path)
+    assert list(found.skipped) == [
+        "skipped fifo.pt.trace.json: not a regular file (a FIFO)",
+        "skipped gone.pt.trace.json: a symbolic link to a file that does not exist",
+    ]
+    assert len(found.runs) == 1 and len(found.runs[0].ranks) == 2  # the two traces still read

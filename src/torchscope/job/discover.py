@@ -11,6 +11,7 @@ folder. Files that cannot be opened are skipped and named, never dropped silentl
 from __future__ import annotations
 
 import re
+import stat
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -193,6 +194,36 @@ def json_files(directory: Path) -> list[Path]:
     )
 
 
+def _not_readable_as_files(directory: Path) -> list[tuple[Path, str]]:
+    """Entries named like traces that are no regular file, with why: a link to a file that is
+    gone, a FIFO, a socket, a device. They were left out without a word; none is opened here
+    (a FIFO would block)."""
+    odd: list[tuple[Path, str]] = []
+    for f in directory.rglob("*"):
+        if not f.name.endswith(TRACE_SUFFIXES) or hidden(f.relative_to(directory)):
+            continue
+        try:
+            mode = f.stat().st_mode
+        except FileNotFoundError:
+            odd.append((f, "a symbolic link to a file that does not exist"))
+            continue
+        except OSError as exc:
+            odd.append((f, f"cannot be looked at ({exc.strerror or exc})"))
+            continue
+        what = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else None
+        )
+        if what is not None:
+            odd.append((f, f"not a regular file ({what})"))
+    return sorted(odd)
+
+
 def scan(directory: Path, files: list[Path] | None = None) -> tuple[list[tuple[Path, Head]], list[str]]:
     """The traces under a directory with their heads, and a "skipped FILE: why" line for each
     file left out that looked like a trace. Every ``*.json[.gz]`` is looked at (a trace is never
@@ -209,6 +240,8 @@ def scan(directory: Path, files: list[Path] | None = None) -> tuple[list[tuple[P
                 skipped.append(f"skipped {f.relative_to(directory)}: {exc}")
         except (OSError, ValueError) as exc:
             skipped.append(f"skipped {f.relative_to(directory)}: {exc}")
+    if files is None:
+        skipped.extend(f"skipped {f.relative_to(directory)}: {why}" for f, why in _not_readable_as_files(directory))
     return traces, skipped
 
 
