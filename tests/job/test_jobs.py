@@ -684,3 +684,18 @@ def test_a_dangling_link_or_a_fifo_named_like_a_trace_is_named(traces_dir: Path,
         "skipped gone.pt.trace.json: a symbolic link to a file that does not exist",
     ]
     assert len(found.runs) == 1 and len(found.runs[0].ranks) == 2  # the two traces still read
+
+
+def test_a_report_of_a_crashed_runs_directory_says_how_it_ended(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``torchscope report RUNDIR`` of a run whose script raised showed its traces and said
+    nothing of the crash that run.json records."""
+    (tmp_path / "traces").mkdir()
+    shutil.copy(traces_dir / "multirank/rank-0.json.gz", tmp_path / "traces/step_4.pt.trace.json.gz")
+    shutil.copy(traces_dir / "multirank/rank-0.json.gz", tmp_path / "traces/step_22.pt.trace.json.gz")
+    facts = {"exit_code": 1, "error": "RuntimeError: boom", "wall_s": 3.2, "optimizer_steps": 25}
+    (tmp_path / "run.json").write_text(json.dumps(facts, indent=2))
+    assert main(["report", str(tmp_path), "--no-html"]) == 0
+    out = capsys.readouterr().out
+    assert "run.json: the script exited 1 (RuntimeError: boom): its traces end where it stopped" in out

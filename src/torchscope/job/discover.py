@@ -10,6 +10,7 @@ folder. Files that cannot be opened are skipped and named, never dropped silentl
 
 from __future__ import annotations
 
+import json
 import re
 import stat
 import zlib
@@ -224,6 +225,20 @@ def _not_readable_as_files(directory: Path) -> list[tuple[Path, str]]:
     return sorted(odd)
 
 
+def _how_the_run_ended(path: Path, directory: Path) -> list[str]:
+    """What a ``torchscope run``'s run.json says of a script that did not end well, in one line:
+    a report of its run directory showed the traces and said nothing of the crash."""
+    try:
+        facts = json.loads(path.read_text(encoding="utf-8"))
+        code, error = int(facts.get("exit_code", 0)), facts.get("error")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return []
+    if code == 0:
+        return []
+    why = f" ({error})" if error else ""
+    return [f"{path.relative_to(directory)}: the script exited {code}{why}: its traces end where it stopped"]
+
+
 def scan(directory: Path, files: list[Path] | None = None) -> tuple[list[tuple[Path, Head]], list[str]]:
     """The traces under a directory with their heads, and a "skipped FILE: why" line for each
     file left out that looked like a trace. Every ``*.json[.gz]`` is looked at (a trace is never
@@ -238,6 +253,8 @@ def scan(directory: Path, files: list[Path] | None = None) -> tuple[list[tuple[P
         except NotATrace as exc:
             if exc.named:
                 skipped.append(f"skipped {f.relative_to(directory)}: {exc}")
+            elif f.name == "run.json":
+                skipped.extend(_how_the_run_ended(f, directory))
         except (OSError, ValueError) as exc:
             skipped.append(f"skipped {f.relative_to(directory)}: {exc}")
     if files is None:
