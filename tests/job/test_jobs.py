@@ -699,3 +699,17 @@ def test_a_report_of_a_crashed_runs_directory_says_how_it_ended(
     assert main(["report", str(tmp_path), "--no-html"]) == 0
     out = capsys.readouterr().out
     assert "run.json: the script exited 1 (RuntimeError: boom): its traces end where it stopped" in out
+
+
+def test_a_cut_rank_keeps_its_per_step_op_times(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rank-1 cut at 80 % of its gzip read 266.855 ms/step of aten::_foreach_mul_ against
+    133.428 whole: the whole trace's op totals were divided by the steps its breakdown kept."""
+    shutil.copy(traces_dir / "multirank/rank-0.json.gz", tmp_path / "rank-0.json.gz")
+    raw = (traces_dir / "multirank/rank-1.json.gz").read_bytes()
+    (tmp_path / "rank-1.json.gz").write_bytes(raw[: len(raw) * 8 // 10])
+    assert main(["report", str(tmp_path), "--no-html"]) == 0
+    out = capsys.readouterr().out
+    assert "  op aten::_foreach_mul_: 133.428 ms/step vs 120.477 ms on the others" in out
+    assert "warning: rank-1.json.gz: the file ends mid-event (truncated?)" in out

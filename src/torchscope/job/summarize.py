@@ -18,8 +18,9 @@ import polars as pl
 from torchscope.analysis import names
 from torchscope.analysis.advisor import Context, advise
 from torchscope.analysis.kernels import kernel_stats
-from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, profiler_steps
 from torchscope.errors import TraceError
+from torchscope.trace.cut import was_cut
 from torchscope.trace.model import Trace
 
 TOP_OPS = 40  # per rank and cycle: enough to find what a straggler does more of
@@ -113,7 +114,9 @@ def summarize_cycle(trace: Trace) -> dict[str, Any]:
     """A cycle's small summary (see the module doc); the Trace can be dropped afterwards."""
     ctx = Context(trace)
     ov = ctx.overview
-    steps = max(ov.steps.height, 1)
+    # per-step op and kernel times divide whole-trace totals: a cut trace's breakdown keeps only
+    # its complete steps (``trace.cut``), so those totals are spread over every step it has
+    steps = max(profiler_steps(trace).height if was_cut(trace.meta) else ov.steps.height, 1)
     ops = ctx.operators.filter(pl.col("kind") == "cpu_op")
     work = trace.events.filter(_NOT_WORK)["name"].cast(pl.String).unique().to_list()
     ops = ops.filter(~pl.col("name").is_in(work))
