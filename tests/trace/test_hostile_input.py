@@ -481,3 +481,24 @@ def test_a_gpu_trace_cut_in_its_device_events_says_which_steps_lost_them(
     else:
         assert len(warnings) == 2 and warnings[0].startswith("the file ends mid-event (truncated?)")
         assert warnings[1].startswith(said) and "device advice" in warnings[1]
+
+
+def test_an_nccl_rank_without_device_properties_cut_before_its_device_events_says_so(
+    traces_dir: Path, tmp_path: Path
+) -> None:
+    """multirank's ranks list no deviceProperties: cut at 39 %, before their runtime calls,
+    they read as host-bound runs (two python_outside_ops findings) without a word."""
+    whole = gzip.decompress((traces_dir / "multirank/rank-1.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(whole[: len(whole) * 39 // 100])
+    warnings = read_chrome(path).meta.warnings
+    assert warnings[1].startswith("no runtime call or device work was read though the trace names a device")
+
+
+def test_a_first_event_cut_after_a_decimal_point_is_called_truncated(tmp_path: Path) -> None:
+    """It said "JSON is malformed: invalid number" where a cut after a digit says truncated."""
+    path = tmp_path / "cut.json"
+    path.write_text('{"traceEvents": [\n  {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1212075548353.')
+    with pytest.raises(TraceError) as err:
+        read_chrome(path)
+    assert str(err.value) == f"{path}: not valid JSON (Input data was truncated)"

@@ -34,7 +34,10 @@ def cut_before_device_work(ev: pl.DataFrame, meta: TraceMeta, warnings: list[str
     "the file ends mid-event" to say otherwise."""
     ops = ev.filter(pl.col("kind") == "cpu_op")
     device = ev.filter(pl.col("kind").is_in(DEVICE_SIDE))
-    if ops.height == 0 or (device.height == 0 and not meta.device_properties):
+    # a device: the trace lists one, or its collectives ran on one (NCCL, RCCL, HCCL; a rank's
+    # trace may list no deviceProperties)
+    on_device = bool(meta.device_properties) or any(b in (meta.backend or "").lower() for b in ("nccl", "hccl"))
+    if ops.height == 0 or (device.height == 0 and not on_device):
         return
     lo = int(ev["start_ns"].min())  # type: ignore[arg-type]
     host_end = int((ops["start_ns"] + ops["dur_ns"]).max())  # type: ignore[arg-type]

@@ -381,6 +381,8 @@ def _repaired(
         if notes:
             warnings.extend(notes)
             return fixed
+    if _ends_early(message, data):  # "invalid number" for a first event cut after its "."
+        message = "Input data was truncated"
     raise TraceError(source, f"not valid JSON ({_in_file(_first_line(message), place)})") from None
 
 

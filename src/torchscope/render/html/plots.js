@@ -15,7 +15,9 @@ const TorchscopePlots = (() => {
     const svg = s("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-testid": opts.id });
     const tk = TorchscopeCharts.ticks(Math.max(0, ...rows.map((r) => cats.reduce((a, c) => a + (r[c] || 0), 0))), 4, opts.binary);
     const max = tk[tk.length - 1];
-    const bw = Math.max(1, (W - L - 10) / Math.max(n, 1));
+    // every bar inside the chart: 2,000 step rows are 0.4 px each (with a 1 px floor they ran to
+    // 2,100 px of a 900 px chart, and the last 60 % were cut off)
+    const bw = (W - L - 10) / Math.max(n, 1), gap = bw >= 4 ? 1 : 0;
     for (const v of tk) {
       const y = H - B - (v / max) * (H - B - 10);
       svg.appendChild(s("line", { x1: L, x2: W, y1: y, y2: y, stroke: "#eee" }));
@@ -26,7 +28,7 @@ const TorchscopePlots = (() => {
       cats.forEach((c, j) => {
         const hgt = ((r[c] || 0) / max) * (H - B - 10);
         if (hgt > 0) {
-          const rect = s("rect", { x: L + i * bw + 1, y: y - hgt, width: Math.max(1, bw - 2), height: hgt, fill: COLORS[j % COLORS.length] });
+          const rect = s("rect", { x: L + i * bw + gap, y: y - hgt, width: Math.max(0.3, bw - 2 * gap), height: hgt, fill: COLORS[j % COLORS.length] });
           rect.appendChild(s("title", {}, `${xKey} ${r[xKey]} · ${pretty(c)}: ${opts.fmt(r[c])}`));
           svg.appendChild(rect);
           y -= hgt;

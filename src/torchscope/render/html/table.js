@@ -59,7 +59,10 @@ const TorchscopeTable = (() => {
         return h("td", { class: c.num ? "num" : (c.cls || null) }, c.fmt ? c.fmt(v, x) : (v ?? "–"));
       })));
       box.replaceChildren(h("table", { class: "grid", "data-testid": o.id || "table" }, h("thead", {}, head), h("tbody", {}, body)));
-      count.textContent = ` ${r.length} of ${rows.length} rows`;
+      // the table draws at most `limit` rows: say so, not "2000 of 2000 rows" over 1,000 drawn
+      const limit = o.limit || 1000;
+      count.textContent = r.length <= limit ? ` ${r.length} of ${rows.length} rows`
+        : ` the first ${limit} of ${r.length} ${r.length < rows.length ? `matching rows (of ${rows.length})` : "rows"}; filter or sort to see others`;
     }
     draw();
     return h("div", {}, input, count, box);
