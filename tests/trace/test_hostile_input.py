@@ -454,8 +454,8 @@ def test_a_file_cut_right_after_an_event_does_not_claim_all_its_events(tmp_path:
             "no runtime call or device work was read though the trace names a device: if the run used it, the file",
             list(range(1009, 1015)),
         ),
-        (50, "5 steps (1009, 1010, 1011, 1012, 1013) have host ops but no runtime calls in what was read", [1014]),
-        (80, "1 step (1011) has host ops but no runtime calls in what was read", [1009, 1010]),
+        (50, "5 steps (1009, 1010, 1011, 1012, 1013) have host ops but few or no runtime calls in what was read", [1014]),
+        (80, "2 steps (1011, 1014) have host ops but few or no runtime calls in what was read", [1009, 1010]),
         (100, None, list(range(1009, 1015))),
     ],
 )
@@ -502,3 +502,16 @@ def test_a_first_event_cut_after_a_decimal_point_is_called_truncated(tmp_path: P
     with pytest.raises(TraceError) as err:
         read_chrome(path)
     assert str(err.value) == f"{path}: not valid JSON (Input data was truncated)"
+
+
+def test_a_last_step_cut_in_part_is_named(traces_dir: Path, tmp_path: Path) -> None:
+    """nccl_rank0_of_2 cut at 90 % kept 1,437 of its last step's 2,911 runtime calls: the
+    breakdown dropped that step (under 80 % of the previous one's device work) without a word."""
+    from torchscope.analysis.overview import overview
+
+    whole = gzip.decompress((traces_dir / "cuda/nccl_rank0_of_2.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(whole[: len(whole) * 9 // 10])
+    trace = read_chrome(path)
+    assert trace.meta.warnings[1].startswith("1 step (6) has host ops but few or no runtime calls in what was read")
+    assert overview(trace).steps["step"].to_list() == [4, 5]
