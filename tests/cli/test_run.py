@@ -559,6 +559,24 @@ def test_no_warmup_is_said_in_our_words_not_torchs_warning(
     assert len(_report(tmp_path / "w")["report"]["steps"]) == 2
 
 
+def _stopped_when_ready(run_args: list[str], sig: int) -> tuple[int, str]:
+    """``torchscope run RUN_ARGS`` in a child, sent ``sig`` once its script prints "ready":
+    the exit code and stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torchscope", "run", *run_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
 def test_ctrl_c_shows_the_scripts_traceback_exits_130_and_keeps_the_trace(tmp_path: Path) -> None:
     """Finding 8: the KeyboardInterrupt traceback began in torchscope/runner/target.py and
     <frozen runpy>; it is now the script's own, as for any other raise."""
@@ -581,19 +599,8 @@ def test_ctrl_c_shows_the_scripts_traceback_exits_130_and_keeps_the_trace(tmp_pa
         "train()\n"
     )
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "torchscope", "run", "--out", str(out), str(script)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130
+    returncode, err = _stopped_when_ready(["--out", str(out), str(script)], signal.SIGINT)
+    assert returncode == 130
     tb = err[err.index("Traceback (most recent call last):") : err.index("KeyboardInterrupt")]
     # by location, not by name: torch's frames live in a venv inside a checkout named torchscope
     assert str(Path(torchscope.__file__).parent) not in tb and "runpy" not in tb
@@ -627,20 +634,9 @@ def test_a_stop_signal_saves_what_was_recorded_as_ctrl_c_does(tmp_path: Path, si
         "    time.sleep(0.005)\n"
     )
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "torchscope", "run", "--all", "--out", str(out), str(script)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     sig = getattr(signal, signame)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
-    assert proc.returncode == 128 + sig
+    returncode, err = _stopped_when_ready(["--all", "--out", str(out), str(script)], sig)
+    assert returncode == 128 + sig
     assert f"torchscope run: {signame} received: saving what was recorded and writing the report" in err
     facts = json.loads((out / "run.json").read_text())
     assert facts["exit_code"] == 128 + sig and facts["error"] == signame

@@ -92,10 +92,10 @@ def _meta(trace: Trace, ov: Overview) -> M.Meta:
     )
 
 
-def _steps(ov: Overview, max_rows: int | None = None) -> list[M.Step]:
-    """The report's step rows: one per step, or ``max_rows`` runs of consecutive steps
-    (``M.MAX_STEP_ROWS``) with their means, built as columns (one dict per step took 50 µs)."""
-    max_rows = M.MAX_STEP_ROWS if max_rows is None else max_rows
+def _steps(ov: Overview) -> list[M.Step]:
+    """The report's step rows: one per step, or ``M.MAX_STEP_ROWS`` runs of consecutive steps
+    with their means, built as columns (one dict per step took 50 µs)."""
+    max_rows = M.MAX_STEP_ROWS
     steps = ov.steps.select("step", "start_ns", "end_ns", "dur_ns", *BREAKDOWN_CATEGORIES)
     host = ov.host_steps.select(pl.col(c).alias(f"host {c}") for c in HOST_CATEGORIES)
     frame = pl.concat([steps, host], how="horizontal")

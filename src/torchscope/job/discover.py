@@ -181,24 +181,14 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
     )
 
 
-def json_files(directory: Path) -> list[Path]:
-    """Every ``*.json[.gz]`` under a directory, sorted, never our own store's files nor hidden
-    ones (``writes.hidden``: a dot-file such as our temporary ``.partial-PID-N-NAME``, or one
-    in a dot-directory)."""
-    return sorted(
-        f
-        for f in directory.rglob("*")
-        if f.name.endswith(TRACE_SUFFIXES)
-        and not hidden(f.relative_to(directory))
-        and f.is_file()
-        and not _in_store(f)
-    )
-
-
-def _not_readable_as_files(directory: Path) -> list[tuple[Path, str]]:
-    """Entries named like traces that are no regular file, with why: a link to a file that is
-    gone, a FIFO, a socket, a device. They were left out without a word; none is opened here
-    (a FIFO would block)."""
+def trace_named(directory: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Every ``*.json[.gz]`` under a directory that is a regular file, sorted, never our own
+    store's files nor hidden ones (``writes.hidden``: a dot-file such as our temporary
+    ``.partial-PID-N-NAME``, or one in a dot-directory); and, from the same walk, the entries
+    so named that are no regular file, with why (a link to a file that is gone, a FIFO, a
+    socket, a device: they were left out without a word). Nothing is opened here (a FIFO
+    would block)."""
+    files: list[Path] = []
     odd: list[tuple[Path, str]] = []
     for f in directory.rglob("*"):
         if not f.name.endswith(TRACE_SUFFIXES) or hidden(f.relative_to(directory)):
@@ -211,6 +201,10 @@ def _not_readable_as_files(directory: Path) -> list[tuple[Path, str]]:
         except OSError as exc:
             odd.append((f, f"cannot be looked at ({exc.strerror or exc})"))
             continue
+        if stat.S_ISREG(mode):
+            if not _in_store(f):
+                files.append(f)
+            continue
         what = (
             "a FIFO"
             if stat.S_ISFIFO(mode)
@@ -218,11 +212,11 @@ def _not_readable_as_files(directory: Path) -> list[tuple[Path, str]]:
             if stat.S_ISSOCK(mode)
             else "a device"
             if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else None
+            else None  # a folder named like a trace: walked into
         )
         if what is not None:
             odd.append((f, f"not a regular file ({what})"))
-    return sorted(odd)
+    return sorted(files), sorted(odd)
 
 
 def _how_the_run_ended(path: Path, directory: Path) -> list[str]:
@@ -247,7 +241,8 @@ def scan(directory: Path, files: list[Path] | None = None) -> tuple[list[tuple[P
     ``files``: look only at these (under ``directory``), e.g. the ones ``serve`` lets out."""
     traces: list[tuple[Path, Head]] = []
     skipped: list[str] = []
-    for f in json_files(directory) if files is None else files:
+    found, odd = trace_named(directory) if files is None else (files, [])
+    for f in found:
         try:
             traces.append((f, read_head(f)))
         except NotATrace as exc:
@@ -257,8 +252,7 @@ def scan(directory: Path, files: list[Path] | None = None) -> tuple[list[tuple[P
                 skipped.extend(_how_the_run_ended(f, directory))
         except (OSError, ValueError) as exc:
             skipped.append(f"skipped {f.relative_to(directory)}: {exc}")
-    if files is None:
-        skipped.extend(f"skipped {f.relative_to(directory)}: {why}" for f, why in _not_readable_as_files(directory))
+    skipped.extend(f"skipped {f.relative_to(directory)}: {why}" for f, why in odd)
     return traces, skipped
 
 

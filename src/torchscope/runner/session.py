@@ -34,7 +34,7 @@ from torchscope.runner.bounds import (
 )
 from torchscope.runner.launch import LaunchRank
 from torchscope.runner.sampler import HotSpots, Sampler
-from torchscope.runner.target import Target, execute
+from torchscope.runner.target import STOP_SIGNALS, Target, execute
 
 ACTIVITIES = ("cpu", "cuda", "xpu", "mtia")
 # what a run was doing when a Ctrl-C stops the command: "" (starting or running the script),
@@ -534,7 +534,7 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         outcome = execute(target)
     finally:
         RUN_PHASE[0] = "saving"
-        if outcome is not None and outcome.error in ("KeyboardInterrupt", "SIGTERM", "SIGHUP"):
+        if outcome is not None and (outcome.error == "KeyboardInterrupt" or outcome.error in STOP_SIGNALS):
             # saving a long cycle takes a while (29 s for 6 s of --all --memory --stack) and
             # said nothing, so a second Ctrl-C came and lost everything without a word
             RUN_PHASE[0] = "saving after Ctrl-C"

@@ -52,6 +52,10 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+# the signals ``stop_signals_interrupt`` turns into ``Terminated``; an Outcome's error is the name
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
 def interrupt_exit_code(exc: KeyboardInterrupt) -> int:
     """What the shell sees after an interruption: 130 for Ctrl-C, 128 + N for signal N."""
     return 128 + exc.signum if isinstance(exc, Terminated) else 130
@@ -69,8 +73,8 @@ def stop_signals_interrupt() -> Iterator[None]:
     def raise_terminated(signum: int, frame: object) -> None:
         raise Terminated(signum)
 
-    ours = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
-    ours = [s for s in ours if signal.getsignal(s) is signal.SIG_DFL]
+    present = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]  # no SIGHUP on Windows
+    ours = [s for s in present if signal.getsignal(s) is signal.SIG_DFL]
     for s in ours:
         signal.signal(s, raise_terminated)
     try:

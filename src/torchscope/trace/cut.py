@@ -18,9 +18,14 @@ from torchscope.trace.model import TraceMeta
 CUT_MARK = "(truncated?)"
 
 
+def said_cut(warnings: tuple[str, ...] | list[str]) -> bool:
+    """Whether a reader's warnings say it cut the file short."""
+    return any(CUT_MARK in w for w in warnings)
+
+
 def was_cut(meta: TraceMeta) -> bool:
-    """Whether the reader cut the file short (its warnings say so)."""
-    return any(CUT_MARK in w for w in meta.warnings)
+    """Whether the reader cut the file short."""
+    return said_cut(meta.warnings)
 
 
 DEVICE_SIDE = ["runtime", "kernel", "memcpy", "memset"]
@@ -115,8 +120,6 @@ def steps_without_device_side(ev: pl.DataFrame, device: pl.DataFrame) -> list[in
     if calls[last] < 0.8 * calls[last - 1] and ops[last] >= typical_ops / 2:
         lacking[last] = True
     return [int(names[k].rsplit("#", 1)[1]) for k in np.flatnonzero(lacking)]
-
-
 
 
 def complete_steps(trace_events: pl.DataFrame, meta: TraceMeta, steps: list[int]) -> list[int] | None:

@@ -44,7 +44,7 @@ from torchscope.trace.columns import (
     span_frames,
     threads_frame,
 )
-from torchscope.trace.cut import CUT_MARK, cut_before_device_work
+from torchscope.trace.cut import CUT_MARK, cut_before_device_work, said_cut
 from torchscope.trace.derive import derive
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
 from torchscope.trace.files import OwnedMap, Prefetch, read_bytes
@@ -371,7 +371,8 @@ def _repaired(
     if values:
         warnings.append(describe(values))
         return fixed
-    if _ends_early(message, data):
+    ends_early = _ends_early(message, data)
+    if ends_early:
         cut = cut_after_last_event(data.rstrip(_TAIL_FILL))
         if cut is not None:
             warnings.append(_cut_warning(cut, data, place or _Place(0, len(data))))
@@ -381,7 +382,7 @@ def _repaired(
         if notes:
             warnings.extend(notes)
             return fixed
-    if _ends_early(message, data):  # "invalid number" for a first event cut after its "."
+    if ends_early:  # "invalid number" for a first event cut after its "."
         message = "Input data was truncated"
     raise TraceError(source, f"not valid JSON ({_in_file(_first_line(message), place)})") from None
 
@@ -418,7 +419,7 @@ def _cut_warning(cut: Cut, data: bytes, place: _Place) -> str:
     if cut.lost_key is not None:
         key = f' "{cut.lost_key}"' if cut.lost_key else ""
         return (
-            f"the file ends in its top-level key{key}, after the events (truncated?): read all its"
+            f"the file ends in its top-level key{key}, after the events {CUT_MARK}: read all its"
             " events, not that key"
         )
     content = data.rstrip(_TAIL_FILL)
@@ -427,11 +428,11 @@ def _cut_warning(cut: Cut, data: bytes, place: _Place) -> str:
     if cut.kept >= len(content):
         # it ends right after an event's "}": whether more events were to follow, nobody knows
         return (
-            f"the file ends after an event, before the event list's end (truncated?): read every event in its"
+            f"the file ends after an event, before the event list's end {CUT_MARK}: read every event in its"
             f" {place.size:,} bytes, but more may have followed"
         )
     return (
-        f"the file ends mid-event (truncated?): read the events in its first {cut.kept + place.shift:,}"
+        f"the file ends mid-event {CUT_MARK}: read the events in its first {cut.kept + place.shift:,}"
         f" of {place.size:,} bytes"
     )
 
@@ -496,8 +497,9 @@ def _scanned_batches(
     batch; if the scanner declines anything in them (a value outside the exactly-typed subset
     it handles, such as a duration written as a string), msgspec reads the whole file instead,
     with its repairs, unless its only fault is that it ends early (``_scan_cut_short``: then
-    it is scanned cut after its last complete event, ~4x faster than msgspec's path). Larger files are scanned in pieces, each made into its tables
-    (``finish``) on the thread that scanned it; a declined piece is decoded by msgspec alone.
+    it is scanned cut after its last complete event, ~4x faster than msgspec's path). Larger
+    files are scanned in pieces, each made into its tables (``finish``) on the thread that
+    scanned it; a declined piece is decoded by msgspec alone.
     ``scanned``: a scan of ``data`` already made (``files.Prefetch``), used when it is the one
     this text calls for.
     """
@@ -1045,7 +1047,7 @@ def _build(
     ev, memory, flow_df = derive(ev, memory, flow_df)
     return_free_memory()  # derive's temporaries (24 MB of 366k events' RSS after the read)
     _check_clocks(ev, warnings)
-    if any(CUT_MARK in w for w in warnings):
+    if said_cut(warnings):
         cut_before_device_work(ev, meta, warnings)
     timings.mark("derive")
     if warnings:

@@ -98,5 +98,8 @@ const TorchscopePage = (() => {
   /** @returns {Obj | null} */
   const accuracy = () => state.payload.accuracy || (report() || {}).accuracy || null;
 
-  return { state, run, report, rep, UNITS, START, col, nameCol, generic, reportPart, recCard, warningsBox, drillRows, drillTable, accuracy };
+  /** A report's step row by its number, or "first–last" for a row that stands for a run of
+   * consecutive steps (above the report's MAX_STEP_ROWS). @param {Record<string, any>} x */
+  const stepLabel = (x) => ((x.steps || 1) > 1 ? `${x.step}–${x.last_step}` : x.step);
+  return { state, run, report, rep, UNITS, START, col, nameCol, generic, reportPart, recCard, warningsBox, drillRows, drillTable, accuracy, stepLabel };
 })();

@@ -6,7 +6,7 @@ const viewDistributed = (() => {
   const { none, fmtUs } = TorchscopeFormat;
   const { h, empty } = TorchscopeDom;
   const { table } = TorchscopeTable;
-  const { report, rep, col, nameCol, generic } = TorchscopePage;
+  const { report, rep, col, nameCol, generic, stepLabel } = TorchscopePage;
   const { stackedBars } = TorchscopePlots;
   function viewDistributed() {
     const R = report() || {}, d = R.distributed;
@@ -17,7 +17,7 @@ const viewDistributed = (() => {
       const steps = rep().steps || [];
       if (!steps.some((/** @type {Obj} */ x) => x.comm_overlap_us.communication_us)) return [...out, empty("One trace without communication; no per-rank data.")];
       out.push(h("h3", {}, "Computation and communication per step"));
-      out.push(stackedBars(steps.map((/** @type {Obj} */ x) => ({ step: (x.steps || 1) > 1 ? `${x.step}–${x.last_step}` : x.step, ...x.comm_overlap_us })), ["computation_us", "communication_us", "overlap_us", "other_us"], "step", { id: "dist-chart", fmt: fmtUs }));
+      out.push(stackedBars(steps.map((/** @type {Obj} */ x) => ({ step: stepLabel(x), ...x.comm_overlap_us })), ["computation_us", "communication_us", "overlap_us", "other_us"], "step", { id: "dist-chart", fmt: fmtUs }));
       return out;
     }
     out.push(stackedBars(d.ranks.map((/** @type {Obj} */ x) => ({ ...x, run: x.rank })), ["computation_us", "communication_us"], "run", { id: "dist-chart", fmt: fmtUs }));

@@ -6,7 +6,7 @@ const viewOverview = (() => {
   const { none, fmtUs, fmtNs, fmtPct, fmtCount, fmt } = TorchscopeFormat;
   const { h, card, empty } = TorchscopeDom;
   const { table } = TorchscopeTable;
-  const { state, report, rep, col, nameCol, generic, recCard, warningsBox } = TorchscopePage;
+  const { state, report, rep, col, nameCol, generic, recCard, warningsBox, stepLabel } = TorchscopePage;
   const { stackedBars } = TorchscopePlots;
   const DEVICE_CATS = ["Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other"];
   const HOST_CATS = ["Operators", "Communication", "DataLoader", "Optimizer", "Python outside ops", "Other"];
@@ -33,15 +33,14 @@ const viewOverview = (() => {
       out.push(h("h3", {}, hasDevice ? "Step time breakdown" : "Step time breakdown (host)"));
       // above MAX_STEP_ROWS steps a row is a run of consecutive steps (their means): "1000–1099"
       const grouped = steps.some((/** @type {Obj} */ x) => (x.steps || 1) > 1);
-      const label = (/** @type {Obj} */ x) => ((x.steps || 1) > 1 ? `${x.step}–${x.last_step}` : x.step);
       if (grouped) out.push(h("p", { class: "muted", "data-testid": "steps-grouped" }, `${fmtCount(steps.length)} runs of consecutive steps, each bar their mean step.`));
-      out.push(stackedBars(steps.map((/** @type {Obj} */ x) => ({ step: label(x), ...x[part] })), cats, "step", { id: "step-chart", fmt: fmtUs }));
+      out.push(stackedBars(steps.map((/** @type {Obj} */ x) => ({ step: stepLabel(x), ...x[part] })), cats, "step", { id: "step-chart", fmt: fmtUs }));
       const avg = r[part] || {};
       out.push(table([nameCol("cat", "category"), { key: "us", label: "avg per step", num: true, fmt: fmtUs }, { key: "pct", label: "share", num: true, fmt: fmtPct }],
         cats.map((c) => ({ cat: c, us: avg[c] || 0, pct: avg.Total ? (100 * (avg[c] || 0)) / avg.Total : null })), { id: "breakdown-table" }));
       if (m.steps_from_trace) {
         out.push(h("h3", {}, "Steps (start: time since the trace's first event)"));
-        const rows = steps.map((/** @type {Obj} */ x) => ({ ...x, step: label(x) }));
+        const rows = steps.map((/** @type {Obj} */ x) => ({ ...x, step: stepLabel(x) }));
         out.push(table([col("step", grouped ? "steps" : "step"), col("start_us", "start"), col("dur_us", grouped ? "mean duration" : "duration")], rows, { id: "steps-table" }));
       }
     } else out.push(empty("No step information in this trace."));

@@ -6,7 +6,7 @@ const viewTimeline = (() => {
   const { fmtNs, fmtBytes, none } = TorchscopeFormat;
   const { COLORS, h, empty } = TorchscopeDom;
   const { table } = TorchscopeTable;
-  const { run, rep, START } = TorchscopePage;
+  const { run, rep, START, stepLabel } = TorchscopePage;
   // -- timeline: timeline.js draws it; the page gives it the report's steps and the memory curves
   function viewTimeline() {
     /** @type {TimelineData | undefined} */
@@ -15,7 +15,7 @@ const viewTimeline = (() => {
     // a trace whose first event is at timestamp 0 (as generated traces are) has its start
     const start = none((rep().meta || {}).start_us) ? null : START();
     // a row for a run of consecutive steps (above MAX_STEP_ROWS) spans all of them
-    const steps = (rep().steps || []).map((/** @type {Obj} */ x) => ({ step: (x.steps || 1) > 1 ? `${x.step}–${x.last_step}` : x.step, start_ns: x.start_us * 1000 - t.t0_ns, dur_ns: ((x.steps || 1) > 1 ? x.end_us - x.start_us : x.dur_us) * 1000 }));
+    const steps = (rep().steps || []).map((/** @type {Obj} */ x) => ({ step: stepLabel(x), start_ns: x.start_us * 1000 - t.t0_ns, dur_ns: ((x.steps || 1) > 1 ? x.end_us - x.start_us : x.dur_us) * 1000 }));
     if (start === null) steps.length = 0; // steps' timestamps need the trace's start
     const counters = (run().memory_curves || []).map((/** @type {Obj} */ c) => ({ name: `${c.device} allocated`, offset_us: c.allocated.offset_us, bytes: c.allocated.bytes }));
     const body = TorchscopeTimeline.view(t, { fmtNs, fmtBytes, steps, counters, colors: COLORS, tip: /** @type {HTMLElement} */ (document.querySelector("#tip")),
