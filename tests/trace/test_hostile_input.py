@@ -98,6 +98,8 @@ def test_a_damaged_name_keeps_every_event(
         (b"Infinity", "read 3 NaN"),
         (b"-Infinity", "read 3 NaN"),
         (b"1E400", "read 3 NaN"),
+        (b"inf", "read 3 NaN"),  # C++ streams, as Kineto's writer (pytorch/kineto#105)
+        (b"-nan", "read 3 NaN"),
     ],
 )
 def test_nan_infinity_and_overflowing_numbers_become_null(
@@ -122,6 +124,32 @@ def test_nan_infinity_and_overflowing_numbers_become_null(
     assert int((got.events["dur_ns"] != expected["dur_ns"]).sum()) <= 3
     assert any(warning in w and "as null" in w for w in got.meta.warnings), got.meta.warnings
     assert any("no usable 'dur'" in w for w in got.meta.warnings)
+
+
+@pytest.mark.parametrize("literal", [b"inf", b"NaN", b"-nan", b"-Infinity"])
+def test_kineto_writing_inf_for_a_bandwidth_reads_as_fast_as_a_clean_file(
+    original: tuple[bytes, pl.DataFrame], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, literal: bytes
+) -> None:
+    """Kineto wrote ``"memory bandwidth (GB/s)": inf`` for a memcpy of zero duration
+    (pytorch/kineto#105); json.load and the TensorBoard plugin failed on the whole file, and
+    so did we ("not valid JSON"). An unmodelled value: every event is read exactly as in the
+    clean file, with one warning, and by the scanner (the decoder's repairs were ~4x slower
+    and twice the memory on a 35 MB trace)."""
+    from torchscope.trace import reader
+
+    text, expected = original
+    damaged, n = re.subn(rb'("memory bandwidth \(GB/s\)": )[0-9.eE+-]+', rb"\1" + literal, text, count=5)
+    assert n == 5
+    path = tmp_path / "inf.json"
+    path.write_bytes(damaged)
+
+    def no_repairs(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the scanner declined the file")
+
+    monkeypatch.setattr(reader, "_decode", no_repairs)
+    got = read_chrome(path)
+    assert got.events.equals(expected)
+    assert got.meta.warnings == ("read 5 NaN, Infinity or out-of-range numbers as null",)
 
 
 def test_a_string_that_looks_like_nan_is_left_alone(tmp_path: Path) -> None:

@@ -301,6 +301,37 @@ def test_buffer_layout_marks_missing_values() -> None:
     assert got["name"] is None and got["blocks_per_sm"] is None and got["input_dims"] is None
 
 
+def test_nonfinite_numbers_are_missing_and_counted() -> None:
+    """NaN and Infinity (Python's json), inf and nan (C++ streams: Kineto wrote a memcpy's
+    ``"memory bandwidth (GB/s)": inf``) are read where a number goes: a modelled field is
+    missing, as null is, an unmodelled one skipped, and the result counts every one, for the
+    reader's warning. A file holding one was refused (inf) or read ~4x slower (NaN)."""
+    body = (
+        b'{"ph": "X", "ts": NaN, "dur": -Infinity, "pid": nan, "tid": 1,'
+        b' "args": {"memory bandwidth (GB/s)": inf, "est. achieved occupancy %": -nan, "x": [1, -inf]}},'
+        b' {"ph": "X", "ts": 2, "dur": 3, "pid": 1, "tid": 1, "args": {"External id": Infinity}}'
+    )
+    got = _scan.scan_events(body, 0, len(body))
+    assert got is not None and got["n"] == 2 and got["nonfinite"] == 7
+
+    def arr(buf: bytes, dtype: type) -> list[Any]:
+        return np.frombuffer(buf, dtype).tolist()
+
+    assert arr(got["ts"][2], np.uint8) == [0, 1] and arr(got["dur"][2], np.uint8) == [0, 1]
+    assert arr(got["pid"][1], np.uint8) == [0, 1]
+    assert got["occupancy_pct"] is None and got["external_id"] is None  # no event has one
+    clean = b'{"ph": "X", "ts": 2, "dur": 3}'
+    assert "nonfinite" not in _scan.scan_events(clean, 0, len(clean))
+
+
+def test_nonfinite_numbers_outside_the_events_decline_the_document() -> None:
+    """Top-level values are decoded by msgspec after the scan: one with NaN sends the whole
+    document to the decoder that repairs it."""
+    assert _scan.scan_trace(b'{"traceEvents": [], "deviceProperties": [{"x": NaN}]}') is None
+    got = _scan.scan_trace(b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": nan}], "a": 1}')
+    assert got is not None and got[1]["nonfinite"] == 1
+
+
 def test_threads_scan_the_same_columns(traces_dir: Path) -> None:
     """The scan runs without the GIL (the loader reads ranks in threads): no shared state."""
     data = _read(traces_dir / "cuda" / "nccl_rank0_of_2.json.gz")
@@ -414,6 +445,12 @@ def test_accepted_edges_agree(body: bytes) -> None:
         b'{"zz": ' + b"[" * 300 + b"]" * 300 + b"}",
         b'{"ts": 01}',
         b'{"ts": 1.}',
+        b'{"name": NaN}',  # text: the decoder's repair makes it null, which msgspec refuses
+        b'{"ph": inf}',
+        b'{"args": {"Input Dims": [[NaN]]}}',  # kept verbatim: its text must be the repaired one
+        b'{"ts": Inf}',
+        b'{"ts": infinity}',
+        b'{"ts": +inf}',
     ],
 )
 def test_declines(body: bytes) -> None:

@@ -656,11 +656,39 @@ static inline int is_null(Ptr p, Ptr end)
     return end - p >= 4 && memcmp(p, "null", 4) == 0;
 }
 
+/* A number JSON has no word for, as writers put it where a number goes: Python's json
+ * (NaN, Infinity, -Infinity) and C++ streams and fmt, which Kineto's writer used (inf, -inf,
+ * nan, -nan: "memory bandwidth (GB/s)": inf, for a memcpy of zero duration). The position
+ * after it, or NULL. The reader takes each as null and says how many, as json_repair does
+ * for the decoder that reads what the scanner declines. */
+static Ptr nonfinite_token(Ptr p, Ptr end)
+{
+    static const char *const words[] = {"NaN", "Infinity", "nan", "inf"};
+    if (p < end && *p == '-')
+        p++;
+    for (int i = 0; i < 4; i++) {
+        size_t n = strlen(words[i]);
+        if ((size_t)(end - p) >= n && memcmp(p, words[i], n) == 0)
+            return p + n;
+    }
+    return NULL;
+}
+
+static Ptr skip_value_counting(Ptr p, Ptr end, int depth, size_t *nonfinite);
+
 /* Validates any JSON value at p (already past whitespace) nested `depth` containers deep;
  * returns the position after it, or NULL (invalid, or nested deeper than MAX_DEPTH). */
 static Ptr skip_value(Ptr p, Ptr end, int depth)
 {
+    return skip_value_counting(p, end, depth, NULL);
+}
+
+/* skip_value that also takes the words of nonfinite_token for numbers, counting them in
+ * `*nonfinite`; with NULL, it refuses them as skip_value does. */
+static Ptr skip_value_counting(Ptr p, Ptr end, int depth, size_t *nonfinite)
+{
     int escaped;
+    Ptr q;
     if (p >= end)
         return NULL;
     switch (*p) {
@@ -684,7 +712,7 @@ static Ptr skip_value(Ptr p, Ptr end, int depth)
                     return NULL;
                 p = skip_ws(p + 1, end);
             }
-            if (!(p = skip_value(p, end, depth + 1)))
+            if (!(p = skip_value_counting(p, end, depth + 1, nonfinite)))
                 return NULL;
             p = skip_ws(p, end);
             if (p < end && *p == close)
@@ -697,8 +725,16 @@ static Ptr skip_value(Ptr p, Ptr end, int depth)
     case 't':
     case 'f':
     case 'n':
+        if (nonfinite && *p == 'n' && (q = nonfinite_token(p, end))) {
+            ++*nonfinite;
+            return q;
+        }
         return scan_literal(p, end);
     default:
+        if (nonfinite && (q = nonfinite_token(p, end))) {
+            ++*nonfinite;
+            return q;
+        }
         return skip_number(p, end);
     }
 }
@@ -877,6 +913,7 @@ typedef struct {
     int nested;     /* scanning inside the document: the events end at the array's ']' */
     Ptr close;      /* nested: where that ']' is */
     Ptr released;   /* release_pages: the text before this is no longer mapped in */
+    size_t nonfinite; /* NaN, inf, ... read as missing (nonfinite_token) */
 } Scanner;
 
 /* Rows [from, to) of a column set to "missing"; rows with a value overwrite it later. */
@@ -1111,11 +1148,14 @@ static Ptr field_value(Scanner *s, int col, Ptr p, int depth)
     Column *c;
     Num num;
     int escaped;
+    Ptr q;
 
     if (p >= end)
         return decline(s);
     if (kind == K_RAW) {
-        Ptr q = skip_value(p, end, depth);
+        /* verbatim text: one holding NaN is declined, so that its text reads as the decoder's
+         * (which has it null) */
+        q = skip_value(p, end, depth);
         if (!q || !(c = column_for(s, col)))
             return decline(s);
         int added;
@@ -1127,6 +1167,10 @@ static Ptr field_value(Scanner *s, int col, Ptr p, int depth)
         c->codes[r] = code;
         return q;
     }
+    if (kind != K_STR && (q = nonfinite_token(p, end))) {
+        s->nonfinite++; /* missing, as null */
+        return q;
+    }
     if (*p == 'n') {
         /* null is "missing", except for ph, which msgspec types as a plain str */
         if (col == C_PH || !is_null(p, end))
@@ -1136,7 +1180,7 @@ static Ptr field_value(Scanner *s, int col, Ptr p, int depth)
     if (*p == '"') {
         if (kind != K_STR && kind != K_INTSTR)
             return decline(s);
-        Ptr q = scan_string(p + 1, end, &escaped);
+        q = scan_string(p + 1, end, &escaped);
         if (!q || !(c = column_for(s, col)))
             return decline(s);
         int32_t code = intern_string(s, c, p + 1, q - 1, escaped);
@@ -1204,7 +1248,7 @@ static Ptr scan_object(Scanner *s, Ptr p, int depth, const KeyIndex *index)
             return decline(s);
         p = skip_ws(p + 1, end);
         if (k < 0) {
-            p = skip_value(p, end, depth);
+            p = skip_value_counting(p, end, depth, &s->nonfinite);
         } else {
             if (seen & ((uint64_t)1 << k))
                 return decline(s); /* a duplicate modelled key */
@@ -1510,6 +1554,11 @@ static PyObject *build_result(Scanner *s)
     if (!n || PyDict_SetItemString(out, "n", n) < 0)
         goto error;
     Py_CLEAR(n);
+    if (s->nonfinite) {
+        if (!(n = PyLong_FromSize_t(s->nonfinite)) || PyDict_SetItemString(out, "nonfinite", n) < 0)
+            goto error;
+        Py_CLEAR(n);
+    }
     for (int col = 0; col < NCOLS; col++) {
         Column *c = &s->cols[col];
         PyObject *v;
@@ -1618,8 +1667,9 @@ static Ptr skip_events(DocScan *d, Ptr p, Ptr end)
     p = skip_ws(p + 1, end);
     if (p < end && *p == ']')
         return p + 1;
+    size_t nonfinite = 0; /* the pieces' scans count them */
     for (;;) {
-        if (!(p = skip_value(p, end, 2)))
+        if (!(p = skip_value_counting(p, end, 2, &nonfinite)))
             return NULL;
         release_behind(&d->released, p, 0);
         p = skip_ws(p, end);
@@ -1984,7 +2034,8 @@ static PyObject *value_end(PyObject *self, PyObject *args)
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     Ptr base = (Ptr)view.buf;
-    Ptr end = at >= 0 && at < view.len ? skip_value(base + at, base + view.len, 2) : NULL;
+    size_t nonfinite = 0; /* what the text says is decoded with json_repair's repairs */
+    Ptr end = at >= 0 && at < view.len ? skip_value_counting(base + at, base + view.len, 2, &nonfinite) : NULL;
     PyBuffer_Release(&view);
     if (!end)
         return PyErr_Format(PyExc_ValueError, "value_end: no JSON value at %zd", at);

@@ -41,6 +41,7 @@ import polars as pl
 
 from torchscope.trace import dialect
 from torchscope.trace.events import EMPTY_ARGS, Event
+from torchscope.trace.json_repair import nonfinite_note
 
 INT_ARGS = (
     "external_id",
@@ -236,9 +237,8 @@ def from_events(events: list[Event], warnings: list[str] | None = None) -> pl.Da
     for c in NUMBERS:
         cols[c], cols[f"{c}_int"], cols[f"{c}_exact_ns"], k = _number(_col(events, c))
         overflowed += k
-    if overflowed and warnings is not None:
-        k = overflowed
-        warnings.append(f"read {k:,} NaN, Infinity or out-of-range number{'s' if k != 1 else ''} as null")
+    if (note := nonfinite_note(overflowed)) and warnings is not None:
+        warnings.append(note)
     given = _col(events, "args")
     cols["args_at"] = pl.Series([None if a is None else -1 for a in given], dtype=pl.Int64)
     args = [EMPTY_ARGS if a is None else a for a in given]
@@ -301,13 +301,16 @@ def _texts(codes: bytes, uniques: list[str], dtype: type[pl.DataType] = pl.Strin
     return pl.Series(uniques + [None], dtype=pl.String).cast(dtype).gather(idx)
 
 
-def from_scan(result: dict[str, Any], args_shift: int = 0) -> pl.DataFrame:
+def from_scan(result: dict[str, Any], args_shift: int = 0, warnings: list[str] | None = None) -> pl.DataFrame:
     """The batch of events the C scanner read (``_scan.scan_events``' dict of buffers).
 
     Consumes ``result``: each buffer is popped as it is converted, so that it can be freed.
     ``args_shift``: added to ``args_at``, for events scanned from a text that is not the file's
     (a piece given a head of its own: its offsets must count from the file's start).
+    ``warnings`` gets how many numbers the scanner read as null (NaN, inf: ``nonfinite``).
     """
+    if (note := nonfinite_note(result.pop("nonfinite", 0))) and warnings is not None:
+        warnings.append(note)
     n = int(result.pop("n"))
     cols: dict[str, pl.Series] = {}
     for name in TEXT + RAW_ARGS:

@@ -222,10 +222,10 @@ _STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
 # punctuation, true/false/null) in one match, so that the Python callback runs once per run of
 # them rather than once per string (bounded, because the regex engine keeps state per repeat).
 _CLEAN_RUN = (
-    rb'(?:"[^"\\\x00-\x1f]*(?:\\.[^"\\\x00-\x1f]*)*"|[^"NI0-9-]+'
+    rb'(?:"[^"\\\x00-\x1f]*(?:\\.[^"\\\x00-\x1f]*)*"|null|[^"NIin0-9-]+'
     rb"|-?[0-9]{1,299}(?:\.[0-9]+)?(?:[eE][+-]?[0-9]{1,2})?(?![0-9.eE])){1,4096}"
 )
-_BAD_NUMBER = rb"-?Infinity|NaN|-?(?:\d{300,}(?:\.\d+)?(?:[eE][+-]?\d+)?|\d+(?:\.\d+)?[eE][+-]?\d{3,})"
+_BAD_NUMBER = rb"-?(?:Infinity|NaN|inf|nan)|-?(?:\d{300,}(?:\.\d+)?(?:[eE][+-]?\d+)?|\d+(?:\.\d+)?[eE][+-]?\d{3,})"
 _VALUES = re.compile(rb"(" + _CLEAN_RUN + rb")|(" + _STRING + rb")|" + _BAD_NUMBER, re.DOTALL)
 _NESTING = re.compile(rb"(" + _STRING + rb")|[\[{]|[\]}]", re.DOTALL)
 _RAW_CONTROL = re.compile(rb"[\x00-\x1f]")
@@ -268,6 +268,14 @@ def replace_lone_surrogates(text: bytes) -> tuple[bytes, str | None]:
     )
 
 
+def nonfinite_note(count: int) -> str | None:
+    """The warning for ``count`` numbers read as null (NaN, inf, 1E400); None for none. One
+    wording for every decoder that reads them (the repairs below, the scanner, msgspec's)."""
+    if not count:
+        return None
+    return f"read {count:,} NaN, Infinity or out-of-range number{'s' if count != 1 else ''} as null"
+
+
 def repair_values(text: bytes) -> tuple[bytes, list[str]]:
     """``text`` with what JSON does not allow but writers emit made into JSON: ``NaN`` and
     ``Infinity`` (Python's ``json.dump`` writes them by default) and numbers too large for a
@@ -285,17 +293,13 @@ def repair_values(text: bytes) -> tuple[bytes, list[str]]:
             controls += 1
             return _RAW_CONTROL.sub(lambda c: b"\\u%04x" % c.group(0)[0], m.group(2))
         token = m.group(0)
-        if token[-1:] != b"N" and token[-1:] != b"y" and _finite(token):
+        if token[-1:] not in (b"N", b"y", b"f", b"n") and _finite(token):
             return token  # 1E-400 (zero) or 1E300: a number a double holds
         numbers += 1
         return b"null"
 
     fixed = _VALUES.sub(fix, text)
-    notes = []
-    if numbers:
-        notes.append(
-            f"read {numbers:,} NaN, Infinity or out-of-range number{'s' if numbers != 1 else ''} as null"
-        )
+    notes = [note] if (note := nonfinite_note(numbers)) else []
     if controls:
         notes.append(f"escaped raw control characters in {controls:,} string{'s' if controls != 1 else ''}")
     return (fixed, notes) if notes else (text, [])

@@ -525,7 +525,7 @@ def _scanned_batches(
                 warnings.append(note)
         (_, _, keys), columns = whole
         _top_values(text, keys, top, source, warnings)
-        return iter([raw.from_scan(columns)])
+        return iter([raw.from_scan(columns, warnings=warnings)])
     # a live cycle's map has its pages unmapped behind each scan (``OwnedMap``): the pieces map
     # them in again, one by one
     doc = done if kind == "document" else _scan.scan_document(data, release_pages=isinstance(data, OwnedMap))
@@ -589,7 +589,7 @@ def _scanned_tail(
     _top_values(text, keys, top, source, warnings)
     if note is not None:
         warnings.append(note)
-    return finish(raw.from_scan(columns, args_shift=place.shift))
+    return _scanned_part(columns, finish, place.shift)
 
 
 def _scan_cut_short(text: bytes, place: _Place, *, refused: bool = False) -> tuple[Any, bytes, str | None] | None:
@@ -657,7 +657,7 @@ def _followed_batches(
     rest = followed[2]
     batches = [(got, 0) for got in scanned] + [(tail_columns, rest - len(_LIST_HEAD))]
     del whole, tail_columns, scanned
-    return _ahead(batches, lambda batch: finish(raw.from_scan(*batch)))
+    return _ahead(batches, lambda batch: _scanned_part(batch[0], finish, batch[1]))
 
 
 def followed_document(data: Text, followed: Followed) -> tuple[Any, Any, list[dict[str, Any]]] | None:
@@ -711,7 +711,17 @@ def _scan_piece(data: Text, begin: int, end: int, finish: Callable[[pl.DataFrame
     """One piece scanned and made into its tables (None: the scanner declined it). Runs on a
     worker thread: the scan releases the GIL, and so does most of the columnar work."""
     got = _scan.scan_events(data, begin, end, release_pages=isinstance(data, OwnedMap))
-    return None if got is None else finish(raw.from_scan(got))  # which empties ``got``
+    return None if got is None else _scanned_part(got, finish)
+
+
+def _scanned_part(got: dict[str, Any], finish: Callable[[pl.DataFrame], _Part], args_shift: int = 0) -> _Part:
+    """A scan's events made into their tables (``got`` is emptied as it is read); what the
+    scan said (numbers read as null) is the part's own warning, so that parts built on
+    several threads report in file order."""
+    said: list[str] = []
+    part = finish(raw.from_scan(got, args_shift, said))
+    part.warnings[:0] = said  # first, as the decoder's repairs say theirs before the columns'
+    return part
 
 
 def _scan_pieces(
