@@ -485,18 +485,21 @@ def test_a_cycle_without_device_work_is_reduced_in_the_runs_categories() -> None
 def pools_of_two_cores(tmp_path: Path, traces_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[int]]:
     """A copy of ``multirank/`` and the sizes of the worker pools started, on a machine of 2
     cores (``default_workers``), whatever this one has."""
+    import concurrent.futures
+
     from torchscope.job import engine
 
     root = tmp_path / "job"
     shutil.copytree(traces_dir / "multirank", root)
     pools: list[int] = []
-    real_pool = engine.ProcessPoolExecutor
+    real_pool = concurrent.futures.ProcessPoolExecutor
 
     def counting_pool(n: int, **kw: object) -> object:
         pools.append(n)
         return real_pool(n, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(engine, "ProcessPoolExecutor", counting_pool)
+    # the engine imports the pool when it starts one (not at import: ``report`` of one file)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", counting_pool)
     monkeypatch.setattr(engine, "default_workers", lambda: 2)
     return root, pools
 

@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import re
-import secrets
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -153,7 +152,7 @@ def exact_json(data: Any) -> str:
     quoted text is replaced by the exact number, so no string in the data can pose as one."""
     from torchscope.analysis.report_model import Us
 
-    token = f"us-{secrets.token_hex(8)}:"
+    token = f"us-{os.urandom(8).hex()}:"  # secrets.token_hex without importing secrets
     exact: list[str] = []
 
     def swap(value: Any) -> Any:

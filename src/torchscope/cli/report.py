@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import webbrowser
 from pathlib import Path
 
 from torchscope.analysis import keys as K
@@ -61,15 +60,14 @@ class ReportCommand:
             raise UsageError("--html needs a file name")
         if args.html:
             html_target(args.html, args.path)  # never the input itself: refused before any work
+        early = read_early(args.path)  # a file inflates while the modules below import
         from torchscope.job.engine import parse_engine
 
         try:  # checked for a single file too, where it is unused: a typo is said at once
             parse_engine(args.engine)
         except ValueError as exc:
             raise UsageError(f"--engine {args.engine}: {exc}") from None
-        early = read_early(args.path)  # a file inflates while the analysis modules below import
         from torchscope.job.cli import job_directory, report_job
-        from torchscope.render.html import write_html
         from torchscope.render.payload import build_payload
 
         found = job_directory(args.path)
@@ -82,6 +80,8 @@ class ReportCommand:
             payload = build_payload(subject, views=want_html)
         html_path: Path | None = None
         if want_html:
+            from torchscope.render.html import write_html  # not for --json alone
+
             html_path = Path(args.html) if args.html else Path(f"{payload['title']}.torchscope.html")
             with progress("writing the dashboard"):
                 write_html(payload, html_path)
@@ -96,6 +96,8 @@ class ReportCommand:
             if html_path is not None:
                 console.print(f"dashboard: {html_path}")
         if args.open and html_path is not None:
+            import webbrowser  # only with --open: ~3 ms of imports otherwise
+
             webbrowser.open(html_path.resolve().as_uri())
         return EXIT_OK
 

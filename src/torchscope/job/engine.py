@@ -8,10 +8,8 @@ engine ran. No scheduler of our own: the process pool and Ray decide where and w
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, NamedTuple
 
 from torchscope.errors import TraceError
@@ -109,6 +107,11 @@ def run_local(
             if on_done:
                 on_done(t)
         return out
+    # here, not at the top: every ``report`` checks ``--engine`` (``parse_engine``) before its
+    # read, and a single file's report never starts a pool (~5 ms of imports)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     results: dict[int, dict[str, Any]] = {}
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(summarize_rank, t): i for i, t in enumerate(tasks)}
