@@ -61,6 +61,33 @@ def test_a_damaged_file_gives_the_same_warnings_through_load(tmp_path: Path) -> 
     assert any("the gzip stream is truncated" in w for w in early.meta.warnings)
 
 
+@pytest.mark.parametrize("fraction", [0.5, 0.999])
+def test_a_file_cut_short_is_cut_and_scanned_on_the_early_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fraction: float
+) -> None:
+    """A file cut short (a killed process) is cut after its last event and scanned beside the
+    imports; the reader takes that scan as it is: the same Trace and warnings as a direct read,
+    and no second cut on the caller's thread."""
+    from torchscope.trace import reader
+
+    text = gzip.decompress(SMALL.read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text[: int(len(text) * fraction)])
+    early = prefetch(cut)
+    assert early is not None
+    early.take()
+    assert early.scanned is not None and early.scanned[0] == "cut short"
+    direct = read_chrome(cut)
+
+    def again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the reader cut the file again")
+
+    monkeypatch.setattr(reader, "scan_cut_short", again)
+    got = torchscope.load(cut)
+    assert got.equals(direct) and got.meta == direct.meta
+    assert any("the file ends mid-event (truncated?)" in w for w in got.meta.warnings)
+
+
 def test_an_unreadable_file_is_the_same_one_line_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(b"\x1f\x8b" + b"\x00" * 40)  # gzip magic, nothing that inflates

@@ -497,12 +497,36 @@ def folded_stacks(trace: Trace) -> list[tuple[str, int]]:
     pos = {int(i): k for k, i in enumerate(ids.tolist())}
     parent = ev["parent"].fill_null(-1).to_list()
     names = [n.replace(";", ":") for n in ev["name"].cast(pl.String).fill_null("?").to_list()]
-    self_ns = ev["self_ns"].fill_null(0).to_numpy()
     tid = ev["tid"].to_list()
-    paths: list[str] = [""] * ev.height
+    # each event's call path as a node of a tree of paths ((parent node, name) -> node), so
+    # that memory follows the distinct paths, not the events times their depth: a path string
+    # per event held a 40,000-deep recursion's 800 million frames at once
+    node_of: dict[tuple[int, str], int] = {}
+    up_of: list[int] = []
+    name_of: list[str] = []
+    node = np.empty(ev.height, np.int64)
     for k in range(ev.height):  # rows are sorted by start: a parent precedes its children
         up = pos.get(parent[k], -1) if parent[k] is not None and parent[k] >= 0 else -1
-        paths[k] = (paths[up] if up >= 0 else f"thread {tid[k]}") + ";" + names[k]
-    frame = pl.DataFrame({"path": paths, "self_ns": self_ns.astype(np.int64)})
-    agg = frame.group_by("path").agg(pl.col("self_ns").sum()).sort("path")
-    return [(p, int(ns // 1000)) for p, ns in agg.iter_rows() if ns >= 1000]
+        key = (int(node[up]), names[k]) if up >= 0 else (-1, f"thread {tid[k]};{names[k]}")
+        found = node_of.get(key)
+        if found is None:
+            found = node_of[key] = len(up_of)
+            up_of.append(key[0])
+            name_of.append(key[1])
+        node[k] = found
+    self_ns = np.zeros(len(up_of), np.int64)
+    np.add.at(self_ns, node, ev["self_ns"].fill_null(0).to_numpy().astype(np.int64))
+    paths: dict[int, str] = {}
+
+    def path(n: int) -> str:  # iterative: a recursion 40,000 frames deep is a real trace
+        chain = []
+        while n >= 0 and n not in paths:
+            chain.append(n)
+            n = up_of[n]
+        text = paths.get(n, "")
+        for m in reversed(chain):
+            text = paths[m] = f"{text};{name_of[m]}" if text else name_of[m]
+        return text
+
+    # only the paths written (1 us of self time or more) and their ancestors are spelled out
+    return sorted((path(n), int(ns // 1000)) for n, ns in enumerate(self_ns.tolist()) if ns >= 1000)

@@ -13,14 +13,7 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.trace.model import TraceMeta
-
-# every warning of a file cut short says so with this, and a cut trace is checked for what it lost
-CUT_MARK = "(truncated?)"
-
-
-def said_cut(warnings: tuple[str, ...] | list[str]) -> bool:
-    """Whether a reader's warnings say it cut the file short."""
-    return any(CUT_MARK in w for w in warnings)
+from torchscope.trace.short import said_cut
 
 
 def was_cut(meta: TraceMeta) -> bool:

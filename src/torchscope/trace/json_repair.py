@@ -127,8 +127,8 @@ def cut_after_last_event(
     # cut after the last event's "}" or the list's "]": only the closing brackets are missing
     stripped = text.rstrip()
     for tail in (close, close[1:]) if stripped[-1:] in (b"}", b"]") else ():
-        if tail and is_document(stripped + tail):
-            return Cut(stripped + tail, len(stripped))
+        if tail and is_document(candidate := stripped + tail):
+            return Cut(candidate, len(stripped))
     if not bare:
         after_list = _cut_after_list(text, tries, is_document, events_key)
         if after_list is not None:
@@ -141,10 +141,16 @@ def cut_after_last_event(
         end = k
         if _KEY_AHEAD.match(text, k + 2):
             continue  # '}, "key": ...': inside an event's args, not between list entries
-        candidate = text[: k + 1] + close
+        candidate = _closed(text, k + 1, close)
         if is_document(candidate):
             return Cut(candidate, k + 1)
     return None
+
+
+def _closed(text: bytes, at: int, close: bytes) -> bytes:
+    """``text[:at] + close`` in one copy (the slice and the sum made two: 70 MB of fresh pages
+    for a 35 MB file, ~20 ms of page faults)."""
+    return b"".join((memoryview(text)[:at], close))
 
 
 def _cut_after_list(text: bytes, tries: int, is_document: Callable[[bytes], bool], events_key: int) -> Cut | None:
@@ -159,10 +165,10 @@ def _cut_after_list(text: bytes, tries: int, is_document: Callable[[bytes], bool
     if not ends:
         return None
     stripped = text.rstrip()
-    if is_document(stripped + b"}"):  # only the closing brace is missing
-        return Cut(stripped + b"}", len(stripped))
+    if is_document(candidate := stripped + b"}"):  # only the closing brace is missing
+        return Cut(candidate, len(stripped))
     for k in reversed(_top_level_commas(text, ends[-1].end() - 1)[-tries:]):
-        candidate = text[:k] + b"}"
+        candidate = _closed(text, k, b"}")
         if is_document(candidate):
             key = _KEY_START.match(text, k + 1)
             return Cut(candidate, k, (key.group(1) or b"").decode("utf-8", "replace") if key else "")

@@ -44,12 +44,11 @@ from torchscope.trace.columns import (
     span_frames,
     threads_frame,
 )
-from torchscope.trace.cut import CUT_MARK, cut_before_device_work, said_cut
+from torchscope.trace.cut import cut_before_device_work
 from torchscope.trace.derive import derive
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
 from torchscope.trace.files import OwnedMap, Prefetch, read_bytes
 from torchscope.trace.json_repair import (
-    Cut,
     cut_after_last_event,
     describe,
     escape_raw_strings,
@@ -66,6 +65,16 @@ from torchscope.trace.schema import (
     MEMORY_SCHEMA,
     THREADS_SCHEMA,
     conform,
+)
+from torchscope.trace.short import (
+    BYTE,
+    REFUSALS,
+    TAIL_FILL,
+    Place,
+    cut_warning,
+    ends_early,
+    said_cut,
+    scan_cut_short,
 )
 
 I64 = npt.NDArray[np.int64]
@@ -89,9 +98,6 @@ _RAW_ARGS_DECODER = msgspec.json.Decoder(list[RawArgsEvent], strict=False)
 _RAW_ARGS_DOC_DECODER = msgspec.json.Decoder(RawArgsDocument, strict=False)
 _ANY_DECODER = msgspec.json.Decoder()
 
-# What a decoder raises on text it refuses: msgspec's DecodeError, UnicodeDecodeError for bytes
-# that are not UTF-8, RecursionError for nesting deeper than Python's stack.
-_REFUSALS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 
 class Timings:
@@ -274,7 +280,7 @@ def _head_keys(data: Text, layout: Layout) -> Document | None | Literal[False]:
         return None
     try:
         head_doc = _DOC_DECODER.decode(data[: start + 1] + b"]}")
-    except (msgspec.ValidationError, *_REFUSALS):
+    except (msgspec.ValidationError, *REFUSALS):
         return False
     return head_doc if head_doc.traceEvents == [] else False
 
@@ -297,7 +303,7 @@ def _decode_tail(
             rest = _top_fields(doc)
     except msgspec.ValidationError:
         rest, events = _lenient(tail, source, warnings, place)
-    except _REFUSALS as exc:
+    except REFUSALS as exc:
         rest, events = _decode(_repaired(tail, source, warnings, exc, place), source, warnings, place)
     del tail
     if head_doc is not None:
@@ -306,39 +312,28 @@ def _decode_tail(
     return events
 
 
-def _tail_text(data: Text, layout: Layout) -> tuple[bytes, _Place]:
+def _tail_text(data: Text, layout: Layout) -> tuple[bytes, Place]:
     """The last piece of a file read in pieces with the rest of the document, as a document of
     its own (the list's head put back), and where it sits in the file."""
     _, cuts, bare = layout
     head = b"[" if bare else b'{"traceEvents":['
-    return head + data[cuts[-1][1] :], _Place(cuts[-1][1] - len(head), len(data))
+    return head + data[cuts[-1][1] :], Place(cuts[-1][1] - len(head), len(data))
 
 
 def _decode_piece(data: Text, lo: int, hi: int, source: str, warnings: list[str]) -> list[Event]:
     """The events of ``data[lo:hi]``, a run of comma-separated events cut from the list."""
     piece = b"[" + data[lo:hi] + b"]"
-    place = _Place(lo - 1, len(data))
+    place = Place(lo - 1, len(data))
     try:
         return _EVENTS_DECODER.decode(piece)
     except msgspec.ValidationError:
         return _lenient(piece, source, warnings, place)[1]
-    except _REFUSALS as exc:
+    except REFUSALS as exc:
         return _decode(_repaired(piece, source, warnings, exc, place), source, warnings, place)[1]
 
 
-@dataclass(frozen=True)
-class _Place:
-    """Where a text made from a piece of the file sits in it: its byte ``i`` is the file's byte
-    ``i + shift`` (negative shifts: the piece was given a ``[`` or ``{"traceEvents":[``), and
-    the file has ``size`` bytes. Warnings give offsets in the file: a 118 MB file cut at 90%
-    said "the first 9,258,590 of 9,258,622 bytes", the numbers of its last ~8 MB piece."""
-
-    shift: int
-    size: int
-
-
 def _repaired(
-    data: bytes, source: str, warnings: list[str], exc: Exception, place: _Place | None = None
+    data: bytes, source: str, warnings: list[str], exc: Exception, place: Place | None = None
 ) -> bytes:
     """``data`` repaired (``json_repair``) for the refusal ``exc``, with a warning that says
     what was changed; the one-line error for ``exc`` when no repair applies. ``place``: where
@@ -371,70 +366,28 @@ def _repaired(
     if values:
         warnings.append(describe(values))
         return fixed
-    ends_early = _ends_early(message, data)
-    if ends_early:
-        cut = cut_after_last_event(data.rstrip(_TAIL_FILL))
+    short = ends_early(message, data)
+    if short:
+        cut = cut_after_last_event(data.rstrip(TAIL_FILL))
         if cut is not None:
-            warnings.append(_cut_warning(cut, data, place or _Place(0, len(data))))
+            warnings.append(cut_warning(cut, data, place or Place(0, len(data))))
             return cut.text
     if not isinstance(exc, UnicodeDecodeError):
         fixed, notes = repair_values(data)
         if notes:
             warnings.extend(notes)
             return fixed
-    if ends_early:  # "invalid number" for a first event cut after its "."
+    if short:  # "invalid number" for a first event cut after its "."
         message = "Input data was truncated"
     raise TraceError(source, f"not valid JSON ({_in_file(_first_line(message), place)})") from None
 
 
-_BYTE = re.compile(r"\(byte (\d+)\)")
-# what a crash or a copy leaves after the bytes a file was cut at: white space (an editor's
-# newline), zeros (a file extended before its data reached the disk)
-_TAIL_FILL = b" \t\r\n\x00"
-
-
-def _ends_early(message: str, data: bytes) -> bool:
-    """Whether a decoder's refusal ``message`` of ``data`` means only that the text stops early.
-
-    msgspec says "truncated" when the text ends between values, but "invalid number" for one
-    cut after its "." or "e" (~0.5 % of cut points in Kineto's files, whose times have
-    decimals), "invalid character" after a "-", and names the fill after a cut; all of these
-    point at the end of the text's content."""
-    if "truncated" in message:
-        return True
-    at = _BYTE.search(message)
-    return at is not None and int(at.group(1)) >= len(data.rstrip(_TAIL_FILL))
-
-
-def _in_file(message: str, place: _Place | None) -> str:
+def _in_file(message: str, place: Place | None) -> str:
     """A decoder's message with its "(byte N)" counted in the file, not in the piece decoded:
     a bad byte 236 MB into a 472 MB file was said to be at byte 1,237,364."""
     if place is None:
         return message
-    return _BYTE.sub(lambda m: f"(byte {int(m.group(1)) + place.shift:,} of the file)", message)
-
-
-def _cut_warning(cut: Cut, data: bytes, place: _Place) -> str:
-    """What the cut of a truncated text (``data``, at ``place`` in the file) kept, in words."""
-    if cut.lost_key is not None:
-        key = f' "{cut.lost_key}"' if cut.lost_key else ""
-        return (
-            f"the file ends in its top-level key{key}, after the events {CUT_MARK}: read all its"
-            " events, not that key"
-        )
-    content = data.rstrip(_TAIL_FILL)
-    if cut.kept >= len(content) and content.endswith(b"]"):
-        return f"the file ends before its closing brackets {CUT_MARK}: read all its events"
-    if cut.kept >= len(content):
-        # it ends right after an event's "}": whether more events were to follow, nobody knows
-        return (
-            f"the file ends after an event, before the event list's end {CUT_MARK}: read every event in its"
-            f" {place.size:,} bytes, but more may have followed"
-        )
-    return (
-        f"the file ends mid-event {CUT_MARK}: read the events in its first {cut.kept + place.shift:,}"
-        f" of {place.size:,} bytes"
-    )
+    return BYTE.sub(lambda m: f"(byte {int(m.group(1)) + place.shift:,} of the file)", message)
 
 
 _COUNT = re.compile(r"(\d[\d,]*)( \w+)?")
@@ -496,7 +449,7 @@ def _scanned_batches(
     Files up to 4 x CHUNK_BYTES are scanned whole in one pass (``scan_trace``) into one raw
     batch; if the scanner declines anything in them (a value outside the exactly-typed subset
     it handles, such as a duration written as a string), msgspec reads the whole file instead,
-    with its repairs, unless its only fault is that it ends early (``_scan_cut_short``: then
+    with its repairs, unless its only fault is that it ends early (``scan_cut_short``: then
     it is scanned cut after its last complete event, ~4x faster than msgspec's path). Larger
     files are scanned in pieces, each made into its tables (``finish``) on the thread that
     scanned it; a declined piece is decoded by msgspec alone.
@@ -512,12 +465,16 @@ def _scanned_batches(
             return followed
         kind, done = "", None  # what the follower saw does not hold: read the text as any other
     if _read_whole(data):  # the document and its events in one pass
-        whole = done if kind == "trace" else _scan.scan_trace(data, release_pages=isinstance(data, OwnedMap))
+        whole = None
+        if kind == "trace":
+            whole = done
+        elif kind != "cut short":
+            whole = _scan.scan_trace(data, release_pages=isinstance(data, OwnedMap))
         text = data
         if whole is None:
             # a file cut short is scanned up to its last complete event; anything else is
-            # msgspec's, with its repairs, or it says what is wrong
-            got = _scan_cut_short(_as_bytes(data), _Place(0, len(data)), refused=True)
+            # msgspec's, with its repairs, or it says what is wrong (done already: "cut short")
+            got = done if kind == "cut short" else scan_cut_short(_as_bytes(data), Place(0, len(data)), refused=True)
             if got is None:
                 return None
             whole, text, note = got
@@ -579,7 +536,7 @@ def _scanned_tail(
     if layout[2]:  # a bare list: msgspec's (the scanner reads documents)
         return None
     text, place = _tail_text(data, layout)
-    got = _scan_cut_short(text, place)
+    got = scan_cut_short(text, place)
     if got is None:
         return None
     whole, text, note = got
@@ -590,37 +547,6 @@ def _scanned_tail(
     if note is not None:
         warnings.append(note)
     return _scanned_part(columns, finish, place.shift)
-
-
-def _scan_cut_short(text: bytes, place: _Place, *, refused: bool = False) -> tuple[Any, bytes, str | None] | None:
-    """``scan_trace`` of ``text``, or of it cut after its last complete event when its only
-    fault is that it ends early, with the warning msgspec's path gives (the text scanned, the
-    warning or None); None when the scanner declines it or anything else is wrong with it.
-
-    Only then: a text with another fault (a raw newline in a string, a bad byte) is cut by
-    msgspec's path only after its repairs, or refused, and cutting it first would drop complete
-    events. msgspec's syntax check alone (into ``Raw``, ~10 ms for 16 MB) says which it is.
-    """
-    whole = None if refused else _scan.scan_trace(text)  # ``refused``: the scanner declined it already
-    if whole is not None:
-        return whole, text, None
-    try:
-        msgspec.json.decode(text, type=msgspec.Raw)
-        return None  # valid JSON the scanner does not take: msgspec reads it
-    except _REFUSALS as exc:
-        if not _ends_early(str(exc), text):
-            return None
-    cut = cut_after_last_event(text.rstrip(_TAIL_FILL), is_document=_scanned_as_document)
-    whole = None if cut is None else _scan.scan_trace(cut.text)
-    if cut is None or whole is None:
-        return None
-    return whole, cut.text, _cut_warning(cut, text, place)
-
-
-def _scanned_as_document(candidate: bytes) -> bool:
-    """Whether the scanner's syntax check takes ``candidate`` as one trace document."""
-    doc = _scan.scan_document(candidate)
-    return doc is not None and doc[0] >= 0
 
 
 # What a ``_scan.Follower`` scanned while Kineto wrote the file: where the event list starts,
@@ -780,7 +706,7 @@ def _decode_repaired(
     for _ in range(8):
         try:
             return decoder.decode(text)
-        except _REFUSALS as exc:
+        except REFUSALS as exc:
             text = _repaired(text, source, warnings, exc)
     raise TraceError(source, "not valid JSON (beyond repair)")
 
@@ -848,7 +774,7 @@ _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
 
 
 def _decode(
-    data: bytes, source: str, warnings: list[str], place: _Place | None = None
+    data: bytes, source: str, warnings: list[str], place: Place | None = None
 ) -> tuple[dict[str, Any], list[Event]]:
     """Top-level keys and the typed events, in one typed pass (a lenient one if that fails);
     ``place``: where ``data`` sits in the file, when it is a piece of it."""
@@ -865,7 +791,7 @@ def _decode(
         doc = _DOC_DECODER.decode(data)
     except msgspec.ValidationError:
         return _lenient(data, source, warnings, place)
-    except _REFUSALS as exc:
+    except REFUSALS as exc:
         return _decode(_repaired(data, source, warnings, exc, place), source, warnings, place)
     if doc.traceEvents is None:
         raise TraceError(source, "not a trace: no 'traceEvents' key")
@@ -873,12 +799,12 @@ def _decode(
 
 
 def _lenient(
-    data: bytes, source: str, warnings: list[str], place: _Place | None = None
+    data: bytes, source: str, warnings: list[str], place: Place | None = None
 ) -> tuple[dict[str, Any], list[Event]]:
     """Slow path for files the typed decoder rejects: repair event by event."""
     try:
         doc = _ANY_DECODER.decode(data)
-    except _REFUSALS as exc:
+    except REFUSALS as exc:
         return _lenient(_repaired(data, source, warnings, exc, place), source, warnings, place)
     top: dict[str, Any] = {}
     if isinstance(doc, dict):
