@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -680,3 +683,44 @@ def test_hot_spots_of_a_module_level_adam_loop_name_step_and_backward(
     assert step["self_ns"] > 0 and backward["self_ns"] > 0
     assert module["self_ns"] < step["self_ns"] + backward["self_ns"] <= module["total_ns"]
     assert "Adam.step" in capsys.readouterr().err
+
+
+def test_a_run_killed_by_sigkill_says_so_in_its_directorys_report(tmp_path: Path) -> None:
+    """The out-of-memory killer sends SIGKILL: nothing in the process runs after it, so the
+    run's record is written when it starts and replaced when it ends. A report of a killed
+    run's directory says it never recorded its end (it showed the traces and no word)."""
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import os, signal\n"
+        "import torch\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(45):\n"
+        "    opt.zero_grad(); model(torch.randn(4, 8)).sum().backward(); opt.step()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = tmp_path / "out"
+    proc = _run_cli("--out", str(out), str(script))
+    assert proc.returncode == -signal.SIGKILL
+    facts = json.loads((out / "run.json").read_text())
+    assert facts["state"] == "running" and facts["exit_code"] is None
+    assert sorted(p.name for p in (out / "traces").iterdir()) == [
+        "step_22.pt.trace.json",
+        "step_4.pt.trace.json",
+        "step_40.pt.trace.json",
+    ]
+    command = [sys.executable, "-m", "torchscope", "report", str(out), "--json"]
+    report = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    said = json.loads(report.stdout)["warnings"]
+    assert any(w.startswith("run.json: the run never recorded how it ended (killed by SIGKILL") for w in said)
+
+
+def test_a_run_still_going_is_said_to_be_going(tmp_path: Path) -> None:
+    from torchscope.job.discover import scan
+
+    started = {"exit_code": None, "state": "running", "pid": os.getpid(), "host": socket.gethostname()}
+    (tmp_path / "run.json").write_text(json.dumps({**started, "wall_s": None}))
+    assert scan(tmp_path)[1] == [f"run.json: the run is still going (process {os.getpid()}): its traces so far"]
+    finished = {"exit_code": 0, "state": "ended", "wall_s": 1.0}
+    (tmp_path / "run.json").write_text(json.dumps(finished))
+    assert scan(tmp_path)[1] == []

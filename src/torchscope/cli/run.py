@@ -9,6 +9,7 @@ directory (``--out``) holds the traces, ``report.html`` (open it offline, attach
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -118,6 +119,7 @@ notes:
             raise TraceError("--all", "records the whole run; leave out --wait/--warmup/--active")
         _check_options(args)
         _check_writable(out)  # before the script runs: a bad --out is ours, not the script's
+        _record_start(out, _command(args))
         options = RunOptions(
             out=out,
             activities=activities,
@@ -160,7 +162,10 @@ notes:
                 "saving": "interrupted: stopped saving",
             }.get(RUN_PHASE[0], "interrupted while starting")
             print(f"torchscope run: {when}; {kept}, no report", file=sys.stderr)
-            return interrupt_exit_code(exc)
+            code = interrupt_exit_code(exc)
+            traces = [str(out / "traces" / name) for name in written]
+            _write_record(out, {"exit_code": code, "state": "ended", "error": when, "wall_s": None, "traces": traces})
+            return code
         return result.exit_code
 
     def _report(self, result: object, options: object, args: argparse.Namespace) -> None:
@@ -171,7 +176,7 @@ notes:
         from torchscope.writes import write_atomically
 
         assert isinstance(result, RunResult) and isinstance(options, RunOptions)
-        command = ["torchscope", "run", *(["-m"] if args.module else []), *args.target]
+        command = _command(args)
         files: dict[str, str] = {}
         payload = None
         try:
@@ -186,6 +191,7 @@ notes:
                 _our_error(problem)
         facts = {
             "exit_code": result.exit_code,
+            "state": "ended",
             "error": result.error,
             "wall_s": round(result.wall_s, 3),
             "optimizer_steps": result.steps,
@@ -205,6 +211,40 @@ notes:
             print(json.dumps(facts), file=sys.stderr)
         elif not args.no_summary and (launch is None or launch.rank == 0):  # one summary per job
             _print_summary(payload, result, options, files)
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """The command line as run.json and the report give it."""
+    return ["torchscope", "run", *(["-m"] if args.module else []), *args.target]
+
+
+def _record_start(out: Path, command: list[str]) -> None:
+    """run.json saying the run has begun and which process runs it, replaced when it ends: a
+    run killed by SIGKILL (the out-of-memory killer, ``kill -9``) or with its machine ends
+    without a word, and its directory showed finished-looking traces and no run.json. A report
+    of the directory now says the run never recorded its end (``job.discover``). Not written
+    when it cannot be: the run's own record at the end says why."""
+    import socket
+
+    facts: dict[str, object] = {
+        "exit_code": None,
+        "state": "running",
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "wall_s": None,  # within the head ``job.discover`` tells our files by
+        "command": command,
+    }
+    _write_record(out, facts)
+
+
+def _write_record(out: Path, facts: dict[str, object]) -> None:
+    """run.json holding ``facts``, or nothing when it cannot be written (said elsewhere)."""
+    from torchscope.writes import write_atomically
+
+    text = json.dumps(facts, indent=1)
+    with contextlib.suppress(OSError):
+        write_atomically(out / "run.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _our_error(message: str) -> None:

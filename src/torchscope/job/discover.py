@@ -11,6 +11,7 @@ folder. Files that cannot be opened are skipped and named, never dropped silentl
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 import zlib
@@ -224,6 +225,8 @@ def _how_the_run_ended(path: Path, directory: Path) -> list[str]:
     a report of its run directory showed the traces and said nothing of the crash."""
     try:
         facts = json.loads(path.read_text(encoding="utf-8"))
+        if facts.get("state") == "running":
+            return [_run_not_ended(facts, path.relative_to(directory))]
         code, error = int(facts.get("exit_code", 0)), facts.get("error")
     except (OSError, ValueError, TypeError, AttributeError):
         return []
@@ -231,6 +234,32 @@ def _how_the_run_ended(path: Path, directory: Path) -> list[str]:
         return []
     why = f" ({error})" if error else ""
     return [f"{path.relative_to(directory)}: the script exited {code}{why}: its traces end where it stopped"]
+
+
+def _run_not_ended(facts: dict[str, object], rel: Path) -> str:
+    """A run.json written at the start and never replaced: the run is still going (its process
+    is alive on this machine), or it was killed before it could say how it ended."""
+    import socket
+
+    pid, host = facts.get("pid"), facts.get("host")
+    if isinstance(pid, int) and pid > 0 and host == socket.gethostname() and _alive(pid):
+        return f"{rel}: the run is still going (process {pid}): its traces so far"
+    where = "" if host in (None, socket.gethostname()) else f" on {host}"
+    return (
+        f"{rel}: the run{where} never recorded how it ended (killed by SIGKILL, e.g. the"
+        " out-of-memory killer, or its machine stopped): its traces end where it stopped, and a"
+        " cycle being recorded then is lost"
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # someone else's process of that number: alive
+        return True
+    return True
 
 
 def scan(directory: Path, files: list[Path] | None = None) -> tuple[list[tuple[Path, Head]], list[str]]:
