@@ -119,6 +119,21 @@ def test_nonfinite_numbers_read_the_same_both_ways(
 
 
 @needs_scanner
+def test_nonfinite_numbers_in_args_kept_verbatim_read_the_same_both_ways() -> None:
+    """An event of a category we do not model keeps its args as JSON text: its NaN and inf are
+    written null by both decoders (the scanner's text was "NaN", not JSON), strings untouched."""
+    args = b'{"x": NaN, "y": inf, "z": [1, -nan], "s": "NaN inf"}'
+    doc = (
+        b'{"traceEvents": [{"ph": "X", "cat": "weird", "name": "w", "pid": 1, "tid": 1, "ts": 1, "dur": 2,'
+        b' "args": ' + args + b'}, {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 5, "dur": 1}]}'
+    )
+    trace = _assert_same(doc)
+    assert isinstance(trace, Trace)
+    assert trace.events["args"].to_list() == ['{"x": null, "y": null, "z": [1, null], "s": "NaN inf"}', None]
+    assert trace.meta.warnings == ("read 3 NaN, Infinity or out-of-range numbers as null",)
+
+
+@needs_scanner
 @settings(
     max_examples=int(__import__("os").environ.get("FUZZ_EXAMPLES", "150")),
     deadline=None,

@@ -156,7 +156,7 @@ def scanned_args(result: dict[str, Any], data: bytes) -> list[bytes | None]:
     if result["args_at"] is None:
         return [None] * result["n"]
     ints, present = np.frombuffer(result["args_at"][0], np.int64), np.frombuffer(result["args_at"][1], np.uint8)
-    return [data[at : _scan.value_end(data, at)] if ok else None for at, ok in zip(ints.tolist(), present.tolist(), strict=True)]
+    return [data[at : _scan.value_end(data, at)[0]] if ok else None for at, ok in zip(ints.tolist(), present.tolist(), strict=True)]
 
 
 def expected_args(events: list[RawArgsEvent]) -> list[bytes | None]:

@@ -2034,12 +2034,12 @@ static PyObject *value_end(PyObject *self, PyObject *args)
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     Ptr base = (Ptr)view.buf;
-    size_t nonfinite = 0; /* what the text says is decoded with json_repair's repairs */
+    size_t nonfinite = 0; /* NaN, inf, ...: the caller repairs the text as json_repair does */
     Ptr end = at >= 0 && at < view.len ? skip_value_counting(base + at, base + view.len, 2, &nonfinite) : NULL;
     PyBuffer_Release(&view);
     if (!end)
         return PyErr_Format(PyExc_ValueError, "value_end: no JSON value at %zd", at);
-    return PyLong_FromSsize_t((Py_ssize_t)(end - base));
+    return Py_BuildValue("nn", (Py_ssize_t)(end - base), (Py_ssize_t)nonfinite);
 }
 
 /* ----------------------------------------------------------------------------------------- */

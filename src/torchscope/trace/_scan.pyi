@@ -41,8 +41,9 @@ def scan_trace(
     either would decline, or when the document has no ``traceEvents``. ``release_pages``: as for
     ``scan_document``."""
 
-def value_end(data: bytes | mmap.mmap, at: int, /) -> int:
-    """Where the JSON value starting at ``data[at]`` ends; ValueError when there is none."""
+def value_end(data: bytes | mmap.mmap, at: int, /) -> tuple[int, int]:
+    """Where the JSON value starting at ``data[at]`` ends, and how many words JSON has no
+    number for (NaN, inf, ...) it holds; ValueError when there is none."""
 
 def nest(order: object, start: object, end: object, pid: object, tid: object) -> tuple[Block, Block, Block]:
     """The host call tree in one pass: ``order`` lists host rows thread by thread in id order;

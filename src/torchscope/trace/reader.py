@@ -1024,6 +1024,13 @@ def _raw_args_events(text: bytes) -> list[RawArgsEvent] | None:
     return got if bare else (got.traceEvents or [])  # type: ignore[no-any-return]
 
 
+def _args_text(text: Text, at: int) -> bytes:
+    """The args value at ``at``, as JSON: NaN and inf written null, as the decoder's repairs
+    write them (the scanner takes them where a number goes, and counted them already)."""
+    end, nonfinite = _scan.value_end(text, at)
+    return repair_values(text[at:end])[0] if nonfinite else text[at:end]
+
+
 def _attach_raw_args(ev: pl.DataFrame, text: Text, n_spans: int, warnings: list[str]) -> pl.DataFrame:
     """Keep the verbatim ``args`` of events whose category we do not model (the decoders skip
     the keys they do not model without reading them: bytes there that are not UTF-8 surface
@@ -1038,7 +1045,7 @@ def _attach_raw_args(ev: pl.DataFrame, text: Text, n_spans: int, warnings: list[
         return ev
     rows, starts = other["raw_row"].to_list(), other["args_at"].to_list()
     del other
-    verbatim = {r: text[at : _scan.value_end(text, at)] for r, at in zip(rows, starts, strict=True) if at >= 0}
+    verbatim = {r: _args_text(text, at) for r, at in zip(rows, starts, strict=True) if at >= 0}
     if -1 in starts:
         raw = _raw_args_events(_as_bytes(text))
         kept = None if raw is None else [r for r in raw if r.ph == "X" or r.ph == "i" or r.ph == "I"]
