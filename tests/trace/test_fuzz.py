@@ -194,7 +194,7 @@ def encode(value: Any) -> bytes:
     return json.dumps(value).encode()
 
 
-BAD_LITERALS = [b"NaN", b"Infinity", b"-Infinity", b"1E400", b"-1e+999", b"1e-400", b"1" * 400]
+BAD_LITERALS = [b"NaN", b"Infinity", b"-Infinity", b"inf", b"-nan", b"1E400", b"-1e+999", b"1e-400", b"1" * 400]
 STRING_BYTES = [
     b"\xff",
     b"\xc3",  # a lead byte without its continuation
