@@ -99,7 +99,6 @@ _RAW_ARGS_DOC_DECODER = msgspec.json.Decoder(RawArgsDocument, strict=False)
 _ANY_DECODER = msgspec.json.Decoder()
 
 
-
 class Timings:
     """Wall time per phase of one read (for ``benchmarks/load.py``), and progress callbacks."""
 
