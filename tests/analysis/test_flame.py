@@ -272,13 +272,13 @@ def test_sampled_flame_gives_our_cycle_stop_one_node_of_its_own() -> None:
 
 
 def test_folded_stacks_of_a_deep_recursion_are_one_line_per_distinct_path() -> None:
-    """A recursion 3,000 frames deep (``with_stack`` on recursive code), called 5 times: 3,000
+    """A recursion 1,500 frames deep (``with_stack`` on recursive code), called 5 times: 1,500
     distinct paths, each frame's self time summed over the calls. The paths are built once per
     distinct path: a string per event held every event's whole path at once (a 12 MB trace of
     a 5,000-deep recursion took 26 s and 12 GB, now 1.7 s and 1 GB, the same output)."""
     from torchscope.trace import read_chrome_document
 
-    depth, calls, events = 3000, 5, []
+    depth, calls, events = 1500, 5, []
     start = 0
     for _ in range(calls):
         span = 4 * depth + 10
@@ -292,3 +292,27 @@ def test_folded_stacks_of_a_deep_recursion_are_one_line_per_distinct_path() -> N
     deepest = max(lines, key=lambda line: len(line[0]))
     assert deepest[0].count(";") == depth and deepest[1] == 14 * calls
     assert sum(us for _, us in lines) == calls * (4 * (depth - 1) + 14)
+
+
+def test_folded_stacks_merge_the_steps_and_stop_at_the_depth_cap() -> None:
+    """Steps fold into ``ProfilerStep#*`` as on the page (a line per step and path made a
+    trace of many steps a line per event), and a stack deeper than ``STACK_DEPTH_CAP`` ends
+    in one ``DEEPER`` frame holding the time below it (the text grows with the square of the
+    depth: a 100,000-deep nesting needed ~60 GB)."""
+    from torchscope.analysis.flame import DEEPER, STACK_DEPTH_CAP
+    from torchscope.trace import read_chrome_document
+
+    events = []
+    for step in range(3):  # three steps, each one op of 1 us self time
+        t = 100 * step
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": t, "dur": 50})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 10, "dur": 1})
+    depth = STACK_DEPTH_CAP + 500
+    for d in range(depth):  # a nesting deeper than the cap, 2 us of self time a frame
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::f", "pid": 1, "tid": 2, "ts": 1000 + d, "dur": 2 * (depth - d)})
+    lines = dict(folded_stacks(read_chrome_document({"traceEvents": events})))
+    assert lines["thread 1;ProfilerStep#*"] == 3 * 49 and lines["thread 1;ProfilerStep#*;aten::mm"] == 3
+    deepest = max(lines, key=len)
+    assert deepest.endswith(";aten::f;" + DEEPER) and deepest.count("aten::f") == STACK_DEPTH_CAP
+    assert lines[deepest] == 2 * (depth - STACK_DEPTH_CAP)
+    assert sum(us for path, us in lines.items() if "aten::f" in path) == 2 * depth

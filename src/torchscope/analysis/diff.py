@@ -119,7 +119,11 @@ def _kept_steps(ranks: Ranks) -> list[int] | None:
         mine = _steps_of(cycles)
         if mine is None:
             return None
-        kept = mine if kept is None else [s for s in kept if s in set(mine)]
+        if kept is None:
+            kept = mine
+        else:  # the set once per rank, not once per step (200k steps took minutes)
+            have = set(mine)
+            kept = [s for s in kept if s in have]
     return kept
 
 
@@ -136,14 +140,16 @@ def choose_steps(
         want_a = list(steps_a if steps_a is not None else steps_b or [])
         want_b = list(steps_b if steps_b is not None else want_a)
         for side, want, kept in (("A", want_a, ka), ("B", want_b, kb)):
-            missing = [s for s in want if s not in (kept or [])]
+            have_kept = set(kept or ())
+            missing = [s for s in want if s not in have_kept]
             if missing or not want:
                 have = ", ".join(map(str, kept)) if kept else "none (no ProfilerStep annotations)"
                 raise ValueError(f"run {side} has no step {missing or want}: the steps it kept are {have}")
         return tuple(want_a), tuple(want_b)
     if not ka or not kb:
         return (), ()
-    common = [s for s in ka if s in set(kb)]
+    in_b = set(kb)
+    common = [s for s in ka if s in in_b]
     if common:
         return tuple(common), tuple(common)
     n = min(len(ka), len(kb))

@@ -479,8 +479,17 @@ def sampled_flame_json(hotspots: HotSpots | None) -> dict[str, Any] | None:
     return fold(sampled_flame(hotspots)).to_json()
 
 
+# Folded stacks hold every distinct path whole, so their size grows with the square of the
+# depth: a recursion 100,000 frames deep would be ~60 GB of text (a 2,000-deep one is ~30 MB).
+# Frames below this depth are one frame, ``DEEPER``, that holds their self time.
+STACK_DEPTH_CAP = 2000
+DEEPER = "(deeper frames)"
+
+
 def folded_stacks(trace: Trace) -> list[tuple[str, int]]:
-    """Host self time per call path, ``(path, self_us)``, paths as ``root;...;leaf`` per thread.
+    """Host self time per call path, ``(path, self_us)``, paths as ``root;...;leaf`` per thread,
+    frames named as the page's flame graph names them (``ProfilerStep#*``, no addresses), and
+    at most ``STACK_DEPTH_CAP`` deep (what lies below is one ``DEEPER`` frame).
 
     Every host event is a frame, the runtime calls too (``cudaStreamSynchronize`` under an
     ``.item()``, ``cudaMemcpyAsync`` under a copy: their time is not their op's self time, so
@@ -496,7 +505,11 @@ def folded_stacks(trace: Trace) -> list[tuple[str, int]]:
     ids = ev["id"].to_numpy()
     pos = {int(i): k for k, i in enumerate(ids.tolist())}
     parent = ev["parent"].fill_null(-1).to_list()
-    names = [n.replace(";", ":") for n in ev["name"].cast(pl.String).fill_null("?").to_list()]
+    # the page's names: steps merge into ProfilerStep#* (each step's paths were lines of their
+    # own: a line per event of a trace of many steps), object addresses dropped
+    codes, table = _name_codes(ev["name"])
+    texts = [t.replace(";", ":") for t in table]
+    names = [texts[c] for c in codes.tolist()]
     tid = ev["tid"].to_list()
     # each event's call path as a node of a tree of paths ((parent node, name) -> node), so
     # that memory follows the distinct paths, not the events times their depth: a path string
@@ -504,15 +517,22 @@ def folded_stacks(trace: Trace) -> list[tuple[str, int]]:
     node_of: dict[tuple[int, str], int] = {}
     up_of: list[int] = []
     name_of: list[str] = []
+    depth_of: list[int] = []
     node = np.empty(ev.height, np.int64)
     for k in range(ev.height):  # rows are sorted by start: a parent precedes its children
         up = pos.get(parent[k], -1) if parent[k] is not None and parent[k] >= 0 else -1
+        if up >= 0 and name_of[node[up]] == DEEPER:  # below the cap: one frame for all of it
+            node[k] = node[up]
+            continue
         key = (int(node[up]), names[k]) if up >= 0 else (-1, f"thread {tid[k]};{names[k]}")
+        if up >= 0 and depth_of[node[up]] >= STACK_DEPTH_CAP:
+            key = (int(node[up]), DEEPER)
         found = node_of.get(key)
         if found is None:
             found = node_of[key] = len(up_of)
             up_of.append(key[0])
             name_of.append(key[1])
+            depth_of.append(depth_of[key[0]] + 1 if key[0] >= 0 else 1)
         node[k] = found
     self_ns = np.zeros(len(up_of), np.int64)
     np.add.at(self_ns, node, ev["self_ns"].fill_null(0).to_numpy().astype(np.int64))

@@ -58,9 +58,13 @@ class ExportCommand:
                 written = trace.save(out)
                 detail = {"events": trace.events.height}
             else:
-                from torchscope.analysis.flame import folded_stacks
+                from torchscope.analysis.flame import DEEPER, STACK_DEPTH_CAP, folded_stacks
 
                 lines = folded_stacks(trace)
+                if any(p.endswith(DEEPER) for p, _ in lines):
+                    capped = f"stacks deeper than {STACK_DEPTH_CAP:,} frames end in one frame '{DEEPER}' with their time"
+                    warnings.append(capped)
+                    warn_on_stderr(self.name, [capped])
                 text = "".join(f"{p} {v}\n" for p, v in lines)
                 written = write_atomically(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
                 detail = {"stacks": len(lines)}

@@ -91,6 +91,13 @@ def _main(argv: list[str], first: str | None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except MemoryError:  # one line, not a traceback from deep inside (what was built is freed)
+        print(
+            f"torchscope {command.name}: error: out of memory: this input needs more memory than the"
+            " process could get",
+            file=sys.stderr,
+        )
+        return 1
     except BrokenPipeError:
         # the reader of our output stopped early (``| head``): not an error; what is left goes
         # nowhere, so the interpreter's flush at exit does not raise again
