@@ -34,10 +34,11 @@ change put fifteen kernels of 1-100 us that appeared or vanished above ``aten::m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -57,6 +58,7 @@ NOISE_FLOOR = 0.01
 # a same-count change this many noise floors large is as sure as a count change: ranked with them
 SURE_FLOORS = 10
 STRUCTURAL = ("appeared", "vanished", "count_changed")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -74,13 +76,71 @@ class Side:
     ranks: int = 1
 
 
-Ranks = dict[str, list[Trace]]  # rank -> its cycles in the order they were written
+Ranks = dict[str, list[Any]]  # rank -> its cycles (Traces, or files of a ``JobDir``) in the order written
 
 
-def ranks_of(t: Trace | TraceSet) -> Ranks:
+@dataclass
+class JobDir:
+    """A directory of ranks and cycles read one file at a time, as ``report DIR`` reads it: a
+    TraceSet held every rank at once (a diff of two 32-rank folders peaked at 2.8 GB, 43 MB a
+    rank pair, where ``report`` of each took 0.5 GB). Each file is read twice, for the steps
+    every rank kept and then for the compared steps' rows; ``said`` collects what reading them
+    repaired (once per file), ``skipped`` what discovery left out."""
+
+    path: Path
+    ranks: Ranks
+    skipped: tuple[str, ...] = ()
+    said: list[str] = field(default_factory=list)
+    unreadable: set[Path] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, path: str | Path) -> JobDir:
+        from torchscope.job.discover import discover, mixed_world_sizes
+
+        root = Path(path).expanduser()
+        found = discover(root)
+        runs = {rf.run for rf in found.rank_files}
+        ranks: Ranks = {}
+        for rf in found.rank_files:
+            key = str(rf.rank) if len(runs) == 1 else f"{rf.run}/{rf.rank}"
+            # a file naming no rank beside files of rank 0 is a rank of its own, as in ``report``
+            ranks[key if key not in ranks else f"{key}+{len(ranks)}"] = list(rf.files)
+        return cls(root, ranks, (*found.skipped, *mixed_world_sizes(found)))
+
+    def read(self, cycle: Any) -> Trace | None:
+        """A cycle's Trace, read from its file; what the reading repaired is said once. None for
+        a file that does not read: skipped with a line, as a directory's load skips it."""
+        if isinstance(cycle, Trace):
+            return cycle
+        from torchscope.errors import TraceError
+        from torchscope.trace.reader import read_chrome
+
+        try:
+            trace = read_chrome(cycle)
+        except TraceError as exc:
+            if cycle not in self.unreadable:
+                self.unreadable.add(cycle)
+                self.said.append(f"skipped {cycle.relative_to(self.path)}: {exc.problem}")
+            return None
+        self.said.extend(f"{cycle}: {w}" for w in trace.meta.warnings if f"{cycle}: {w}" not in self.said)
+        return trace
+
+    def readable(self, ranks: Ranks) -> Ranks:
+        """``ranks`` without the files that did not read, and without ranks left with none."""
+        kept = {rank: [c for c in cycles if c not in self.unreadable] for rank, cycles in ranks.items()}
+        return {rank: cycles for rank, cycles in kept.items() if cycles}
+
+
+def _read(side: Any, cycle: Any) -> Trace | None:
+    return side.read(cycle) if isinstance(side, JobDir) else cycle  # type: ignore[no-any-return]
+
+
+def ranks_of(t: Trace | TraceSet | JobDir) -> Ranks:
     """The side's ranks and each rank's cycles. A directory is grouped as ``report`` groups it
     (``job.discover``); a set whose files discovery cannot name (a saved store) keeps one trace
     per rank, as before."""
+    if isinstance(t, JobDir):
+        return t.ranks
     if isinstance(t, Trace):
         return {"0": [t]}
     traces = list(t.values())
@@ -101,22 +161,24 @@ def ranks_of(t: Trace | TraceSet) -> Ranks:
     return {k: [tr] for k, tr in t.items()}
 
 
-def _steps_of(cycles: list[Trace]) -> list[int] | None:
+def _steps_of(cycles: list[Any], side: Any = None) -> list[int] | None:
     """A rank's step numbers over all its cycles, in order, or None when a cycle has none."""
     mine: list[int] = []
-    for tr in cycles:
-        ov = overview(tr)
+    for cycle in cycles:
+        trace = _read(side, cycle)
+        if trace is None:  # a file that does not read: left out (``JobDir.readable``)
+            continue
+        ov = overview(trace)
         if not ov.steps_from_trace or ov.steps.height == 0:
             return None
-        mine += [int(s) for s in ov.steps["step"].to_list() if int(s) not in mine]
+        mine = _union(mine, ov.steps["step"])
     return mine
 
 
-def _kept_steps(ranks: Ranks) -> list[int] | None:
+def _kept_steps(ranks: Ranks, side: Any = None) -> list[int] | None:
     """The step numbers every rank of the side kept (in order), or None when any has none."""
     kept: list[int] | None = None
-    for cycles in ranks.values():
-        mine = _steps_of(cycles)
+    for mine in _per_rank(side, lambda _, cycles: _steps_of(cycles, side), ranks):
         if mine is None:
             return None
         if kept is None:
@@ -128,14 +190,16 @@ def _kept_steps(ranks: Ranks) -> list[int] | None:
 
 
 def choose_steps(
-    a: Trace | TraceSet,
-    b: Trace | TraceSet,
+    a: Trace | TraceSet | Ranks,
+    b: Trace | TraceSet | Ranks,
     steps_a: Sequence[int] | None = None,
     steps_b: Sequence[int] | None = None,
+    sides: tuple[Any, Any] = (None, None),
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The steps each side is measured over (see the module docstring); ``()`` means the whole
-    trace. A step asked for that a side did not keep is a ``ValueError`` naming it."""
-    ka, kb = _kept_steps(_as_ranks(a)), _kept_steps(_as_ranks(b))
+    trace. A step asked for that a side did not keep is a ``ValueError`` naming it. ``sides``:
+    the ``JobDir`` each side's files are read through, when they are files."""
+    ka, kb = _kept_steps(_as_ranks(a), sides[0]), _kept_steps(_as_ranks(b), sides[1])
     if steps_a is not None or steps_b is not None:
         want_a = list(steps_a if steps_a is not None else steps_b or [])
         want_b = list(steps_b if steps_b is not None else want_a)
@@ -169,37 +233,109 @@ def _common_ranks(a: Ranks, b: Ranks) -> tuple[Ranks, Ranks]:
     return ({k: a[k] for k in both}, {k: b[k] for k in both}) if both else (a, b)
 
 
-def _side(t: Trace | TraceSet, steps: tuple[int, ...], ranks: Ranks | None = None) -> Side:
+@dataclass
+class _RankPart:
+    """One rank's share of a side, each value already divided by its steps and the side's ranks
+    (as the sums were: the side adds the parts up in rank order, so the floats are the same)."""
+
+    n: int
+    matched_cycles: int
+    kept: list[int] | None
+    step_ns: list[float]  # per cycle
+    breakdown: list[dict[str, float]]  # per cycle
+    host_breakdown: list[dict[str, float]]  # per cycle
+    ops: list[pl.DataFrame]
+    kernels: list[pl.DataFrame]
+
+
+def _rank_part(t: Any, cycles: list[Any], steps: tuple[int, ...], n_tr: int, first: bool) -> _RankPart:
+    """A rank's per-step means over ``steps``, its cycles read one at a time (when files) and
+    each reduced to sums before the next: a process of 50 cycles held all 50 (1.7 GB). The
+    sums are divided once the rank's step count is known, value by value as before."""
+    sums: list[tuple[float, dict[str, float], dict[str, float]]] = []
+    ops: list[pl.DataFrame] = []
+    kers: list[pl.DataFrame] = []
+    n_rows = matched = 0
+    kept: list[int] | None = []
+    for cycle in cycles:
+        tr = _read(t, cycle)
+        if tr is None:  # gone since the first read
+            continue
+        ov = overview(tr)
+        win = ov.steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.steps
+        hwin = ov.host_steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.host_steps
+        n_rows += win.height
+        matched += 1 if win.height or not steps else 0
+        sums.append(
+            (
+                float(win["dur_ns"].sum()),
+                {c: float(win[c].sum()) for c in BREAKDOWN_CATEGORIES},
+                {c: float(hwin[c].sum()) for c in HOST_CATEGORIES},
+            )
+        )
+        _rank_rows(tr, steps, ops, kers)
+        if first and kept is not None:
+            kept = None if not ov.steps_from_trace or ov.steps.height == 0 else _union(kept, ov.steps["step"])
+        del tr, ov, win, hwin
+    # the rank's step count: matched step rows over all cycles (a whole trace is one step)
+    n = max(n_rows, 1) if steps else max(len(cycles), 1)
+    div = n * n_tr
+    return _RankPart(
+        n,
+        matched,
+        kept if first else None,
+        [dur / n / n_tr for dur, _, _ in sums],
+        [{c: v / n / n_tr for c, v in br.items()} for _, br, _ in sums],
+        [{c: v / n / n_tr for c, v in hb.items()} for _, _, hb in sums],
+        [f.with_columns(pl.col("calls") / div, pl.col("ns") / div) for f in ops],
+        [f.with_columns(pl.col("calls") / div, pl.col("ns") / div) for f in kers],
+    )
+
+
+def _union(kept: list[int], steps: pl.Series) -> list[int]:
+    """``kept`` and then the step numbers of ``steps`` not in it yet, in order."""
+    have = set(kept)
+    out = list(kept)
+    for s in map(int, steps.to_list()):
+        if s not in have:
+            have.add(s)
+            out.append(s)
+    return out
+
+
+def _per_rank(t: Any, work: Callable[[int, list[Any]], _R], ranks: Ranks) -> list[_R]:
+    """``work(i, cycles)`` for each rank, in rank order. A ``JobDir``'s ranks are read two at a
+    time (the scan and most of the columnar work release the GIL), so at most two ranks' traces
+    are in memory; in-memory traces one after the other."""
+    items = list(enumerate(ranks.values()))
+    if not isinstance(t, JobDir) or len(items) < 2:
+        return [work(i, cycles) for i, cycles in items]
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="torchscope-diff") as pool:
+        return list(pool.map(lambda item: work(*item), items))
+
+
+def _side(t: Trace | TraceSet | JobDir, steps: tuple[int, ...], ranks: Ranks | None = None) -> Side:
     """Per-step means over ``steps`` of each rank (all its cycles), averaged over ranks."""
-    ranks = _as_ranks(t) if ranks is None else ranks
-    source = t.source if isinstance(t, TraceSet) else t.meta.source
+    ranks = ranks_of(t) if ranks is None else ranks
+    source = str(t.path) if isinstance(t, JobDir) else t.source if isinstance(t, TraceSet) else t.meta.source
     n_tr = max(len(ranks), 1)
+    parts = _per_rank(t, lambda i, cycles: _rank_part(t, cycles, steps, n_tr, first=i == 0), ranks)
     ops: list[pl.DataFrame] = []
     kers: list[pl.DataFrame] = []
     step_ns = 0.0
     br = dict.fromkeys(BREAKDOWN_CATEGORIES, 0.0)
     hb = dict.fromkeys(HOST_CATEGORIES, 0.0)
-    first_rank = next(iter(ranks.values()), [])
-    rows_first, cycles_first = 0, 0
-    for cycles in ranks.values():
-        wins = []
-        for tr in cycles:
-            ov = overview(tr)
-            win = ov.steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.steps
-            hwin = ov.host_steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.host_steps
-            wins.append((tr, win, hwin))
-        # the rank's step count: matched step rows over all cycles (a whole trace is one step)
-        n = max(sum(w.height for _, w, _ in wins), 1) if steps else max(len(cycles), 1)
-        if cycles is first_rank:
-            rows_first = n
-            cycles_first = sum(1 for _, w, _ in wins if w.height or not steps)
-        for tr, win, hwin in wins:
-            step_ns += float(win["dur_ns"].sum()) / n / n_tr
+    for part in parts:  # in rank order, cycle by cycle: the sums of the one-rank-at-a-time loop
+        for k, dur in enumerate(part.step_ns):
+            step_ns += dur
             for c in BREAKDOWN_CATEGORIES:
-                br[c] += float(win[c].sum()) / n / n_tr
+                br[c] += part.breakdown[k][c]
             for c in HOST_CATEGORIES:
-                hb[c] += float(hwin[c].sum()) / n / n_tr
-            _rank_rows(tr, steps, n * n_tr, ops, kers)
+                hb[c] += part.host_breakdown[k][c]
+        ops += part.ops
+        kers += part.kernels
+    first = parts[0] if parts else _RankPart(0, 0, None, [], [], [], [], [])
+    kept = first.kept
 
     def total(frames: list[pl.DataFrame]) -> pl.DataFrame:
         if not frames:
@@ -207,26 +343,24 @@ def _side(t: Trace | TraceSet, steps: tuple[int, ...], ranks: Ranks | None = Non
         both = pl.concat([f.select(pl.col(c).cast(dt) for c, dt in _TABLE.items()) for f in frames])
         return both.group_by("what", "name").agg(pl.col("calls").sum(), pl.col("ns").sum())
 
-    kept = _steps_of(first_rank)
     return Side(
         source,
-        rows_first,  # without ProfilerSteps: one whole-trace step per cycle
+        first.n,  # without ProfilerSteps: one whole-trace step per cycle
         step_ns,
         br,
         hb,
         total(ops),
         total(kers),
         steps,
-        cycles=cycles_first,
-        kept=len(kept) if kept and steps else rows_first,
+        cycles=first.matched_cycles,
+        kept=len(kept) if kept and steps else first.n,
         ranks=len(ranks),
     )
 
 
-def _rank_rows(
-    tr: Trace, steps: tuple[int, ...], div: int, ops: list[pl.DataFrame], kers: list[pl.DataFrame]
-) -> None:
-    """One cycle's ops and kernels in ``steps``, each divided by ``div`` (steps x ranks)."""
+def _rank_rows(tr: Trace, steps: tuple[int, ...], ops: list[pl.DataFrame], kers: list[pl.DataFrame]) -> None:
+    """One cycle's ops and kernels in ``steps``: calls and ns as sums (the rank divides them
+    by its steps and the side's ranks)."""
     in_steps = pl.col("step").is_in(list(steps)) if steps else pl.lit(True)
     self_dev, _ = _device_time_per_row(tr)
     o = kinds(tr, "cpu_op").filter(in_steps & ~names.PROFILER_STEP)
@@ -236,8 +370,8 @@ def _rank_rows(
     o = o.with_columns(pl.Series("device_self_ns", self_dev[o["id"].to_numpy()]), pl.Series("folded", folded))
     ops.append(
         o.group_by(pl.lit("operator").alias("what"), pl.col("name").cast(pl.String)).agg(
-            ((~pl.col("folded")).sum().cast(pl.Float64) / div).alias("calls"),
-            ((pl.col("self_ns") + pl.col("device_self_ns")).sum().cast(pl.Float64) / div).alias("ns"),
+            (~pl.col("folded")).sum().cast(pl.Float64).alias("calls"),
+            (pl.col("self_ns") + pl.col("device_self_ns")).sum().cast(pl.Float64).alias("ns"),
         )
     )
     # a kernel belongs to a step through its launch (HTA's rule); one whose launch is not in
@@ -247,8 +381,8 @@ def _rank_rows(
     k = kinds(tr, "kernel", "memcpy", "memset").filter(in_steps & launched if steps else in_steps)
     kers.append(
         k.group_by(pl.col("kind").cast(pl.String).alias("what"), pl.col("name").cast(pl.String)).agg(
-            (pl.len().cast(pl.Float64) / div).alias("calls"),
-            (pl.col("dur_ns").sum().cast(pl.Float64) / div).alias("ns"),
+            pl.len().cast(pl.Float64).alias("calls"),
+            pl.col("dur_ns").sum().cast(pl.Float64).alias("ns"),
         )
     )
 
@@ -376,15 +510,21 @@ DiffResult = TraceDiff  # the name the report's renderers know it by
 
 
 def diff_traces(
-    a: Trace | TraceSet,
-    b: Trace | TraceSet,
+    a: Trace | TraceSet | JobDir,
+    b: Trace | TraceSet | JobDir,
     steps_a: Sequence[int] | None = None,
     steps_b: Sequence[int] | None = None,
 ) -> TraceDiff:
     """Compare baseline ``a`` with ``b`` over the same steps: step time, breakdown, ops and
     kernels per step. ``steps_a``/``steps_b`` pick the ``ProfilerStep`` numbers of each side
-    (one given: the same numbers on both)."""
+    (one given: the same numbers on both). A ``JobDir`` side is read one file at a time."""
     ra, rb = _common_ranks(ranks_of(a), ranks_of(b))
-    ia, ib = choose_steps(ra, rb, steps_a, steps_b)  # type: ignore[arg-type]
+    ia, ib = choose_steps(ra, rb, steps_a, steps_b, sides=(a, b))
+    ra, rb = (side.readable(r) if isinstance(side, JobDir) else r for side, r in ((a, ra), (b, rb)))
+    for side, ranks in ((a, ra), (b, rb)):
+        if isinstance(side, JobDir) and not ranks:
+            from torchscope.errors import TraceError
+
+            raise TraceError(str(side.path), "no readable trace among its files; " + "; ".join(side.said))
     sa, sb = _side(a, ia, ra), _side(b, ib, rb)
     return TraceDiff(sa, sb, _compare(sa.ops, sb.ops), _compare(sa.kernels, sb.kernels))

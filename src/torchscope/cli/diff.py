@@ -26,6 +26,9 @@ from torchscope.cli.common import (
 )
 
 if TYPE_CHECKING:  # imported when used: both files start reading before polars imports
+    from torchscope.analysis.diff import JobDir
+    from torchscope.job.discover import Discovery
+    from torchscope.trace.files import Prefetch
     from torchscope.trace.model import Trace, TraceSet
 
 
@@ -56,10 +59,11 @@ class DiffCommand:
         # both read while polars imports; B only when small, so that a large B's text does not
         # sit in memory beside all of A's work
         early_a, early_b = read_early(args.a), read_early(args.b, at_most=EARLY_SECOND_BYTES)
-        for path in (args.a, args.b):
-            _one_run(path)  # a directory of several runs: refused, not merged into one
-        a, b = load_input(args.a, early_a), load_input(args.b, early_b)
-        warn_on_stderr(self.name, [*input_warnings(a), *input_warnings(b)])  # repaired or skipped files
+        found = [_one_run(path) for path in (args.a, args.b)]  # several runs: refused, not merged
+        a, b = (
+            _side_of(path, seen, early) for path, seen, early in zip((args.a, args.b), found, (early_a, early_b), strict=True)
+        )
+        warn_on_stderr(self.name, [*_warnings_of(a), *_warnings_of(b)])  # repaired or skipped files
         one_a, one_b = _one(a), _one(b)
         if args.html and (one_a is None or one_b is None):
             print(
@@ -68,10 +72,12 @@ class DiffCommand:
                 file=sys.stderr,
             )
             return EXIT_BAD_INPUT
-        from torchscope.analysis.diff import diff_traces
+        from torchscope.analysis.diff import JobDir, diff_traces
 
         with progress("comparing"):
             diff = diff_traces(a, b).to_dict()
+        # what reading a directory's files repaired, said as they were read
+        warn_on_stderr(self.name, [line for side in (a, b) if isinstance(side, JobDir) for line in side.said])
         if args.html and one_a is not None and one_b is not None:
             from torchscope.render.html import write_html
             from torchscope.render.payload import build_payload
@@ -204,9 +210,10 @@ def distinct_labels(a: str, b: str) -> tuple[str, str]:
     return Path(a).name, Path(b).name  # the same file twice
 
 
-def _one_run(path: str) -> None:
+def _one_run(path: str) -> Discovery | None:
     """Refuse a directory that holds several runs (``report`` tells them apart): its ranks would
-    be averaged together as if they were one run, and the diff would mean nothing."""
+    be averaged together as if they were one run, and the diff would mean nothing. The
+    directory's discovery when it holds several traces (None for a file or a single trace)."""
     from torchscope.errors import UsageError
     from torchscope.job.cli import job_directory
 
@@ -217,12 +224,32 @@ def _one_run(path: str) -> None:
             f"{path} holds {len(found.runs)} runs ({names}): diff compares one run with another;"
             f" `torchscope report {path}` shows each"
         )
+    return found
 
 
-def _one(loaded: Trace | TraceSet) -> Trace | None:
+def _side_of(path: str, found: Discovery | None, early: Prefetch | None) -> Trace | TraceSet | JobDir:
+    """A file (or a folder of one trace) read whole; a folder of ranks or cycles read one file at
+    a time while the diff runs (``JobDir``), as ``report`` reads it."""
+    if found is None:
+        return load_input(path, early)
+    from torchscope.analysis.diff import JobDir
+
+    return JobDir.of(path)
+
+
+def _warnings_of(side: Trace | TraceSet | JobDir) -> list[str]:
+    from torchscope.analysis.diff import JobDir
+
+    return list(side.skipped) if isinstance(side, JobDir) else input_warnings(side)
+
+
+def _one(loaded: Trace | TraceSet | JobDir) -> Trace | None:
     """The trace, when there is one (a directory of one trace counts); None for several ranks or cycles."""
+    from torchscope.analysis.diff import JobDir
     from torchscope.trace.model import TraceSet
 
+    if isinstance(loaded, JobDir):
+        return None
     if isinstance(loaded, TraceSet):
         return next(iter(loaded.values())) if len(loaded) == 1 else None
     return loaded
