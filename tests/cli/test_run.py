@@ -724,3 +724,18 @@ def test_a_run_still_going_is_said_to_be_going(tmp_path: Path) -> None:
     finished = {"exit_code": 0, "state": "ended", "wall_s": 1.0}
     (tmp_path / "run.json").write_text(json.dumps(finished))
     assert scan(tmp_path)[1] == []
+
+
+def test_steps_after_the_last_cycle_keep_no_marks(tmp_path: Path) -> None:
+    """The runner marks each step's wall time to align the trace with the hot-spot samples; it
+    marked every optimizer step of the run, recorded or not (150 bytes a step: a run's memory
+    grew ~200 MB an hour after its last cycle). Only steps a trace may hold are marked."""
+    from torchscope.runner.session import RunOptions, profile_target
+    from torchscope.runner.target import Target
+
+    options = RunOptions(out=tmp_path / "out", wait=1, warmup=1, active=2, repeat=1, sample_interval_s=0.0)
+    result = profile_target(Target(str(SCRIPTS / "linear_steps.py"), ("300",)), options)
+    assert result.exit_code == 0 and result.steps == 300
+    assert len(result.trace_paths) == 1
+    # the first iteration, the warm-up step and the two recorded steps: not 300
+    assert [n for n, _ in result.step_marks] == [0, 1, 2, 3]
