@@ -7,6 +7,7 @@ file by file gives the diff of the same directory loaded whole.
 
 from __future__ import annotations
 
+import json
 import shutil
 import weakref
 from pathlib import Path
@@ -63,5 +64,9 @@ def test_a_file_that_does_not_read_is_skipped_with_a_line(
     # a trace's head (discovery takes it for one), and then no JSON at all
     (other / "traces" / "step_94.pt.trace.json").write_bytes(b'{"traceEvents": [{"ph": "X", @@@@ ]}')
     assert main(["diff", str(cycles), str(other), "--json"]) == 0
-    err = capsys.readouterr().err
-    assert "warning: skipped traces/step_94.pt.trace.json: not valid JSON" in err
+    out, err = capsys.readouterr()
+    bad = other / "traces" / "step_94.pt.trace.json"
+    assert f"warning: skipped {bad}: not valid JSON" in err  # the file's path: two folders in a diff
+    assert [w for w in json.loads(out)["warnings"] if "step_94" in w] == [
+        f"skipped {bad}: not valid JSON (JSON is malformed: object keys must be strings (byte 29))"
+    ]

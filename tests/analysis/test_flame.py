@@ -316,3 +316,14 @@ def test_folded_stacks_merge_the_steps_and_stop_at_the_depth_cap() -> None:
     assert deepest.endswith(";aten::f;" + DEEPER) and deepest.count("aten::f") == STACK_DEPTH_CAP
     assert lines[deepest] == 2 * (depth - STACK_DEPTH_CAP)
     assert sum(us for path, us in lines.items() if "aten::f" in path) == 2 * depth
+
+
+def test_folded_stacks_keep_one_line_per_path_whatever_the_names_hold() -> None:
+    """A name with a newline (JSON's ``\\n``) or a ``;`` would split a line or a path of the
+    folded format: they are written as a space and ``:``."""
+    from torchscope.trace import read_chrome_document
+
+    frame = {"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 1}
+    events = [{**frame, "name": "outer;x", "ts": 0, "dur": 10}, {**frame, "name": "a\nb\rc", "ts": 1, "dur": 5}]
+    lines = folded_stacks(read_chrome_document({"traceEvents": events}))
+    assert lines == [("thread 1;outer:x", 5), ("thread 1;outer:x;a b c", 5)]

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -721,6 +722,19 @@ def test_a_run_still_going_is_said_to_be_going(tmp_path: Path) -> None:
     started = {"exit_code": None, "state": "running", "pid": os.getpid(), "host": socket.gethostname()}
     (tmp_path / "run.json").write_text(json.dumps({**started, "wall_s": None}))
     assert scan(tmp_path)[1] == [f"run.json: the run is still going (process {os.getpid()}): its traces so far"]
+    # the number reused by a process that began after the run's record: not the run
+    (tmp_path / "run.json").write_text(json.dumps({**started, "started": "2000-01-01T00:00:00+00:00", "wall_s": None}))
+    assert scan(tmp_path)[1][0].startswith("run.json: the run never recorded how it ended (killed by SIGKILL")
+    # killed and not yet reaped by its parent (a zombie): not going
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child.kill()
+    time.sleep(0.5)
+    (tmp_path / "run.json").write_text(json.dumps({**started, "pid": child.pid, "wall_s": None}))
+    assert scan(tmp_path)[1][0].startswith("run.json: the run never recorded how it ended (killed by SIGKILL")
+    child.wait()
+    # another machine's run: nobody here can tell
+    (tmp_path / "run.json").write_text(json.dumps({**started, "host": "node-7", "wall_s": None}))
+    assert scan(tmp_path)[1][0].startswith("run.json: the run on node-7 has not recorded how it ended: it is still going there, or")
     finished = {"exit_code": 0, "state": "ended", "wall_s": 1.0}
     (tmp_path / "run.json").write_text(json.dumps(finished))
     assert scan(tmp_path)[1] == []

@@ -114,7 +114,7 @@ def test_nonfinite_numbers_read_the_same_both_ways(
         monkeypatch.setattr(reader, "CHUNK_BYTES", 4096)
     trace = _assert_same(data)
     assert isinstance(trace, Trace)
-    assert trace.meta.warnings[0] == "read 6 NaN, Infinity or out-of-range numbers as null"
+    assert trace.meta.warnings[0] == "read 6 numbers JSON has no value for (NaN, Infinity, inf, out of range) as null"
     assert sum(_scanned_documents_are_counted) == events  # read by the scanner, all of them
 
 
@@ -130,7 +130,7 @@ def test_nonfinite_numbers_in_args_kept_verbatim_read_the_same_both_ways() -> No
     trace = _assert_same(doc)
     assert isinstance(trace, Trace)
     assert trace.events["args"].to_list() == ['{"x": null, "y": null, "z": [1, null], "s": "NaN inf"}', None]
-    assert trace.meta.warnings == ("read 3 NaN, Infinity or out-of-range numbers as null",)
+    assert trace.meta.warnings == ("read 3 numbers JSON has no value for (NaN, Infinity, inf, out of range) as null",)
 
 
 @needs_scanner

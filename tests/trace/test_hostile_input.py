@@ -94,12 +94,12 @@ def test_a_damaged_name_keeps_every_event(
 @pytest.mark.parametrize(
     ("literal", "warning"),
     [
-        (b"NaN", "read 3 NaN"),
-        (b"Infinity", "read 3 NaN"),
-        (b"-Infinity", "read 3 NaN"),
-        (b"1E400", "read 3 NaN"),
-        (b"inf", "read 3 NaN"),  # C++ streams, as Kineto's writer (pytorch/kineto#105)
-        (b"-nan", "read 3 NaN"),
+        (b"NaN", "read 3 numbers JSON has no value for"),
+        (b"Infinity", "read 3 numbers JSON has no value for"),
+        (b"-Infinity", "read 3 numbers JSON has no value for"),
+        (b"1E400", "read 3 numbers JSON has no value for"),
+        (b"inf", "read 3 numbers JSON has no value for"),  # C++ streams, as Kineto's writer (pytorch/kineto#105)
+        (b"-nan", "read 3 numbers JSON has no value for"),
     ],
 )
 def test_nan_infinity_and_overflowing_numbers_become_null(
@@ -149,7 +149,7 @@ def test_kineto_writing_inf_for_a_bandwidth_reads_as_fast_as_a_clean_file(
     monkeypatch.setattr(reader, "_decode", no_repairs)
     got = read_chrome(path)
     assert got.events.equals(expected)
-    assert got.meta.warnings == ("read 5 NaN, Infinity or out-of-range numbers as null",)
+    assert got.meta.warnings == ("read 5 numbers JSON has no value for (NaN, Infinity, inf, out of range) as null",)
 
 
 def test_a_string_that_looks_like_nan_is_left_alone(tmp_path: Path) -> None:
@@ -543,3 +543,15 @@ def test_a_last_step_cut_in_part_is_named(traces_dir: Path, tmp_path: Path) -> N
     trace = read_chrome(path)
     assert trace.meta.warnings[1].startswith("1 step (6) has host ops but few or no runtime calls in what was read")
     assert overview(trace).steps["step"].to_list() == [4, 5]
+
+
+def test_numbers_read_as_null_in_several_pieces_are_one_line() -> None:
+    """Each piece of a large file counts its own: the lines merge into one with the sum (the
+    first wording put "NaN" after the count, and 2 + 3 came out as "read 2 NaNs, ...
+    number" and "read 3 NaN, ... numbers")."""
+    from torchscope.trace.json_repair import nonfinite_note
+    from torchscope.trace.reader import merge_counted
+
+    pieces = [nonfinite_note(1), nonfinite_note(1), nonfinite_note(3)]
+    assert merge_counted([p for p in pieces if p]) == [nonfinite_note(5)]
+    assert nonfinite_note(5) == "read 5 numbers JSON has no value for (NaN, Infinity, inf, out of range) as null"

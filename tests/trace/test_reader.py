@@ -778,3 +778,30 @@ def test_a_file_cut_after_its_event_list_keeps_every_event(
     )
     assert trace.meta.profiler_settings["displayTimeUnit"] == "ms"
     assert "traceName" not in trace.meta.extra
+
+
+@pytest.mark.parametrize("drop", [2, 5, 12])
+def test_a_file_cut_inside_a_number_after_its_event_list_drops_that_key(tmp_path: Path, drop: int) -> None:
+    """Kineto writes ``"baseTimeNanoseconds": 1711964646000000000`` last: a cut inside that
+    number still parses when closed, so it was kept cut short (a base time 100 to 10^10 times
+    too small) and the warning said "the file ends after an event". A number the text ends in
+    may be cut: the key is left out and the warning names it."""
+    text = gzip.decompress((TRACES / "cuda" / "nccl_rank0_of_2.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(text[:-drop])
+    trace = read_chrome(path)
+    assert trace.meta.warnings == (
+        'the file ends in its top-level key "baseTimeNanoseconds", after the events (truncated?): read all its'
+        " events, not that key",
+    )
+    assert trace.meta.base_time_ns is None
+    assert trace.events.height == read_once(TRACES / "cuda" / "nccl_rank0_of_2.json.gz").events.height
+
+
+def test_a_file_missing_only_its_closing_brace_says_so(tmp_path: Path) -> None:
+    text = gzip.decompress((TRACES / "cuda" / "nccl_rank0_of_2.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(text[: text.rindex(b',\n  "baseTimeNanoseconds"')] + b"\n")  # ... "ms" then no "}"
+    trace = read_chrome(path)
+    assert trace.meta.warnings == ("the file ends before its closing brace (truncated?): read all its events and keys",)
+    assert trace.meta.profiler_settings["displayTimeUnit"] == "ms"

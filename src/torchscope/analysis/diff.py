@@ -105,7 +105,8 @@ class JobDir:
             key = str(rf.rank) if len(runs) == 1 else f"{rf.run}/{rf.rank}"
             # a file naming no rank beside files of rank 0 is a rank of its own, as in ``report``
             ranks[key if key not in ranks else f"{key}+{len(ranks)}"] = list(rf.files)
-        return cls(root, ranks, (*found.skipped, *mixed_world_sizes(found)))
+        # said with the folder: a diff has two, and the same file may be skipped in each
+        return cls(root, ranks, tuple(f"{root}: {line}" for line in (*found.skipped, *mixed_world_sizes(found))))
 
     def read(self, cycle: Any) -> Trace | None:
         """A cycle's Trace, read from its file; what the reading repaired is said once. None for
@@ -120,7 +121,7 @@ class JobDir:
         except TraceError as exc:
             if cycle not in self.unreadable:
                 self.unreadable.add(cycle)
-                self.said.append(f"skipped {cycle.relative_to(self.path)}: {exc.problem}")
+                self.said.append(f"skipped {cycle}: {exc.problem}")
             return None
         self.said.extend(f"{cycle}: {w}" for w in trace.meta.warnings if f"{cycle}: {w}" not in self.said)
         return trace

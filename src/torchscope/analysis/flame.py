@@ -483,6 +483,7 @@ def sampled_flame_json(hotspots: HotSpots | None) -> dict[str, Any] | None:
 # depth: a recursion 100,000 frames deep would be ~60 GB of text (a 2,000-deep one is ~30 MB).
 # Frames below this depth are one frame, ``DEEPER``, that holds their self time.
 STACK_DEPTH_CAP = 2000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEEPER = "(deeper frames)"
 
 
@@ -508,7 +509,9 @@ def folded_stacks(trace: Trace) -> list[tuple[str, int]]:
     # the page's names: steps merge into ProfilerStep#* (each step's paths were lines of their
     # own: a line per event of a trace of many steps), object addresses dropped
     codes, table = _name_codes(ev["name"])
-    texts = [t.replace(";", ":") for t in table]
+    # ";" separates frames and a line ends the path: a name holding either (or another control
+    # character) would break the format, so they are written ":" and " "
+    texts = [_CONTROL.sub(" ", t.replace(";", ":")) for t in table]
     names = [texts[c] for c in codes.tolist()]
     tid = ev["tid"].to_list()
     # each event's call path as a node of a tree of paths ((parent node, name) -> node), so

@@ -63,7 +63,8 @@ class DiffCommand:
         a, b = (
             _side_of(path, seen, early) for path, seen, early in zip((args.a, args.b), found, (early_a, early_b), strict=True)
         )
-        warn_on_stderr(self.name, [*_warnings_of(a), *_warnings_of(b)])  # repaired or skipped files
+        said = [*_warnings_of(a), *_warnings_of(b)]  # repaired or skipped files
+        warn_on_stderr(self.name, said)
         one_a, one_b = _one(a), _one(b)
         if args.html and (one_a is None or one_b is None):
             print(
@@ -77,7 +78,8 @@ class DiffCommand:
         with progress("comparing"):
             diff = diff_traces(a, b).to_dict()
         # what reading a directory's files repaired, said as they were read
-        warn_on_stderr(self.name, [line for side in (a, b) if isinstance(side, JobDir) for line in side.said])
+        later = [line for side in (a, b) if isinstance(side, JobDir) for line in side.said]
+        warn_on_stderr(self.name, later)
         if args.html and one_a is not None and one_b is not None:
             from torchscope.render.html import write_html
             from torchscope.render.payload import build_payload
@@ -89,7 +91,7 @@ class DiffCommand:
                 args.html,
             )
         if args.json:
-            print_json(diff)
+            print_json({**diff, "warnings": [*said, *later]})
             return EXIT_OK
         from torchscope.render.console import terminal
 

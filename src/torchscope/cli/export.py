@@ -71,7 +71,7 @@ class ExportCommand:
         if args.json:
             print_json({"format": args.to, "path": str(written), **detail, "warnings": warnings})
         else:
-            print(f"wrote {written} ({args.to}, {', '.join(f'{k} {v:,}' for k, v in detail.items())})")
+            print(f"wrote {written} ({args.to}, {', '.join(f'{v:,} {k}' for k, v in detail.items())})")
         return EXIT_OK
 
 

@@ -242,24 +242,48 @@ def _run_not_ended(facts: dict[str, object], rel: Path) -> str:
     import socket
 
     pid, host = facts.get("pid"), facts.get("host")
-    if isinstance(pid, int) and pid > 0 and host == socket.gethostname() and _alive(pid):
+    if host not in (None, socket.gethostname()):
+        return (
+            f"{rel}: the run on {host} has not recorded how it ended: it is still going there, or was"
+            " killed (SIGKILL, e.g. the out-of-memory killer, or its machine stopped); its traces end"
+            " where they stop"
+        )
+    if isinstance(pid, int) and pid > 0 and _alive(pid, facts.get("started")):
         return f"{rel}: the run is still going (process {pid}): its traces so far"
-    where = "" if host in (None, socket.gethostname()) else f" on {host}"
     return (
-        f"{rel}: the run{where} never recorded how it ended (killed by SIGKILL, e.g. the"
-        " out-of-memory killer, or its machine stopped): its traces end where it stopped, and a"
-        " cycle being recorded then is lost"
+        f"{rel}: the run never recorded how it ended (killed by SIGKILL, e.g. the out-of-memory"
+        " killer, or its machine stopped): its traces end where it stopped, and a cycle being"
+        " recorded then is lost"
     )
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: object) -> bool:
+    """Whether ``pid`` is a live process that may be the run that wrote its record at
+    ``started`` (ISO time): not a zombie (killed, not yet reaped), not a process that reused the
+    number after the run (it started later). Where ``/proc`` is missing, any such process."""
+    import datetime as dt
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+    except FileNotFoundError:
         return False
-    except (PermissionError, OSError):  # someone else's process of that number: alive
+    except (OSError, ValueError, IndexError, StopIteration):  # no /proc (macOS): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:  # someone else's process of that number: alive
+            return True
         return True
-    return True
+    if fields[0] in ("Z", "X"):  # dead, its parent not told yet
+        return False
+    try:
+        began = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        recorded = dt.datetime.fromisoformat(str(started)).timestamp()
+    except (ValueError, TypeError, OSError):
+        return True
+    return began <= recorded + 2  # the record is written after the process starts (whole seconds)
 
 
 def scan(directory: Path, files: list[Path] | None = None) -> tuple[list[tuple[Path, Head]], list[str]]:

@@ -73,6 +73,8 @@ def cut_warning(cut: Cut, data: bytes, place: Place) -> str:
             " events, not that key"
         )
     content = data.rstrip(TAIL_FILL)
+    if cut.whole_list:
+        return f"the file ends before its closing brace {CUT_MARK}: read all its events and keys"
     if cut.kept >= len(content) and content.endswith(b"]"):
         return f"the file ends before its closing brackets {CUT_MARK}: read all its events"
     if cut.kept >= len(content):
