@@ -705,6 +705,7 @@ def test_a_run_killed_by_sigkill_says_so_in_its_directorys_report(tmp_path: Path
     assert proc.returncode == -signal.SIGKILL
     facts = json.loads((out / "run.json").read_text())
     assert facts["state"] == "running" and facts["exit_code"] is None
+    assert facts["command"] == ["torchscope", "run", "--out", str(out), str(script)]  # as typed
     assert sorted(p.name for p in (out / "traces").iterdir()) == [
         "step_22.pt.trace.json",
         "step_4.pt.trace.json",

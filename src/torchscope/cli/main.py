@@ -84,6 +84,7 @@ def _main(argv: list[str], first: str | None) -> int:
     if command is None:
         parser.print_help()
         return EXIT_BAD_INPUT if argv else 0
+    args._argv = argv  # the command line as given (run.json records it whole)
     try:
         return command.run(args)
     except (TraceError, UsageError, WriteError) as exc:  # bad input, argument or output: one line, exit 2

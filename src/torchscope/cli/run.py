@@ -214,7 +214,11 @@ notes:
 
 
 def _command(args: argparse.Namespace) -> list[str]:
-    """The command line as run.json and the report give it."""
+    """The command line as run.json and the report give it: as typed, our options included
+    (``--out``, the schedule), when ``main`` passed it on; else rebuilt from the target."""
+    given = getattr(args, "_argv", None)
+    if given is not None:
+        return ["torchscope", *given]
     return ["torchscope", "run", *(["-m"] if args.module else []), *args.target]
 
 
