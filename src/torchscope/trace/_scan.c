@@ -725,18 +725,16 @@ static Ptr skip_value_counting(Ptr p, Ptr end, int depth, size_t *nonfinite)
     case 't':
     case 'f':
     case 'n':
-        if (nonfinite && *p == 'n' && (q = nonfinite_token(p, end))) {
-            ++*nonfinite;
-            return q;
-        }
-        return scan_literal(p, end);
+        q = scan_literal(p, end);
+        break;
     default:
-        if (nonfinite && (q = nonfinite_token(p, end))) {
-            ++*nonfinite;
-            return q;
-        }
-        return skip_number(p, end);
+        q = skip_number(p, end);
+        break;
     }
+    /* only where JSON's own grammar failed: the words cost nothing on the common path */
+    if (!q && nonfinite && (q = nonfinite_token(p, end)))
+        ++*nonfinite;
+    return q;
 }
 
 /* ----------------------------------------------------------------------------------------- */
@@ -1140,6 +1138,18 @@ static Ptr put_double(Scanner *s, int col, double *slot, const Num *num)
     return add_pending(s, col, num);
 }
 
+/* Where a modelled value is not one the column takes: a word for a number JSON has none for
+ * (nonfinite_token) is missing, as null, and counted; anything else declines the scan. Only
+ * reached where the scan would decline, so the words cost nothing on the common path. */
+static Ptr nonfinite_or_decline(Scanner *s, Kind kind, Ptr p)
+{
+    Ptr q = kind != K_STR && kind != K_RAW ? nonfinite_token(p, s->end) : NULL;
+    if (!q)
+        return decline(s);
+    s->nonfinite++;
+    return q;
+}
+
 static Ptr field_value(Scanner *s, int col, Ptr p, int depth)
 {
     const Kind kind = COLUMNS[col].kind;
@@ -1167,14 +1177,10 @@ static Ptr field_value(Scanner *s, int col, Ptr p, int depth)
         c->codes[r] = code;
         return q;
     }
-    if (kind != K_STR && (q = nonfinite_token(p, end))) {
-        s->nonfinite++; /* missing, as null */
-        return q;
-    }
     if (*p == 'n') {
         /* null is "missing", except for ph, which msgspec types as a plain str */
         if (col == C_PH || !is_null(p, end))
-            return decline(s);
+            return nonfinite_or_decline(s, kind, p);
         return p + 4;
     }
     if (*p == '"') {
@@ -1192,8 +1198,10 @@ static Ptr field_value(Scanner *s, int col, Ptr p, int depth)
         return q;
     }
     if (!(*p == '-' || (*p >= '0' && *p <= '9')) || kind == K_STR)
-        return decline(s); /* objects, arrays, bools: no modelled field takes them */
-    if (!scan_number(p, end, &num) || !(c = column_for(s, col)))
+        return nonfinite_or_decline(s, kind, p); /* objects, arrays, bools: no modelled field takes them */
+    if (!scan_number(p, end, &num))
+        return nonfinite_or_decline(s, kind, p); /* -inf, -nan */
+    if (!(c = column_for(s, col)))
         return decline(s);
     switch (kind) {
     case K_INT:
