@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 
@@ -46,10 +46,13 @@ from torchscope.analysis import keys as K
 from torchscope.analysis import names
 from torchscope.analysis.frames import kinds
 from torchscope.analysis.operators import _device_time_per_row, _self_calls
-from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, overview
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, Overview, overview
 from torchscope.analysis.report import records
 from torchscope.analysis.report_model import us_of
 from torchscope.trace.model import Trace, TraceSet
+
+if TYPE_CHECKING:
+    from torchscope.job.discover import Discovery
 
 _TABLE: dict[str, Any] = {"what": pl.String(), "name": pl.String(), "calls": pl.Float64(), "ns": pl.Float64()}
 DEVICE_WORK = ("Kernel", "Memcpy", "Memset")
@@ -94,11 +97,13 @@ class JobDir:
     unreadable: set[Path] = field(default_factory=set)
 
     @classmethod
-    def of(cls, path: str | Path) -> JobDir:
+    def of(cls, path: str | Path, found: Discovery | None = None) -> JobDir:
+        """The directory's ranks; ``found``: its discovery, when the caller made it already
+        (a discovery walks the folder and reads every file's head)."""
         from torchscope.job.discover import discover, mixed_world_sizes
 
         root = Path(path).expanduser()
-        found = discover(root)
+        found = found or discover(root)
         runs = {rf.run for rf in found.rank_files}
         ranks: Ranks = {}
         for rf in found.rank_files:
@@ -169,10 +174,10 @@ def _steps_of(cycles: list[Any], side: Any = None) -> list[int] | None:
         trace = _read(side, cycle)
         if trace is None:  # a file that does not read: left out (``JobDir.readable``)
             continue
-        ov = overview(trace)
-        if not ov.steps_from_trace or ov.steps.height == 0:
+        more = _with_steps_of(mine, overview(trace))
+        if more is None:
             return None
-        mine = _union(mine, ov.steps["step"])
+        mine = more
     return mine
 
 
@@ -276,7 +281,7 @@ def _rank_part(t: Any, cycles: list[Any], steps: tuple[int, ...], n_tr: int, fir
         )
         _rank_rows(tr, steps, ops, kers)
         if first and kept is not None:
-            kept = None if not ov.steps_from_trace or ov.steps.height == 0 else _union(kept, ov.steps["step"])
+            kept = _with_steps_of(kept, ov)
         del tr, ov, win, hwin
     # the rank's step count: matched step rows over all cycles (a whole trace is one step)
     n = max(n_rows, 1) if steps else max(len(cycles), 1)
@@ -293,11 +298,14 @@ def _rank_part(t: Any, cycles: list[Any], steps: tuple[int, ...], n_tr: int, fir
     )
 
 
-def _union(kept: list[int], steps: pl.Series) -> list[int]:
-    """``kept`` and then the step numbers of ``steps`` not in it yet, in order."""
+def _with_steps_of(kept: list[int], ov: Overview) -> list[int] | None:
+    """``kept`` and then the step numbers of one more cycle not in it yet, in order; None when
+    that cycle has no ``ProfilerStep`` steps (the rank is then one whole-trace step a cycle)."""
+    if not ov.steps_from_trace or ov.steps.height == 0:
+        return None
     have = set(kept)
     out = list(kept)
-    for s in map(int, steps.to_list()):
+    for s in map(int, ov.steps["step"].to_list()):
         if s not in have:
             have.add(s)
             out.append(s)

@@ -236,7 +236,7 @@ def _side_of(path: str, found: Discovery | None, early: Prefetch | None) -> Trac
         return load_input(path, early)
     from torchscope.analysis.diff import JobDir
 
-    return JobDir.of(path)
+    return JobDir.of(path, found)  # not discovered twice
 
 
 def _warnings_of(side: Trace | TraceSet | JobDir) -> list[str]:

@@ -9,11 +9,11 @@ directory (``--out``) holds the traces, ``report.html`` (open it offline, attach
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from torchscope.errors import TraceError, UsageError, why_unwritable
@@ -173,7 +173,6 @@ notes:
         and are one line each on stderr."""
         from torchscope.runner.results import build_run_payload, write_run_dir
         from torchscope.runner.session import RunOptions, RunResult
-        from torchscope.writes import write_atomically
 
         assert isinstance(result, RunResult) and isinstance(options, RunOptions)
         command = _command(args)
@@ -201,11 +200,7 @@ notes:
             "notes": list(result.notes),
             **files,
         }
-        text = json.dumps(facts, indent=1)
-        try:
-            write_atomically(options.out / "run.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
-        except OSError as exc:
-            _our_error(f"could not write {options.out / 'run.json'}: {exc.strerror or exc}")
+        _write_record(options.out, facts, say_failure=True)
         launch = options.launch
         if args.json:
             print(json.dumps(facts), file=sys.stderr)
@@ -242,13 +237,18 @@ def _record_start(out: Path, command: list[str]) -> None:
     _write_record(out, facts)
 
 
-def _write_record(out: Path, facts: dict[str, object]) -> None:
-    """run.json holding ``facts``, or nothing when it cannot be written (said elsewhere)."""
+def _write_record(out: Path, facts: Mapping[str, object], *, say_failure: bool = False) -> None:
+    """run.json holding ``facts``, whole or not at all. A failure is one line on stderr when
+    ``say_failure`` (the run's final record); the record at the start and the one after a
+    second Ctrl-C are left unsaid (the final one, or the interruption's line, speaks)."""
     from torchscope.writes import write_atomically
 
     text = json.dumps(facts, indent=1)
-    with contextlib.suppress(OSError):
+    try:
         write_atomically(out / "run.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    except OSError as exc:
+        if say_failure:
+            _our_error(f"could not write {out / 'run.json'}: {exc.strerror or exc}")
 
 
 def _our_error(message: str) -> None:
