@@ -125,6 +125,44 @@ def test_mtia_links_device_work_by_flow(traces_dir: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("name", "flows"),
+    [
+        ("cuda/diff_control_rank3_of_8.json.gz", 24692),
+        ("cuda/nccl_rank1_of_2_profile_memory.json.gz", 42373),
+        ("tensorboard_samples/resnet50_num_workers_0.pt.trace.json.gz", 9096),
+    ],
+)
+def test_flows_bound_when_first_read_equal_flows_bound_in_the_read(
+    traces_dir: Path, monkeypatch: pytest.MonkeyPatch, name: str, flows: int
+) -> None:
+    """Every device event found its launch by correlation id: the flows wait until read."""
+    from torchscope.trace import derive
+
+    later = read_chrome(traces_dir / name)
+    assert not isinstance(later.__dict__["_flows_table"], pl.DataFrame)  # not bound yet
+    monkeypatch.setattr(derive, "_flows_launch", lambda *_: True)  # as MTIA's read binds them
+    now = read_chrome(traces_dir / name)
+    assert isinstance(now.__dict__["_flows_table"], pl.DataFrame)
+    assert later.flows.height == flows
+    assert later.flows.equals(now.flows) and later.equals(now)
+    assert later.flows.schema == FLOWS_SCHEMA
+
+
+def test_mtia_flows_are_bound_in_the_read(traces_dir: Path) -> None:
+    """Its device events carry no correlation id: their launches come from the flows."""
+    trace = read_chrome(traces_dir / "other_devices" / "mtia_inference.json.gz")
+    assert isinstance(trace.__dict__["_flows_table"], pl.DataFrame)
+
+
+def test_a_trace_pickles_with_its_flows(traces_dir: Path) -> None:
+    import pickle
+
+    trace = read_chrome(traces_dir / "cuda" / "triton_kernel.json.gz")
+    back = pickle.loads(pickle.dumps(trace))
+    assert back.flows.height == 2 and back.equals(trace)
+
+
 def test_self_time_subtracts_the_union_of_overlapping_children() -> None:
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 100},

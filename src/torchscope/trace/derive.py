@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from torchscope.trace.model import Later
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND
 from torchscope.trace.tree import depths, nearest_ancestor
 
@@ -42,8 +43,12 @@ LAUNCH_FLOWS = ("ac2g", "async", "async_cpu_to_gpu", "ac2d")
 
 def derive(
     ev: pl.DataFrame, memory: pl.DataFrame, flows: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Sort events into id order and fill the derived columns of all three tables."""
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | Later]:
+    """Sort events into id order and fill the derived columns of all three tables.
+
+    The flows come back bound to their events only when device work needed them to find its
+    launch; otherwise as the function that binds them (``model.Deferred``: a Trace makes
+    them when they are first read)."""
     sort_cols = ["start_ns", "dur_ns"] + (["raw_row"] if "raw_row" in ev.columns else [])
     ev = ev.sort(sort_cols, descending=[False, True] + [False] * (len(sort_cols) - 2))
     ev = ev.with_columns(
@@ -62,9 +67,13 @@ def derive(
     _overhead_out_of_self(ev, host, parent, self_ns)
 
     is_op = np.isin(kind, _codes(OP_KINDS))
-    flow_df = _bind_flows(flows, ev, parent, is_op, start, end)
-
-    launcher = _launchers(ev, kind, flow_df)
+    launcher = _launchers(ev, kind)
+    bound: pl.DataFrame | Later
+    if _flows_launch(flows, kind, launcher):
+        bound = _bind_flows(flows, ev, parent, start, end)
+        _launch_by_flows(launcher, kind, bound)
+    else:
+        bound = _bind_later(flows)
     op = _ops(ev, kind, parent, launcher, is_op)
     step = _steps(ev, kind, start, end, launcher, op)
 
@@ -77,7 +86,7 @@ def derive(
         pl.Series("op", op.astype(np.int32)),
     )
     memory = _memory_ops(memory, ev, parent, is_op, start, end)
-    return ev, memory, flow_df
+    return ev, memory, bound
 
 
 def profiler_overhead(ev: pl.DataFrame) -> pl.Series:
@@ -252,9 +261,18 @@ def _enclosing(
     return cur
 
 
-def _bind_flows(
-    flows: pl.DataFrame, ev: pl.DataFrame, parent: I64, is_op: Mask, start: I64, end: I64
-) -> pl.DataFrame:
+def _bind_later(flows: pl.DataFrame) -> Later:
+    """``_bind_flows`` run later, from the events ``derive`` made (their ``parent`` column)."""
+
+    def bind(ev: pl.DataFrame) -> pl.DataFrame:
+        start = ev["start_ns"].to_numpy()
+        parent = ev["parent"].to_numpy().astype(np.int64)
+        return _bind_flows(flows, ev, parent, start, start + ev["dur_ns"].to_numpy())
+
+    return bind
+
+
+def _bind_flows(flows: pl.DataFrame, ev: pl.DataFrame, parent: I64, start: I64, end: I64) -> pl.DataFrame:
     if flows.height == 0:
         return pl.DataFrame(schema={"kind": pl.String, "flow_id": pl.Int64, "src": pl.Int32, "dst": pl.Int32})
     everything = np.ones(ev.height, bool)
@@ -277,10 +295,10 @@ def _bind_flows(
 
 
 # -- launches and ops ---------------------------------------------------------------------------
-def _launchers(ev: pl.DataFrame, kind: npt.NDArray[np.int8], flows: pl.DataFrame) -> I64:
+def _launchers(ev: pl.DataFrame, kind: npt.NDArray[np.int8]) -> I64:
+    """The runtime call that launched each device event, by correlation id (-1: none found)."""
     n = ev.height
     launcher = np.full(n, -1, np.int64)
-    (rt_code,) = _codes(("runtime",))
     device = np.isin(kind, _codes(DEVICE_KINDS))
     if not device.any():
         return launcher
@@ -292,15 +310,28 @@ def _launchers(ev: pl.DataFrame, kind: npt.NDArray[np.int8], flows: pl.DataFrame
     dev = ev.filter(pl.col("kind").is_in(list(DEVICE_KINDS)) & pl.col("correlation").is_not_null())
     linked = dev.select("id", "correlation").join(runtime, on="correlation", how="inner")
     launcher[linked["id"].to_numpy()] = linked["rt"].to_numpy()
-    if flows.height:
-        f = flows.filter(
-            pl.col("kind").is_in(list(LAUNCH_FLOWS)) & (pl.col("src") >= 0) & (pl.col("dst") >= 0)
-        )
-        src = f["src"].to_numpy().astype(np.int64)
-        dst = f["dst"].to_numpy().astype(np.int64)
-        ok = device[dst] & (kind[src] == rt_code) & (launcher[dst] < 0)
-        launcher[dst[ok]] = src[ok]
     return launcher
+
+
+def _flows_launch(flows: pl.DataFrame, kind: npt.NDArray[np.int8], launcher: I64) -> bool:
+    """Whether a launch flow may name the launch of device work its correlation id did not
+    (MTIA's device events have none; a ``ac2g`` flow links them): else binding the flows can
+    wait until they are read."""
+    if flows.height == 0:
+        return False
+    device = np.isin(kind, _codes(DEVICE_KINDS))
+    return bool((device & (launcher < 0)).any()) and bool(flows["cat"].is_in(list(LAUNCH_FLOWS)).any())
+
+
+def _launch_by_flows(launcher: I64, kind: npt.NDArray[np.int8], flows: pl.DataFrame) -> None:
+    """Device work without a launch found by correlation takes its launch flow's runtime call."""
+    (rt_code,) = _codes(("runtime",))
+    device = np.isin(kind, _codes(DEVICE_KINDS))
+    f = flows.filter(pl.col("kind").is_in(list(LAUNCH_FLOWS)) & (pl.col("src") >= 0) & (pl.col("dst") >= 0))
+    src = f["src"].to_numpy().astype(np.int64)
+    dst = f["dst"].to_numpy().astype(np.int64)
+    ok = device[dst] & (kind[src] == rt_code) & (launcher[dst] < 0)
+    launcher[dst[ok]] = src[ok]
 
 
 def _ops(ev: pl.DataFrame, kind: npt.NDArray[np.int8], parent: I64, launcher: I64, is_op: Mask) -> I64:

@@ -8,10 +8,10 @@ DataFrames with the schemas in ``trace.schema``; the named accessors (``ops``, `
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import polars as pl
 
@@ -41,15 +41,60 @@ class TraceMeta:
     warnings: tuple[str, ...] = ()  # what a best-effort read skipped or repaired, one line each
 
 
+# a table given as the function that makes it from the trace's events (``Deferred``)
+Later = Callable[[pl.DataFrame], pl.DataFrame]
+
+
+class Deferred:
+    """A Trace table that may be given as a function of the trace's events, made on first read.
+
+    The reader hands over the flows this way: binding every flow endpoint to its event was ~5 %
+    of a load (17 ms of diff_control's 0.33 s), and only the Chrome writer, the store and
+    torch's event list read them; ``table`` and ``report`` never do. (Device work that lacks a
+    correlation id needs its flows to find its launch: those are bound in the read.) The
+    table is made once and kept; two threads reading it at once may both make it, equal.
+    """
+
+    def __init__(self, schema: dict[str, pl.DataType]) -> None:
+        self.schema = schema
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}_table"
+
+    @overload
+    def __get__(self, trace: None, owner: type | None = None) -> Deferred: ...
+    @overload
+    def __get__(self, trace: object, owner: type | None = None) -> pl.DataFrame: ...
+    def __get__(self, trace: object, owner: type | None = None) -> pl.DataFrame | Deferred:
+        if trace is None:
+            return self  # the dataclass field's default: ``__set__`` makes it an empty table
+        value = trace.__dict__[self.slot]
+        if not isinstance(value, pl.DataFrame):
+            value = trace.__dict__[self.slot] = value(trace.events)  # type: ignore[attr-defined]
+        return value
+
+    def __set__(self, trace: object, value: pl.DataFrame | Later | Deferred) -> None:
+        trace.__dict__[self.slot] = empty(self.schema) if value is self else value
+
+
 @dataclass(frozen=True)
 class Trace:
     """A profiled run as columnar tables; see ``trace.schema`` for every column."""
 
     events: pl.DataFrame = field(default_factory=lambda: empty(EVENTS_SCHEMA))
     memory: pl.DataFrame = field(default_factory=lambda: empty(MEMORY_SCHEMA))
-    flows: pl.DataFrame = field(default_factory=lambda: empty(FLOWS_SCHEMA))
+    # a DataFrame, or (from the reader) the function that binds them: see ``Deferred``
+    flows: Deferred = Deferred(FLOWS_SCHEMA)
     threads: pl.DataFrame = field(default_factory=lambda: empty(THREADS_SCHEMA))
     meta: TraceMeta = field(default_factory=TraceMeta)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with its flows made (a function of the read does not pickle)."""
+        self.flows  # noqa: B018 - reading makes the table
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     # -- views a user guesses -------------------------------------------------------------
     def of_kind(self, *kinds: str) -> pl.DataFrame:

@@ -58,7 +58,7 @@ from torchscope.trace.json_repair import (
     replace_invalid_utf8,
     replace_lone_surrogates,
 )
-from torchscope.trace.model import Trace, TraceMeta
+from torchscope.trace.model import Later, Trace, TraceMeta
 from torchscope.trace.schema import (
     EVENTS_SCHEMA,
     FLOWS_SCHEMA,
@@ -979,7 +979,8 @@ def _build(
     return_free_memory()
     timings.mark("columns")
 
-    ev, memory, flow_df = derive(ev, memory, flow_df)
+    ev, memory, flows = derive(ev, memory, flow_df)
+    del flow_df
     return_free_memory()  # derive's temporaries (24 MB of 366k events' RSS after the read)
     _check_clocks(ev, warnings)
     if said_cut(warnings):
@@ -990,10 +991,15 @@ def _build(
     return Trace(
         events=conform(ev, EVENTS_SCHEMA),
         memory=conform(memory, MEMORY_SCHEMA),
-        flows=conform(flow_df, FLOWS_SCHEMA),
+        flows=conform(flows, FLOWS_SCHEMA) if isinstance(flows, pl.DataFrame) else _conformed(flows),
         threads=conform(threads, THREADS_SCHEMA),
         meta=meta,
     )
+
+
+def _conformed(later: Later) -> Later:
+    """The flows ``derive`` left to bind when first read, in their schema."""
+    return lambda events: conform(later(events), FLOWS_SCHEMA)
 
 
 def _check_clocks(ev: pl.DataFrame, warnings: list[str]) -> None:
