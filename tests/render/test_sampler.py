@@ -158,7 +158,7 @@ def test_a_long_gap_goes_to_the_frames_both_samples_share_even_through_a_hook_wr
     hot = [hot_frame(s) for s in stacks]
     times = np.array([0, 1_000_000, 60_000_000], dtype=np.int64)  # a 59 ms gap before the third sample
     ids = np.array([0, 0, 1], dtype=np.int32)
-    _charge_long_gaps(times, ids, stacks, 1_000_000, hot)
+    _charge_long_gaps(times, ids, stacks, np.full(3, 1_000_000), hot)
     merged = stacks[int(ids[2])]
     # the gap was inside argwhere, called by forward: the caller keeps at least its callee's time
     assert merged == (argwhere, forward, call_impl, module) and hot[int(ids[2])] == argwhere
@@ -192,3 +192,74 @@ def test_a_pure_python_function_between_module_level_calls_keeps_its_time(tmp_pa
     rows = {r["function"]: r for r in hs.table()}
     found = rows["find_hard_examples"]["total_ns"]
     assert found > 0.6 * spent_ns, (found, spent_ns)  # was: nearly all of it <module>'s self
+
+
+def test_a_long_run_keeps_a_bounded_number_of_samples_that_still_add_up_to_its_time() -> None:
+    """At ``max_samples`` the sampler drops every other sample taken while nothing was
+    recorded: memory stays bounded however long the run, the samples still cover the whole time
+    sampled, and those taken while a cycle was recorded are all kept."""
+    recording = [False]
+    s = Sampler(interval_s=0.001, max_samples=200, recording=lambda: recording[0])
+    s.start()
+    began = time.time_ns()
+    _busy_python(0.3)
+    recording[0] = True
+    recorded_from = time.time_ns()
+    _busy_python(0.05)
+    recorded_to = time.time_ns()
+    recording[0] = False
+    _busy_python(0.3)
+    hs = s.stop()
+    sampled_ns = time.time_ns() - began
+    assert hs.samples <= 200
+    assert hs.spans_ns is not None and (hs.spans_ns > 2 * hs.interval_ns).any()  # thinned
+    # every sample of the recorded 50 ms is there, each standing for its own interval
+    kept = np.frombuffer(s._recorded, dtype=np.int8) == 1
+    times = np.frombuffer(s._times, dtype=np.int64)
+    assert kept.sum() >= 5 and (np.frombuffer(s._levels, dtype=np.int8)[kept] == 0).all()
+    slack = 10 * hs.interval_ns  # a sample's time and its flag are read one after the other
+    assert recorded_from - slack <= times[kept].min() and times[kept].max() <= recorded_to + slack
+    assert hs.table()[0]["function"] == "_busy_python"
+    covered = int(hs.weights_ns.sum())
+    assert 0.8 * sampled_ns < covered < 1.1 * sampled_ns
+
+
+def test_a_run_recorded_throughout_is_thinned_too() -> None:
+    s = Sampler(interval_s=0.001, max_samples=64)  # recording None: every sample was recorded
+    s.start()
+    began = time.time_ns()
+    _busy_python(0.4)
+    hs = s.stop()
+    sampled_ns = time.time_ns() - began
+    assert hs.samples <= 64
+    assert 0.8 * sampled_ns < int(hs.weights_ns.sum()) < 1.1 * sampled_ns
+
+
+def test_thinning_keeps_recorded_samples_and_the_total_time() -> None:
+    """``_thin`` on a known stream: 1 ms samples, stack 1 while a cycle was recorded (samples
+    400-449), stack 0 before and after."""
+    s = Sampler(interval_s=0.001, max_samples=10**9)
+    ms = 1_000_000
+    n = 1000
+    recorded = np.zeros(n, dtype=np.int8)
+    recorded[400:450] = 1
+    s._times.frombytes((np.arange(n, dtype=np.int64) * ms).tobytes())
+    s._stack_ids.frombytes(recorded.astype(np.int32).tobytes())
+    s._levels.frombytes(np.zeros(n, np.int8).tobytes())
+    s._recorded.frombytes(recorded.tobytes())
+    user = ("/home/me/train.py", "loop", 1)
+    s._stacks = {((), ()): 0, ((user[0],), (1,)): 1}  # placeholders: from_samples is not used
+    for _ in range(3):
+        s._thin()
+    times = np.frombuffer(s._times, dtype=np.int64)
+    ids = np.frombuffer(s._stack_ids, dtype=np.int32)
+    levels = np.frombuffer(s._levels, dtype=np.int8)
+    assert len(times) < 0.2 * n  # 950 unrecorded samples thinned three times, 50 kept
+    assert (times[ids == 1] == np.arange(400, 450) * ms).all() and (levels[ids == 1] == 0).all()
+    assert times[-1] == (n - 1) * ms  # the last sample stays: it holds the end of the run
+    # each sample stands for its gap: the first unrecorded sample after the cycle takes none of it
+    gaps = np.diff(times, prepend=times[0] - (ms << int(levels[0])))
+    assert gaps.sum() == n * ms
+    assert gaps[ids == 1].tolist() == [ms] * 50
+    after = int(np.flatnonzero(ids == 1)[-1]) + 1
+    assert gaps[after] <= 8 * ms and levels[after] <= 3

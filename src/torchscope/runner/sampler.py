@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
@@ -171,16 +172,34 @@ def _hot_or_ours(stack: tuple[Func, ...]) -> Func:
     return hot_frame(stack) if stack else PROFILER_FRAME
 
 
+# samples a Sampler holds at most (14 bytes each: 29 MB); reaching it thins them (``_thin``)
+MAX_SAMPLES = 1 << 21
+
+
 @dataclass
 class Sampler:
-    """Samples one thread's Python stack at a fixed interval while started."""
+    """Samples one thread's Python stack at a fixed interval while started.
+
+    Memory stays bounded however long the run: at ``max_samples`` (35 minutes at 1 ms) it
+    drops every other sample taken while nothing was recorded, each one's time going to the
+    sample after it, so the samples still add up to the run. Samples taken while a cycle was
+    recorded (``recording``) are the ones a trace's hot spots and the advice read: they go
+    too only when too few others could (a run recorded throughout, as ``--all`` records it).
+    """
 
     interval_s: float = 0.001
     script_only: bool = False  # keep only frames run by a runpy-executed script (the runner's mode)
+    max_samples: int = MAX_SAMPLES
+    # whether a cycle is being recorded now (asked at each sample; None: always)
+    recording: Callable[[], bool] | None = None
     thread_id: int = field(default_factory=threading.get_ident)
     native_id: int = field(default_factory=threading.get_native_id)
     _times: array = field(default_factory=lambda: array("q"))
     _stack_ids: array = field(default_factory=lambda: array("i"))
+    # per sample: how often thinning doubled the time it stands for, and whether a cycle was
+    # being recorded when it was taken
+    _levels: array = field(default_factory=lambda: array("b"))
+    _recorded: array = field(default_factory=lambda: array("b"))
     _stacks: dict[tuple[tuple[CodeType, ...], tuple[int, ...]], int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -208,8 +227,8 @@ class Sampler:
         return HotSpots.from_samples(self)
 
     def _loop(self) -> None:
-        interval, tid = self.interval_s, self.thread_id
-        stacks, times, ids = self._stacks, self._times, self._stack_ids
+        interval, tid, recording = self.interval_s, self.thread_id, self.recording
+        stacks = self._stacks
         while not self._stop.wait(interval):
             frame: FrameType | None = sys._current_frames().get(tid)
             codes: list[CodeType] = []
@@ -222,8 +241,43 @@ class Sampler:
             sid = stacks.get(key)
             if sid is None:
                 sid = stacks[key] = len(stacks)
-            times.append(time.time_ns())
-            ids.append(sid)
+            self._times.append(time.time_ns())
+            self._stack_ids.append(sid)
+            self._levels.append(0)
+            self._recorded.append(1 if recording is None or recording() else 0)
+            if len(self._times) >= self.max_samples:
+                self._thin()
+
+    def _thin(self) -> None:
+        """Drop every other sample that may go, each one's time going to the sample after it.
+
+        A sample weighs the time since the one before it: once one is dropped, the next stands
+        for both (its ``level`` says how many times its nominal interval doubled, so that a gap
+        long enough to be a C call holding the GIL is still told apart: ``_charge_long_gaps``).
+        A sample may go when it and the next were both taken while nothing was recorded, so a
+        recorded sample never takes unrecorded time; when fewer than a quarter of the samples
+        may go, every other sample goes.
+        """
+        n = len(self._times)
+        quiet = np.frombuffer(self._recorded, dtype=np.int8) == 0
+        may_go = np.flatnonzero(quiet[:-1] & quiet[1:])
+        if may_go.size < n // 4:
+            may_go = np.arange(n - 1)
+        gone = may_go[::2]  # never two in a row: each kept sample takes at most one
+        keep = np.ones(n, dtype=bool)
+        keep[gone] = False
+        levels = np.frombuffer(self._levels, dtype=np.int8).copy()
+        levels[gone + 1] = np.maximum(levels[gone], levels[gone + 1]) + 1
+        self._times = _array("q", np.frombuffer(self._times, dtype=np.int64)[keep])
+        self._stack_ids = _array("i", np.frombuffer(self._stack_ids, dtype=np.int32)[keep])
+        self._levels = _array("b", levels[keep])
+        self._recorded = _array("b", (~quiet[keep]).astype(np.int8))
+
+
+def _array(code: str, values: np.ndarray) -> array:
+    out = array(code)
+    out.frombytes(values.tobytes())
+    return out
 
 
 @dataclass(frozen=True)
@@ -267,12 +321,15 @@ class HotSpots:
         interval_ns = int(sampler.interval_s * 1e9)
         times = np.frombuffer(sampler._times, dtype=np.int64).copy()
         ids = np.frombuffer(sampler._stack_ids, dtype=np.int32).copy()
-        _charge_long_gaps(times, ids, stacks, interval_ns, hot)
+        # the interval each sample stands for (longer where thinning dropped the ones before it)
+        nominal = interval_ns << np.frombuffer(sampler._levels, dtype=np.int8).astype(np.int64)
+        _charge_long_gaps(times, ids, stacks, nominal, hot)
         # Samples outside the script (our own start-up, printing its traceback) are not its time.
         inside = np.array([bool(stacks[i]) for i in range(len(stacks))], dtype=bool)
         if inside.size:
             keep = inside[ids]
-            times, ids = times[keep], ids[keep]
+            times, ids, nominal = times[keep], ids[keep], nominal[keep]
+        thinned = bool(nominal.size) and int(nominal.max()) > interval_ns
         return cls(
             interval_ns=interval_ns,
             native_id=sampler.native_id,
@@ -280,6 +337,8 @@ class HotSpots:
             stack_ids=ids,
             stacks=tuple(stacks),
             hot=tuple(hot),
+            # the first sample stands for its own nominal interval, the others for their gaps
+            spans_ns=np.diff(times, prepend=times[0] - nominal[0]) if thinned else None,
         )
 
     @property
@@ -367,7 +426,7 @@ class HotSpots:
 
 
 def _charge_long_gaps(
-    times: np.ndarray, ids: np.ndarray, stacks: list[tuple[Func, ...]], interval_ns: int, hot: list[Func]
+    times: np.ndarray, ids: np.ndarray, stacks: list[tuple[Func, ...]], nominal_ns: np.ndarray, hot: list[Func]
 ) -> None:
     """Give a long gap (a C call that held the GIL) to the frames both neighbouring samples share.
 
@@ -380,7 +439,7 @@ def _charge_long_gaps(
     """
     if times.size < 2:
         return
-    gaps = np.flatnonzero(np.diff(times) > 3 * interval_ns) + 1
+    gaps = np.flatnonzero(np.diff(times) > 3 * nominal_ns[1:]) + 1  # (``nominal_ns``: ``_thin``)
     merged: dict[tuple[int, int], int] = {}
     seen = ids.copy()  # the stacks as sampled: a merged gap must not shrink the next one's
     for i in gaps.tolist():

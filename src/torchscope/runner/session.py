@@ -221,6 +221,16 @@ class _StepHook:
                 cap.busy = False
         self.marks.append((int(self.prof.step_num), time.time_ns()))
 
+    def _step_recorded(self) -> bool:
+        """Whether the schedule's action for the current step records (a trace may hold it)."""
+        return getattr(self.prof.current_action, "name", "NONE") != "NONE"
+
+    def recording(self) -> bool:
+        """Whether a trace of ours may hold this moment: the sampler's samples taken then are
+        thinned last (``Sampler._thin``). Asked from the sampler's thread: a moment's
+        disagreement with the main thread costs a sample's resolution, no more."""
+        return bool(self.prof._started) and self._step_recorded()
+
     def _disarm(self) -> None:
         if self._forward_handle is not None:
             self._forward_handle.remove()
@@ -258,7 +268,7 @@ class _StepHook:
                 cap.busy = False
         # a mark only for a step a trace may hold: one per optimizer step held 150 bytes a step
         # for the whole run (+78 MB over 514k steps after the last cycle, ~200 MB an hour)
-        if getattr(self.prof.current_action, "name", "NONE") != "NONE":
+        if self._step_recorded():
             self.marks.append((int(self.prof.step_num), wall))
         if cap is not None:
             cap.fire_if_due()
@@ -506,7 +516,7 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         rec.cap = hook.cap = RecordingCap(options.cap_mb, rec.session, rec.stop_at_cap)
     env = environment()
     sampler = (
-        Sampler(interval_s=options.sample_interval_s, script_only=True)
+        Sampler(interval_s=options.sample_interval_s, script_only=True, recording=hook.recording)
         if options.sample_interval_s > 0
         else None
     )
