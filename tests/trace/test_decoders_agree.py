@@ -224,3 +224,39 @@ def test_the_scanner_is_built_wherever_a_c_compiler_is() -> None:
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if shutil.which("cc") and headers.exists():
         assert reader._scan is not None, "cc and Python.h are here, yet torchscope.trace._scan was not built"
+
+
+@pytest.mark.parametrize("scanner", [True, False])
+@pytest.mark.parametrize(
+    ("layout", "dumps"),
+    [
+        ("re-indented", lambda doc: json.dumps(doc, indent=2)),
+        ("compact", lambda doc: json.dumps(doc, separators=(",", ":"))),
+    ],
+)
+def test_shapes_of_a_trace_a_json_tool_rewrote_read_as_kineto_wrote_them(
+    scanner: bool, layout: str, dumps: Any
+) -> None:
+    """A trace re-indented (or compacted) by a JSON tool has the original's shape texts: the
+    table's rows stay one line and the same shapes group together."""
+    original = gzip.decompress(
+        (TRACES / "tensorboard_samples" / "resnet50_num_workers_0.pt.trace.json.gz").read_bytes()
+    )
+    rewritten = dumps(json.loads(original)).encode()
+    assert rewritten != original
+    before, after = _read(original, scanner=scanner), _read(rewritten, scanner=scanner)
+    assert isinstance(before, Trace) and isinstance(after, Trace)
+    dims = after.events["input_dims"].drop_nulls()
+    assert not dims.str.contains("\n").any()
+    assert "[[3, 224, 224], [3, 224, 224], []]" in dims.to_list()
+    assert dims.to_list() == before.events["input_dims"].drop_nulls().to_list()
+    assert after.events["input_types"].drop_nulls().to_list() == before.events["input_types"].drop_nulls().to_list()
+
+
+def test_a_pretty_printed_shared_trace_has_one_line_shapes() -> None:
+    """``backward_thread_small.json`` is itself indented: its shapes were read over several lines."""
+    trace = _assert_same((TRACES / "cuda" / "backward_thread_small.json").read_bytes())
+    assert isinstance(trace, Trace)
+    dims = set(trace.events["input_dims"].drop_nulls().to_list())
+    assert {"[[2048, 2048]]", "[[2048, 2048], [2048, 256]]"} <= dims
+    assert not any("\n" in d for d in dims)

@@ -15,8 +15,9 @@ Columns (one row per JSON event, in file order):
   was written as an integer, so that integer microseconds convert to ns exactly; a value
   written with decimals also has ``ts_exact_ns``/``dur_exact_ns``, its nanoseconds from the
   decimal text (a double cannot hold ``1712195495502094.565`` to the nanosecond)
-- one column per modelled ``args`` key (``events.Args``): ints, floats, and the verbatim JSON
-  text of ``input_dims``, ``input_types``, ``concrete_inputs``, ``grid``, ``block``
+- one column per modelled ``args`` key (``events.Args``): ints, floats, and the JSON text of
+  ``input_dims``, ``input_types``, ``concrete_inputs``, ``grid``, ``block`` as Kineto writes
+  it (``tidy_json_texts``: a file a JSON tool re-indented gets the same text)
 - ``args_at``: where the event's ``args`` object starts in the decoded text (the scanner; null
   when the event has none), or -1 for an event with args that msgspec decoded: the reader
   reads the verbatim args of the few events it does not model from there (``reader``)
@@ -28,7 +29,9 @@ fills them only there (it is per-event Python work) while the scanner fills them
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Sequence
 from decimal import ROUND_HALF_EVEN, Decimal
 from operator import attrgetter
@@ -204,13 +207,42 @@ def _exact_ns(us: Decimal) -> int | None:
 
 _SEP = b"\x1f"  # a control character cannot appear unescaped in JSON text
 
+# what Kineto never writes in a shape, a type list or a grid: a line break, a tab, two spaces, a
+# space inside a bracket or before a comma, a comma with no space after it
+_NOT_KINETOS = re.compile(r"[\t\n\r]|  |\[ | \]| ,|,(?! )")
+
+
+def tidy_json_texts(texts: list[str]) -> list[str]:
+    """The JSON texts (``Input Dims``, ...) written as Kineto writes them: ``[[3, 224, 224], []]``.
+
+    A trace re-indented by a JSON tool (``json.dump(..., indent=2)``) wrote each shape over
+    several lines, which broke the table's rows and grouped the same shapes apart from the
+    original file's; a compact one (``separators=(",", ":")``) grouped them apart too. Texts
+    Kineto could have written are kept as they are, in one search of them all.
+    """
+    if not texts or not _NOT_KINETOS.search("\x1f".join(texts)):
+        return texts
+    return [_as_kineto_writes(t) if _NOT_KINETOS.search(t) else t for t in texts]
+
+
+def _as_kineto_writes(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False)  # ", " between items, as Kineto
+    except ValueError:
+        return text
+
 
 def _raw_text(values: list[msgspec.Raw]) -> pl.Series:
-    """Verbatim JSON text of each value (null when absent), split apart in one C/Rust pass."""
+    """JSON text of each value (null when absent), split apart in one C/Rust pass and tidied
+    (``tidy_json_texts``) once per distinct text."""
     if not values:
         return pl.Series(values=[], dtype=pl.String)
     joined = _SEP.join(values).decode("utf-8", errors="replace")
     parts = pl.Series([joined]).str.split(_SEP.decode()).explode()
+    distinct = parts.unique().drop_nulls().to_list()
+    tidy = tidy_json_texts(distinct)
+    if tidy is not distinct:
+        parts = parts.replace(distinct, tidy)
     return parts.replace("", None)
 
 
@@ -316,6 +348,8 @@ def from_scan(result: dict[str, Any], args_shift: int = 0, warnings: list[str] |
     for name in TEXT + RAW_ARGS:
         if (got := result.pop(name, None)) is not None:
             codes, uniques = got
+            if name in RAW_ARGS:
+                uniques = tidy_json_texts(uniques)
             cols[name] = _texts(codes, uniques, SCHEMA[name])
     for name in INT_OR_TEXT:
         if (got := result.pop(name, None)) is not None:
