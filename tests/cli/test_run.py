@@ -205,6 +205,41 @@ def test_advice_names_the_python_the_sampler_caught(
     assert "the sampler caught most of it in argwhere" in capsys.readouterr().err
 
 
+def test_each_cycle_s_advice_names_what_the_sampler_caught_in_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With several cycles the terminal shows the latest cycle's findings: they named no code
+    ("no Python stacks were recorded ... profile with torchscope run") while report.json's
+    run-level finding named the function the sampler caught."""
+    out = tmp_path / "busy"
+    schedule = ["--wait", "1", "--warmup", "1", "--active", "2", "--repeat", "2"]
+    assert main(["run", "--out", str(out), *schedule, str(SCRIPTS / "busy_python_steps.py")]) == 0
+    err = " ".join(capsys.readouterr().err.split())  # the terminal wraps its lines
+    report = _report(out)["report"]
+    assert len(report["ranks"]) == 2
+    for name, cycle in [("run", report), *report["ranks"].items()]:
+        (finding,) = [f for f in cycle["recommendations"] if f["rule"] == "python_outside_ops"]
+        assert finding["evidence"]["python_functions"][0].startswith("busy_python (busy_python_steps.py:"), name
+        assert "torchscope run" not in finding["fix"]
+    assert "the sampler caught most of it in busy_python" in err
+    assert "no Python stacks were recorded" not in err
+
+
+def test_a_last_cycle_with_no_step_is_listed_not_shown_in_full(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The script ends as the schedule's second cycle starts recording (8 optimizer steps,
+    cycles of 6): that cycle holds a few events after the last step and no step. The terminal
+    showed it in full ("the whole run as one step") above the real cycle."""
+    out = tmp_path / "stub"
+    schedule = ["--wait", "1", "--warmup", "1", "--active", "4", "--repeat", "0", "--sample-ms", "0"]
+    assert main(["run", "--out", str(out), *schedule, str(SCRIPTS / "busy_python_steps.py")]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "cycles (2; step_5, the last with a step, is shown above" in err
+    assert "where the time goes (4 steps," in err and "the whole run as one step" not in err
+    assert "step_8: no step," in err and "step_5: 4 steps," in err
+
+
 def test_under_torchrun_each_rank_writes_its_own_run_directory(tmp_path: Path) -> None:
     """``torchrun -m torchscope run`` profiles every rank: each writes OUT/rank-N (they used to
     overwrite one another's files), rank 0 alone prints the summary and names the command for

@@ -52,3 +52,21 @@ def test_sql_over_ranks_in_memory_and_saved(ranks: TraceSet, tmp_path: Path) -> 
 def test_sql_errors_are_trace_errors(ranks: TraceSet) -> None:
     with pytest.raises(TraceError, match="nope"):
         ranks["rank0"].sql("SELECT nope FROM kernels")
+
+
+def test_an_empty_answer_is_an_empty_frame_with_its_columns(ranks: TraceSet, tmp_path: Path) -> None:
+    """It raised "Must pass schema, or at least one RecordBatch" from inside Polars."""
+    got = ranks["rank0"].sql("SELECT name, dur_ns FROM kernels WHERE CAST(name AS VARCHAR) = 'nope'")
+    assert got.height == 0 and got.columns == ["name", "dur_ns"]
+    flows = ranks.sql("SELECT kind, count(*) AS n FROM flows GROUP BY 1")  # these ranks have none
+    assert flows.height == 0 and flows.columns == ["kind", "n"]
+    ranks.save(tmp_path / "saved")
+    assert sql("SELECT * FROM flows", tmp_path / "saved").height == 0
+
+
+def test_sql_without_pyarrow_says_what_to_install(ranks: TraceSet, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if it were not installed
+    with pytest.raises(TraceError, match=r"pyarrow is missing\): pip install 'torchscope\[sql\]'"):
+        ranks["rank0"].sql("SELECT count(*) FROM kernels")

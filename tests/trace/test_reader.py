@@ -68,6 +68,22 @@ def test_every_trace_derives_consistent_links(trace_path: Path) -> None:
     assert dur.min(initial=0) >= 0
 
 
+def test_every_launch_flow_to_device_work_starts_at_its_launcher(trace_path: Path) -> None:
+    """A launch flow starts at the runtime call the device work's ``launcher`` names. By time
+    alone, 63 of diff_control's flows started at a ``cudaFuncSetAttribute`` of no duration
+    written in the same microsecond as the launch (its correlation id says otherwise)."""
+    trace = read_once(trace_path)
+    kind = trace.events["kind"].cast(pl.String)
+    flows = trace.flows.filter(
+        pl.col("kind").cast(pl.String).is_in(["ac2g", "async_cpu_to_gpu", "async"])
+        & (pl.col("src") >= 0)
+        & (pl.col("dst") >= 0)
+    )
+    to_device = flows.filter(pl.Series(kind.gather(flows["dst"]).is_in(["kernel", "memcpy", "memset"])))
+    launcher = trace.events["launcher"].gather(to_device["dst"])
+    assert (launcher == to_device["src"]).all()
+
+
 def test_kinds_of_a_current_cuda_trace(traces_dir: Path) -> None:
     trace = torchscope.load(traces_dir / "cuda" / "nccl_rank0_of_2.json.gz")
     assert not isinstance(trace, TraceSet)

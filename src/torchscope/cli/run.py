@@ -307,25 +307,29 @@ def _print_summary(payload: dict | None, result: object, options: object, files:
     runs = (payload or {}).get("runs") or []
     report = (full_report(payload) if payload is not None else None) or {}
     cycles: dict[str, dict] = report.get("ranks") or {} if report.get("kind") == "traceset" else {}
+    names = list(cycles)
+    # the latest cycle with a step in full: a run that ended in the middle of its schedule's
+    # cycle (``--repeat 0``) left a last one of a few events and no step, which was shown as
+    # "the whole run as one step, average 170.5 µs per step" above seven real cycles
+    stepped = [bool((cycles[n].get("meta") or {}).get("steps_from_trace")) for n in names]
+    shown = next((i for i in reversed(range(len(names))) if stepped[i]), len(names) - 1)
     if payload is not None and len(cycles) > 1:
-        # the report of a run with several cycles is a set of them: the latest in full here
-        name, latest = list(cycles.items())[-1]
-        print_summary(
-            {**payload, "report": latest, "runs": [{**(runs[-1] if runs else {}), "name": name}]}, console
-        )
+        # the report of a run with several cycles is a set of them: one in full here
+        run = runs[shown] if shown < len(runs) else {}
+        print_summary({**payload, "report": cycles[names[shown]], "runs": [{**run, "name": names[shown]}]}, console)
     elif payload is not None:
         print_summary(payload, console)
     if len(cycles) > 1:
-        console.print(f"[bold]cycles[/bold] ({len(cycles)}; the last is shown above, each in report.html)")
-        for name, cycle in cycles.items():
+        which = "the last" if shown == len(names) - 1 else f"{names[shown]}, the last with a step,"
+        console.print(f"[bold]cycles[/bold] ({len(cycles)}; {which} is shown above, each in report.html)")
+        for (name, cycle), has_steps in zip(cycles.items(), stepped, strict=True):
             total = (cycle.get("breakdown_us") or {}).get("Total") or (
                 cycle.get("host_breakdown_us") or {}
             ).get("Total")
             top = (cycle.get("operators") or [{}])[0].get("name", "–")
-            console.print(
-                f"  {name}: {len(cycle.get('steps') or [])} steps, {fmt_us(total)} per step, "
-                f"{(cycle.get('meta') or {}).get('events', 0):,} events, top op {top}"
-            )
+            n = len(cycle.get("steps") or [])
+            time_text = f"{n} step{'s' if n != 1 else ''}, {fmt_us(total)} per step" if has_steps else f"no step, {fmt_us(total)}"
+            console.print(f"  {name}: {time_text}, {(cycle.get('meta') or {}).get('events', 0):,} events, top op {top}")
     skipped = len(result.trace_paths) - len(result.kept_paths)
     if skipped > 0:
         console.print(

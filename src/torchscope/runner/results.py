@@ -142,29 +142,52 @@ def _sampled_culprits(placed: list[Placed], result: RunResult, region: str, limi
 _OUR_SPANS = {SETUP_SPAN: "the setup before the first step", TAIL_SPAN: "the work after the last step"}
 
 
-def name_sampled_culprits(payload: dict[str, Any], placed: list[Placed], result: RunResult) -> None:
+def name_sampled_culprits(
+    payload: dict[str, Any], placed: list[Placed], cycles: dict[str, list[Placed]], result: RunResult
+) -> None:
     """Give ``python_outside_ops`` findings the trace could not explain (no Python stacks were
     recorded) the functions the run's sampler caught there: the advice then names the code,
-    instead of telling a ``torchscope run`` user to profile with ``torchscope run``."""
-    report = payload.get("report") or {}
-    for finding in report.get("recommendations") or []:
-        evidence = finding.get("evidence") or {}
-        if finding.get("rule") != "python_outside_ops" or evidence.get("python_functions"):
-            continue
-        culprits = _sampled_culprits(placed, result, str(evidence.get("region")))
-        if not culprits:
-            continue
-        head = finding["message"].split("; ", 1)[0]
-        finding["message"] = f"{head}; the sampler caught most of it in {', '.join(culprits)}."
-        finding["fix"] = (
-            "Those functions are in the Python hot spots (their 'outside ops' column): move their work into "
-            "torch ops, or out of the step, or off the critical path (a DataLoader worker, a background thread)."
-        )
-        evidence["python_functions"] = culprits
-        evidence["sampled"] = True
-        label = _OUR_SPANS.get(str(evidence.get("region")))
-        if label:
-            finding["message"] = finding["message"].replace(f"'{evidence['region']}'", label)
+    instead of telling a ``torchscope run`` user to profile with ``torchscope run``.
+
+    Both of the payload's reports get them (the page's, names cut, and the uncut one the
+    terminal and ``--json`` print: the terminal had the old advice while report.json had the
+    new), the run's findings from all its samples and each cycle's (``cycles``, by the name
+    the report gives it) from the samples of that cycle alone.
+    """
+    from torchscope.render.payload import full_report
+
+    found: dict[tuple[str, str | None], list[str]] = {}
+
+    def name_in(findings: list[dict[str, Any]] | None, where: str | None, inside: list[Placed]) -> None:
+        for finding in findings or []:
+            evidence = finding.get("evidence") or {}
+            if finding.get("rule") != "python_outside_ops" or evidence.get("python_functions"):
+                continue
+            region = str(evidence.get("region"))
+            if (region, where) not in found:
+                found[(region, where)] = _sampled_culprits(inside, result, region)
+            if culprits := found[(region, where)]:
+                _with_culprits(finding, evidence, culprits)
+
+    reports = [payload.get("report"), full_report(payload)]
+    for report in [r for i, r in enumerate(reports) if r and all(r is not o for o in reports[:i])]:
+        name_in(report.get("recommendations"), None, placed)
+        for name, cycle in (report.get("ranks") or {}).items():
+            name_in(cycle.get("recommendations"), name, cycles.get(name, []))
+
+
+def _with_culprits(finding: dict[str, Any], evidence: dict[str, Any], culprits: list[str]) -> None:
+    head = finding["message"].split("; ", 1)[0]
+    finding["message"] = f"{head}; the sampler caught most of it in {', '.join(culprits)}."
+    finding["fix"] = (
+        "Those functions are in the Python hot spots (their 'outside ops' column): move their work into "
+        "torch ops, or out of the step, or off the critical path (a DataLoader worker, a background thread)."
+    )
+    evidence["python_functions"] = culprits
+    evidence["sampled"] = True
+    label = _OUR_SPANS.get(str(evidence.get("region")))
+    if label:
+        finding["message"] = finding["message"].replace(f"'{evidence['region']}'", label)
 
 
 def load_traces(paths: list[Path], problems: list[str]) -> list[tuple[Path, Trace]]:
@@ -267,7 +290,11 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
     )
     payload = build_payload(subject, title=title, extra=extra)
     payload["warnings"].extend(problems)
-    name_sampled_culprits(payload, placed, result)
+    cycles = {
+        p.name.removesuffix(".pt.trace.json"): [one for one in placed if one[0] is t]
+        for p, t in zip(paths, traces, strict=True)
+    }
+    name_sampled_culprits(payload, placed, cycles, result)
     return payload
 
 

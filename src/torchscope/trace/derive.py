@@ -277,6 +277,7 @@ def _bind_flows(flows: pl.DataFrame, ev: pl.DataFrame, parent: I64, start: I64, 
         return pl.DataFrame(schema={"kind": pl.String, "flow_id": pl.Int64, "src": pl.Int32, "dst": pl.Int32})
     everything = np.ones(ev.height, bool)
     bound = _enclosing(flows, ev, parent, everything, start, end)
+    _by_correlation(flows, ev, bound)
     ends = flows.with_columns(pl.Series("row", bound))
     src = ends.filter(pl.col("ph") == "s").unique(["cat", "flow_id"], keep="first", maintain_order=True)
     dst = ends.filter(pl.col("ph") == "f")
@@ -292,6 +293,35 @@ def _bind_flows(flows: pl.DataFrame, ev: pl.DataFrame, parent: I64, start: I64, 
         pl.col("src").fill_null(-1).cast(pl.Int32),
         pl.col("dst").fill_null(-1).cast(pl.Int32),
     ).sort("kind", "flow_id", "src", "dst")
+
+
+def _by_correlation(flows: pl.DataFrame, ev: pl.DataFrame, bound: I64) -> None:
+    """A launch flow's end binds to the event on its track whose correlation id is the flow's
+    id, where one encloses the end's time (in place, over ``bound``).
+
+    Kineto's launch flows carry the runtime call's correlation id, and time alone is ambiguous
+    at the microsecond: a ``cudaFuncSetAttribute`` of no duration written at the same time as
+    the ``cudaLaunchKernel`` after it is the innermost event there, and 63 of diff_control's
+    kernels had a flow starting on it while their ``launcher`` (by correlation) was the launch.
+    """
+    launch = flows["cat"].is_in(list(LAUNCH_FLOWS))
+    if not launch.any():
+        return
+    ends = (
+        flows.with_row_index("end")
+        .filter(launch)
+        .select("end", "pid", "tid", "ts_ns", pl.col("flow_id").alias("correlation"))
+    )
+    owners = ev.filter(pl.col("correlation").is_not_null()).select(
+        "pid", "tid", "correlation", "id", "start_ns", "dur_ns"
+    )
+    found = (
+        ends.join(owners, on=["pid", "tid", "correlation"], how="inner")
+        .filter((pl.col("start_ns") <= pl.col("ts_ns")) & (pl.col("ts_ns") <= pl.col("start_ns") + pl.col("dur_ns")))
+        .group_by("end")
+        .agg(pl.col("id").max())  # of two, the innermost (ids are in start order)
+    )
+    bound[found["end"].to_numpy()] = found["id"].to_numpy()
 
 
 # -- launches and ops ---------------------------------------------------------------------------

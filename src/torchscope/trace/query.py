@@ -34,10 +34,13 @@ VIEWS: dict[str, tuple[str, ...]] = {
 
 
 def _duckdb() -> Any:
+    """DuckDB, and the pyarrow it reads Polars frames through (a query without it was a
+    ModuleNotFoundError traceback from inside Polars)."""
     try:
         import duckdb
-    except ImportError:
-        raise TraceError("", "SQL needs DuckDB: pip install 'torchscope[sql]'") from None
+        import pyarrow  # noqa: F401
+    except ImportError as exc:
+        raise TraceError("", f"SQL needs DuckDB and pyarrow ({exc.name} is missing): pip install 'torchscope[sql]'") from None
     return duckdb
 
 
@@ -95,7 +98,9 @@ def sql(query: str, source: Trace | TraceSet | str | Path) -> pl.DataFrame:
     con = connect(source)
     try:
         rel = con.sql(query)
-        return pl.DataFrame() if rel is None else pl.from_arrow(rel.arrow())  # type: ignore[return-value]
+        # DuckDB's own conversion: an empty result keeps its columns (``from_arrow`` of its
+        # batch reader raised "Must pass schema, or at least one RecordBatch")
+        return pl.DataFrame() if rel is None else rel.pl()
     except Exception as exc:  # duckdb's error types live in the optional dependency
         if "duckdb" in type(exc).__module__:
             raise TraceError("sql", str(exc).splitlines()[0]) from None
