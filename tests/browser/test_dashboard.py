@@ -313,6 +313,26 @@ def test_a_run_of_several_cycles_opens_on_the_latest(tmp_path: Path, page: Any) 
     assert page.errors == []
 
 
+def test_a_run_opens_on_its_latest_cycle_with_a_step_and_shows_that_cycle_s_findings(
+    tmp_path: Path, page: Any
+) -> None:
+    """The script ends as its schedule's second cycle begins (a cycle of a few events, no
+    step): the page opens on the cycle the terminal shows, and its Recommendations are that
+    cycle's (they were the run's for every cycle: "94% ... over 3 calls" under a cycle of 5)."""
+    out = tmp_path / "stub"
+    script = Path(__file__).resolve().parents[1] / "cli" / "scripts" / "busy_python_steps.py"
+    schedule = ["--wait", "1", "--warmup", "1", "--active", "4", "--repeat", "0"]
+    assert main(["run", "--out", str(out), "--no-summary", *schedule, str(script)]) == 0
+    cycle = json.loads((out / "report.json").read_text())["report"]["ranks"]["step_5"]
+    page.goto((out / "report.html").resolve().as_uri())
+    page.wait_for_selector("#view[data-rendered=overview]")
+    assert page.eval_on_selector("#run-select", "s => s.options[s.selectedIndex].textContent") == "step_5"
+    assert "Findings of step_5" in page.inner_text("[data-testid=recommendations-of]")
+    shown = page.inner_text("[data-testid=recommendations]")
+    assert cycle["recommendations"] and all(f["message"][:40] in shown for f in cycle["recommendations"])
+    assert page.errors == []
+
+
 def test_a_trace_of_many_steps_shows_every_run_of_steps_inside_the_chart(tmp_path: Path, page: Any) -> None:
     """5,000 steps are 2,000 rows of runs of consecutive steps. With a 1 px floor per bar the step
     chart ran to 2,100 px of its 900, the last 60 % cut off, and the steps table said "2000 of

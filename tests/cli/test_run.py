@@ -225,6 +225,28 @@ def test_each_cycle_s_advice_names_what_the_sampler_caught_in_it(
     assert "no Python stacks were recorded" not in err
 
 
+def test_a_cycle_the_sampler_caught_nothing_in_is_not_told_to_use_torchscope_run() -> None:
+    """A cycle in the middle of a run holds no span of the runner's, so the advisor took it for
+    a plain trace and advised "profile with `torchscope run`" to a user of ``torchscope run``
+    when the sampler had caught nothing in its short steps."""
+    import types
+
+    from torchscope.runner.results import name_sampled_culprits
+
+    generic = (
+        "Record with with_stack=True (or profile with `torchscope run`, whose sampler names the Python "
+        "functions) to see which code runs there, then move it into torch ops or out of the step."
+    )
+
+    def finding() -> dict[str, object]:
+        return {"rule": "python_outside_ops", "message": "32% ...", "fix": generic, "evidence": {"region": "ProfilerStep#*"}}
+
+    report = {"recommendations": [finding()], "ranks": {"step_7": {"recommendations": [finding()]}}}
+    name_sampled_culprits({"report": report}, [], {}, types.SimpleNamespace(hotspots=None))  # type: ignore[arg-type]
+    for f in (report["recommendations"][0], report["ranks"]["step_7"]["recommendations"][0]):
+        assert "torchscope run" not in f["fix"] and "--stack" in f["fix"] and "--sample-ms" in f["fix"]
+
+
 def test_a_last_cycle_with_no_step_is_listed_not_shown_in_full(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -750,6 +772,46 @@ def test_a_run_killed_by_sigkill_says_so_in_its_directorys_report(tmp_path: Path
     report = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
     said = json.loads(report.stdout)["warnings"]
     assert any(w.startswith("run.json: the run never recorded how it ended (killed by SIGKILL") for w in said)
+
+
+def test_a_run_that_crashes_in_native_code_leaves_its_stacks_and_says_it_crashed(tmp_path: Path) -> None:
+    """A segfault leaves no record of the run's end either: its report said "killed by SIGKILL".
+    Python's faulthandler writes the stacks to crash.txt, and the report says it crashed."""
+    script = tmp_path / "segv.py"
+    script.write_text(
+        "import ctypes\n"
+        "import torch\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(45):\n"
+        "    opt.zero_grad(); model(torch.randn(4, 8)).sum().backward(); opt.step()\n"
+        "ctypes.string_at(0)\n"
+    )
+    out = tmp_path / "out"
+    proc = _run_cli("--out", str(out), str(script))
+    assert proc.returncode == -signal.SIGSEGV
+    crash = (out / "crash.txt").read_text()
+    assert crash.startswith("Fatal Python error: Segmentation fault") and f'File "{script}", line 7' in crash
+    command = [sys.executable, "-m", "torchscope", "report", str(out), "--json"]
+    report = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    said = json.loads(report.stdout)["warnings"]
+    assert "run.json: the run crashed (Fatal Python error: Segmentation fault; the Python stacks at the crash are in crash.txt)" in " ".join(said)
+    # a run that ends well leaves no crash.txt
+    fine = tmp_path / "fine"
+    assert _run_cli("--out", str(fine), "--sample-ms", "0", str(SCRIPTS / "exits.py"), "0").returncode == 0
+    assert not (fine / "crash.txt").exists() and (fine / "run.json").is_file()
+
+
+def test_a_schedule_over_a_script_with_no_optimizer_says_why_nothing_was_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "infer.py"
+    script.write_text("import torch\nm = torch.nn.Linear(8, 2)\nfor _ in range(20):\n    m(torch.randn(4, 8)).sum()\n")
+    out = tmp_path / "out"
+    schedule = ["--wait", "1", "--warmup", "1", "--active", "4", "--sample-ms", "0"]
+    assert main(["run", "--out", str(out), *schedule, str(script)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the schedule never reached an active step (its steps are the script's optimizer.step() calls, and it made none" in err
 
 
 def test_a_run_still_going_is_said_to_be_going(tmp_path: Path) -> None:

@@ -570,10 +570,11 @@ def test_generated_events_agree_with_msgspec(body: bytes) -> None:
 
 
 def test_generated_events_are_mostly_accepted() -> None:
-    """The generator must exercise acceptance, not only declines."""
+    """The generator must exercise acceptance, not only declines. Derandomized: a random draw
+    of 60 accepts 34-48 as a rule, and once took 19 (a threshold on chance is a flaky test)."""
     accepted = 0
 
-    @settings(max_examples=60, deadline=None, database=None)
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True)
     @given(event_lists())
     def run(body: bytes) -> None:
         nonlocal accepted

@@ -9,11 +9,12 @@ directory (``--out``) holds the traces, ``report.html`` (open it offline, attach
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from torchscope.errors import TraceError, UsageError, why_unwritable
@@ -149,7 +150,7 @@ notes:
             )
         target = Target(name, script_args, is_module=args.module)
         try:
-            with stop_signals_interrupt():
+            with stop_signals_interrupt(), _crash_stacks(out):
                 result = profile_target(target, options)
                 self._report(result, options, args)
         except KeyboardInterrupt as exc:  # a second Ctrl-C or stop signal while saving, or one before the script ran
@@ -235,6 +236,36 @@ def _record_start(out: Path, command: list[str]) -> None:
         "command": command,
     }
     _write_record(out, facts)
+
+
+@contextlib.contextmanager
+def _crash_stacks(out: Path) -> Iterator[None]:
+    """Python's faulthandler writes every thread's stack to ``OUT/crash.txt`` if the process
+    crashes (a segfault in native code): such a run leaves no record of its end, and a report of
+    its directory said it was killed by SIGKILL. Left as it is when the user turned it on (their
+    choice of file wins); the file is removed when nothing crashed."""
+    import faulthandler
+
+    from torchscope.job.discover import CRASH_FILE
+
+    if faulthandler.is_enabled():
+        yield
+        return
+    path = out / CRASH_FILE
+    try:
+        sink = open(path, "w", encoding="utf-8")  # noqa: SIM115 - held open for the run
+    except OSError:
+        yield
+        return
+    faulthandler.enable(file=sink, all_threads=True)
+    try:
+        yield
+    finally:
+        faulthandler.disable()
+        sink.close()
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == 0:
+                path.unlink()
 
 
 def _write_record(out: Path, facts: Mapping[str, object], *, say_failure: bool = False) -> None:

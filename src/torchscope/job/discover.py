@@ -226,7 +226,7 @@ def _how_the_run_ended(path: Path, directory: Path) -> list[str]:
     try:
         facts = json.loads(path.read_text(encoding="utf-8"))
         if facts.get("state") == "running":
-            return [_run_not_ended(facts, path.relative_to(directory))]
+            return [_run_not_ended(facts, path.relative_to(directory), path.parent / CRASH_FILE)]
         code, error = int(facts.get("exit_code", 0)), facts.get("error")
     except (OSError, ValueError, TypeError, AttributeError):
         return []
@@ -236,10 +236,26 @@ def _how_the_run_ended(path: Path, directory: Path) -> list[str]:
     return [f"{path.relative_to(directory)}: the script exited {code}{why}: its traces end where it stopped"]
 
 
-def _run_not_ended(facts: dict[str, object], rel: Path) -> str:
+# where ``torchscope run`` has Python's faulthandler write the stacks of a crash (a segfault in
+# native code): a run that dies so leaves no run.json of its end, and was taken for a SIGKILL
+CRASH_FILE = "crash.txt"
+
+
+def _run_not_ended(facts: dict[str, object], rel: Path, crash: Path) -> str:
     """A run.json written at the start and never replaced: the run is still going (its process
-    is alive on this machine), or it was killed before it could say how it ended."""
+    is alive on this machine), crashed (``crash``: what faulthandler wrote), or was killed
+    before it could say how it ended."""
     import socket
+
+    try:
+        said = crash.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        said = []
+    if said:
+        return (
+            f"{rel}: the run crashed ({said[0].strip()}; the Python stacks at the crash are in"
+            f" {rel.parent / CRASH_FILE}): its traces end where it stopped, and a cycle being recorded then is lost"
+        )
 
     pid, host = facts.get("pid"), facts.get("host")
     if host not in (None, socket.gethostname()):

@@ -168,6 +168,14 @@ def name_sampled_culprits(
                 found[(region, where)] = _sampled_culprits(inside, result, region)
             if culprits := found[(region, where)]:
                 _with_culprits(finding, evidence, culprits)
+            elif "torchscope run" in str(finding.get("fix")):
+                # a cycle in the middle of a run holds no span of ours to tell the advisor it
+                # was recorded by ``torchscope run``, which was then advised to its user
+                finding["fix"] = (
+                    "The sampler caught no Python function there: these steps are too short for its "
+                    "interval. Run again with --stack (Python stacks in the trace) or a smaller "
+                    "--sample-ms to see which code runs there, then move it into torch ops or out of the step."
+                )
 
     reports = [payload.get("report"), full_report(payload)]
     for report in [r for i, r in enumerate(reports) if r and all(r is not o for o in reports[:i])]:
@@ -276,7 +284,16 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
     if not traces:
         payload = build_payload(TraceSet({}, source=str(options.out)), title=title, extra=extra)
         payload["warnings"].extend(
-            problems or ["no trace was recorded: the schedule never reached an active step"]
+            problems
+            or [
+                "no trace was recorded: the schedule never reached an active step"
+                + (
+                    " (its steps are the script's optimizer.step() calls, and it made none: --all records a"
+                    " script without one whole)"
+                    if result.steps == 0
+                    else ""
+                )
+            ]
         )
         return payload
     subject: Trace | TraceSet = (

@@ -52,11 +52,18 @@
     sel.replaceChildren(...names.map((n, i) => h("option", { value: i, selected: i === state.run ? true : null }, n)));
     /** @type {HTMLElement} */ (sel.parentElement).hidden = names.length < 2;
   }
+  /** @param {Obj} P @returns {number} */
+  function latestWithStep(P) {
+    const cycles = (P.report || {}).ranks || {};
+    for (let i = P.runs.length - 1; i >= 0; i--) if (((cycles[P.runs[i].name] || {}).meta || {}).steps_from_trace) return i;
+    return P.runs.length - 1;
+  }
   /** @param {Obj} P */
   function showPayload(P) {
-    // a torchscope run of several cycles opens on the latest, the one its terminal shows in full
-    // (the first holds the setup); a later payload (serve) keeps the user's choice
-    if (state.payload === EMPTY && P.run && (P.runs || []).length > 1) state.run = P.runs.length - 1;
+    // a torchscope run of several cycles opens on the latest with a step, the one its terminal
+    // shows in full (the first holds the setup; a last one the script ended in may hold no
+    // step); a later payload (serve) keeps the user's choice
+    if (state.payload === EMPTY && P.run && (P.runs || []).length > 1) state.run = latestWithStep(P);
     state.payload = P;
     if (P.job && location.hash.length <= 1) state.view = "job";  // a job opens on its summary
     if (state.run >= (P.runs || []).length) state.run = 0;

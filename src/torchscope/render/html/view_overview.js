@@ -6,7 +6,7 @@ const viewOverview = (() => {
   const { none, fmtUs, fmtNs, fmtPct, fmtCount, fmt } = TorchscopeFormat;
   const { h, card, empty } = TorchscopeDom;
   const { table } = TorchscopeTable;
-  const { state, report, rep, col, nameCol, generic, recCard, warningsBox, stepLabel } = TorchscopePage;
+  const { state, report, rep, run, col, nameCol, generic, recCard, warningsBox, stepLabel } = TorchscopePage;
   const { stackedBars } = TorchscopePlots;
   const DEVICE_CATS = ["Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other"];
   const HOST_CATS = ["Operators", "Communication", "DataLoader", "Optimizer", "Python outside ops", "Other"];
@@ -44,8 +44,12 @@ const viewOverview = (() => {
         out.push(table([col("step", grouped ? "steps" : "step"), col("start_us", "start"), col("dur_us", grouped ? "mean duration" : "duration")], rows, { id: "steps-table" }));
       }
     } else out.push(empty("No step information in this trace."));
-    const recs = (report() || {}).recommendations || [];
+    // the shown trace's own findings, as the terminal shows them (a set's merged list, each
+    // finding once for all its cycles or ranks, is in the Report tab)
+    const set = (report() || {}).kind === "traceset";
+    const recs = (set ? r.recommendations : (report() || {}).recommendations) || [];
     out.push(h("h3", {}, "Recommendations"));
+    if (set) out.push(h("p", { class: "muted", "data-testid": "recommendations-of" }, `Findings of ${run().name}; those of the whole set are in the Report tab.`));
     out.push(recs.length ? h("div", { "data-testid": "recommendations" }, recs.map(recCard)) : h("div", { class: "muted", "data-testid": "recommendations" }, "No recommendations."));
     if (P.hotspots && P.hotspots.length) {
       out.push(h("h3", {}, "Python hot spots (sampled; “outside ops” is time the op profiler does not see)"));
