@@ -151,6 +151,9 @@ class _StepHook:
         self._forward_handle: Any = None
         self.cap: RecordingCap | None = None  # told when we are inside the profiler
         self.resume = False  # the cap ended a cycle: record the schedule's next one
+        # the action of a cycle whose start waits for the next module call (``_step_deferring_start``)
+        self._deferred: Any = None
+        self._deferred_handle: Any = None
 
     def start(self) -> None:
         """Start ``prof`` with the setup span open instead of ``ProfilerStep#0``."""
@@ -255,12 +258,17 @@ class _StepHook:
                 return
             self._restart()
             return
+        if self._deferred is not None:  # a script with no module call: the start comes here
+            self._start_deferred()
         wall = time.time_ns()
         cap = self.cap
         if cap is not None:
             cap.busy = True
         try:
-            self.prof.step()
+            if self._back_to_back():
+                self._step_deferring_start()
+            else:
+                self.prof.step()
         except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
             self.problems.append(f"profiler step {self.count}: {type(exc).__name__}: {exc}")
         finally:
@@ -268,10 +276,69 @@ class _StepHook:
                 cap.busy = False
         # a mark only for a step a trace may hold: one per optimizer step held 150 bytes a step
         # for the whole run (+78 MB over 514k steps after the last cycle, ~200 MB an hour)
-        if self._step_recorded():
+        if self._deferred is None and self._step_recorded():
             self.marks.append((int(self.prof.step_num), wall))
         if cap is not None:
             cap.fire_if_due()
+
+    def _back_to_back(self) -> bool:
+        """Whether this step ends a cycle and the schedule's next one records at once (no wait,
+        no warmup: ``--active N`` alone)."""
+        from torchscope.capture.schedule import Action, as_action
+
+        following = as_action(self.prof.schedule(self.prof.step_num + 1))
+        return self.prof._action == Action.RECORD_AND_SAVE and following in (Action.RECORD, Action.RECORD_AND_SAVE)
+
+    def _step_deferring_start(self) -> None:
+        """End the cycle now and start the next one at the next module call.
+
+        This hook runs inside torch's ``record_function`` around ``optimizer.step()``, opened
+        while the ending cycle recorded. Started here, the next recording was active when that
+        range closed, and torch's profiler wrote its end into the ended cycle's freed events:
+        a segfault in 8 of 30 runs of ``--wait 0 --warmup 0``, 6 of 20 of ``--active 4``. The
+        step goes through a warm-up instead (Kineto prepared, not recording), and the
+        recording starts when the next iteration's forward begins, or at the next
+        ``optimizer.step()`` in a script that calls no module.
+        """
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        from torchscope.capture.schedule import Action, as_action
+
+        schedule = self.prof.schedule
+        self._deferred = as_action(schedule(self.prof.step_num + 1))
+        self.prof.schedule = lambda step: Action.WARMUP
+        try:
+            self.prof.step()
+        finally:
+            self.prof.schedule = schedule
+        self._deferred_handle = register_module_forward_pre_hook(lambda module, args: self._start_deferred())
+
+    def _start_deferred(self) -> None:
+        """Start the recording ``_step_deferring_start`` put off, its step opened again inside it."""
+        from torch.autograd.profiler import record_function
+
+        if self._deferred_handle is not None:
+            self._deferred_handle.remove()
+            self._deferred_handle = None
+        action, self._deferred = self._deferred, None
+        if action is None or not self.prof._started:
+            return
+        cap = self.cap
+        if cap is not None:
+            cap.busy = True
+        try:
+            before, self.prof.current_action = self.prof._action, action
+            self.prof._transit(before, self.prof._action)  # WARMUP -> RECORD: Kineto starts
+            self.prof._exit_step()  # opened while nothing recorded: the trace would not hold it
+            rec = record_function(f"ProfilerStep#{self.prof.step_num}")
+            rec.__enter__()
+            self.prof.step_rec_fn = rec
+            self.marks.append((int(self.prof.step_num), time.time_ns()))
+        except Exception as exc:  # noqa: BLE001 - never break the user's forward
+            self.problems.append(f"profiler start at step {self.count}: {type(exc).__name__}: {exc}")
+        finally:
+            if cap is not None:
+                cap.busy = False
 
 
 def _rename_tail(path: Path, steps: int, problems: list[str]) -> None:
