@@ -241,6 +241,9 @@ class _StepHook:
 
     def finish(self) -> None:
         self._disarm()
+        if self._deferred_handle is not None:  # the script ended before the deferred start
+            self._deferred_handle.remove()
+            self._deferred_handle = None
         if self.setup_ns is None and self.count:
             self.setup_ns = self.marks[0][1] - self.t0_ns if self.marks else None
 
