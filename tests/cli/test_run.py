@@ -766,16 +766,7 @@ def test_a_run_killed_by_sigkill_says_so_in_its_directorys_report(tmp_path: Path
     """The out-of-memory killer sends SIGKILL: nothing in the process runs after it, so the
     run's record is written when it starts and replaced when it ends. A report of a killed
     run's directory says it never recorded its end (it showed the traces and no word)."""
-    script = tmp_path / "killed.py"
-    script.write_text(
-        "import os, signal\n"
-        "import torch\n"
-        "model = torch.nn.Linear(8, 1)\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "for _ in range(45):\n"
-        "    opt.zero_grad(); model(torch.randn(4, 8)).sum().backward(); opt.step()\n"
-        "os.kill(os.getpid(), signal.SIGKILL)\n"
-    )
+    script = _dies_after_45_steps(tmp_path / "killed.py", "import os, signal", "os.kill(os.getpid(), signal.SIGKILL)")
     out = tmp_path / "out"
     proc = _run_cli("--out", str(out), str(script))
     assert proc.returncode == -signal.SIGKILL
@@ -787,33 +778,41 @@ def test_a_run_killed_by_sigkill_says_so_in_its_directorys_report(tmp_path: Path
         "step_4.pt.trace.json",
         "step_40.pt.trace.json",
     ]
-    command = [sys.executable, "-m", "torchscope", "report", str(out), "--json"]
-    report = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
-    said = json.loads(report.stdout)["warnings"]
+    said = _report_warnings(out)
     assert any(w.startswith("run.json: the run never recorded how it ended (killed by SIGKILL") for w in said)
 
 
-def test_a_run_that_crashes_in_native_code_leaves_its_stacks_and_says_it_crashed(tmp_path: Path) -> None:
-    """A segfault leaves no record of the run's end either: its report said "killed by SIGKILL".
-    Python's faulthandler writes the stacks to crash.txt, and the report says it crashed."""
-    script = tmp_path / "segv.py"
+def _dies_after_45_steps(script: Path, imports: str, death: str) -> Path:
+    """A training script of 45 optimizer steps (the default schedule's three cycles), then ``death``."""
     script.write_text(
-        "import ctypes\n"
+        f"{imports}\n"
         "import torch\n"
         "model = torch.nn.Linear(8, 1)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for _ in range(45):\n"
         "    opt.zero_grad(); model(torch.randn(4, 8)).sum().backward(); opt.step()\n"
-        "ctypes.string_at(0)\n"
+        f"{death}\n"
     )
+    return script
+
+
+def _report_warnings(out: Path) -> list[str]:
+    """The warnings of ``torchscope report OUT --json``, run as a user runs it."""
+    command = [sys.executable, "-m", "torchscope", "report", str(out), "--json"]
+    report = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(report.stdout)["warnings"]  # type: ignore[no-any-return]
+
+
+def test_a_run_that_crashes_in_native_code_leaves_its_stacks_and_says_it_crashed(tmp_path: Path) -> None:
+    """A segfault leaves no record of the run's end either: its report said "killed by SIGKILL".
+    Python's faulthandler writes the stacks to crash.txt, and the report says it crashed."""
+    script = _dies_after_45_steps(tmp_path / "segv.py", "import ctypes", "ctypes.string_at(0)")
     out = tmp_path / "out"
     proc = _run_cli("--out", str(out), str(script))
     assert proc.returncode == -signal.SIGSEGV
     crash = (out / "crash.txt").read_text()
     assert crash.startswith("Fatal Python error: Segmentation fault") and f'File "{script}", line 7' in crash
-    command = [sys.executable, "-m", "torchscope", "report", str(out), "--json"]
-    report = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
-    said = json.loads(report.stdout)["warnings"]
+    said = _report_warnings(out)
     assert "run.json: the run crashed (Fatal Python error: Segmentation fault; the Python stacks at the crash are in crash.txt)" in " ".join(said)
     # a run that ends well leaves no crash.txt
     fine = tmp_path / "fine"

@@ -19,6 +19,7 @@ import json
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,26 +174,32 @@ class _StepHook:
         self._disarm()
         if self.count:
             return
-        from torch.autograd.profiler import record_function
-
         if not self.prof._started:
             return
+        with self._in_profiler():
+            try:
+                self.prof._exit_step()  # the setup span ends here
+                self.prof._enter_step()
+                wall = time.time_ns()
+                self.setup_ns = wall - self.t0_ns
+                self.marks.append((int(self.prof.step_num), wall))
+            except Exception as exc:  # noqa: BLE001 - never break the user's forward
+                self.problems.append(f"first iteration: {type(exc).__name__}: {exc}")
         if self.cap is not None:
-            self.cap.busy = True
+            self.cap.fire_if_due()
+
+    @contextlib.contextmanager
+    def _in_profiler(self) -> Iterator[None]:
+        """Tell the cap's watchdog that the runner's own call into the profiler runs: memory it
+        takes (a cycle saved) is not the script's, and the cap must not stop it midway."""
+        cap = self.cap
+        if cap is not None:
+            cap.busy = True
         try:
-            self.prof._exit_step()  # the setup span ends here
-            rec = record_function(f"ProfilerStep#{self.prof.step_num}")
-            rec.__enter__()
-            self.prof.step_rec_fn = rec
-            wall = time.time_ns()
-            self.setup_ns = wall - self.t0_ns
-            self.marks.append((int(self.prof.step_num), wall))
-        except Exception as exc:  # noqa: BLE001 - never break the user's forward
-            self.problems.append(f"first iteration: {type(exc).__name__}: {exc}")
+            yield
         finally:
-            if self.cap is not None:
-                self.cap.busy = False
-                self.cap.fire_if_due()
+            if cap is not None:
+                cap.busy = False
 
     def _cycle_begins(self, step: int) -> bool:
         """Whether the schedule starts a new cycle at ``step`` (after the cap ended the last)."""
@@ -209,19 +216,14 @@ class _StepHook:
         from torchscope.capture.schedule import as_action
 
         self.resume = False
-        cap = self.cap
-        if cap is not None:
-            cap.busy = True
-        try:
-            self.prof.step_num = self.count
-            self.prof.current_action = as_action(self.prof.schedule(self.count))
-            self.prof.start()
-        except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
-            self.problems.append(f"profiler restart at step {self.count}: {type(exc).__name__}: {exc}")
-            return
-        finally:
-            if cap is not None:
-                cap.busy = False
+        with self._in_profiler():
+            try:
+                self.prof.step_num = self.count
+                self.prof.current_action = as_action(self.prof.schedule(self.count))
+                self.prof.start()
+            except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
+                self.problems.append(f"profiler restart at step {self.count}: {type(exc).__name__}: {exc}")
+                return
         self.marks.append((int(self.prof.step_num), time.time_ns()))
 
     def _step_recorded(self) -> bool:
@@ -264,25 +266,20 @@ class _StepHook:
         if self._deferred is not None:  # a script with no module call: the start comes here
             self._start_deferred()
         wall = time.time_ns()
-        cap = self.cap
-        if cap is not None:
-            cap.busy = True
-        try:
-            if self._back_to_back():
-                self._step_deferring_start()
-            else:
-                self.prof.step()
-        except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
-            self.problems.append(f"profiler step {self.count}: {type(exc).__name__}: {exc}")
-        finally:
-            if cap is not None:
-                cap.busy = False
+        with self._in_profiler():
+            try:
+                if self._back_to_back():
+                    self._step_deferring_start()
+                else:
+                    self.prof.step()
+            except Exception as exc:  # noqa: BLE001 - never break the user's optimizer.step()
+                self.problems.append(f"profiler step {self.count}: {type(exc).__name__}: {exc}")
         # a mark only for a step a trace may hold: one per optimizer step held 150 bytes a step
         # for the whole run (+78 MB over 514k steps after the last cycle, ~200 MB an hour)
         if self._deferred is None and self._step_recorded():
             self.marks.append((int(self.prof.step_num), wall))
-        if cap is not None:
-            cap.fire_if_due()
+        if self.cap is not None:
+            self.cap.fire_if_due()
 
     def _back_to_back(self) -> bool:
         """Whether this step ends a cycle and the schedule's next one records at once (no wait,
@@ -318,30 +315,21 @@ class _StepHook:
 
     def _start_deferred(self) -> None:
         """Start the recording ``_step_deferring_start`` put off, its step opened again inside it."""
-        from torch.autograd.profiler import record_function
-
         if self._deferred_handle is not None:
             self._deferred_handle.remove()
             self._deferred_handle = None
         action, self._deferred = self._deferred, None
         if action is None or not self.prof._started:
             return
-        cap = self.cap
-        if cap is not None:
-            cap.busy = True
-        try:
-            before, self.prof.current_action = self.prof._action, action
-            self.prof._transit(before, self.prof._action)  # WARMUP -> RECORD: Kineto starts
-            self.prof._exit_step()  # opened while nothing recorded: the trace would not hold it
-            rec = record_function(f"ProfilerStep#{self.prof.step_num}")
-            rec.__enter__()
-            self.prof.step_rec_fn = rec
-            self.marks.append((int(self.prof.step_num), time.time_ns()))
-        except Exception as exc:  # noqa: BLE001 - never break the user's forward
-            self.problems.append(f"profiler start at step {self.count}: {type(exc).__name__}: {exc}")
-        finally:
-            if cap is not None:
-                cap.busy = False
+        with self._in_profiler():
+            try:
+                before, self.prof.current_action = self.prof._action, action
+                self.prof._transit(before, self.prof._action)  # WARMUP -> RECORD: Kineto starts
+                self.prof._exit_step()  # opened while nothing recorded: the trace would not hold it
+                self.prof._enter_step()
+                self.marks.append((int(self.prof.step_num), time.time_ns()))
+            except Exception as exc:  # noqa: BLE001 - never break the user's forward
+                self.problems.append(f"profiler start at step {self.count}: {type(exc).__name__}: {exc}")
 
 
 def _rename_tail(path: Path, steps: int, problems: list[str]) -> None:
