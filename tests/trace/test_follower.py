@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from torchscope.capture.kineto import FOLLOWED_PIECE_CHUNKS
 from torchscope.trace import reader
 from torchscope.trace.reader import read_chrome_document
 
@@ -99,7 +100,7 @@ def test_a_file_followed_while_written_reads_as_the_file(
     followed = followed_while_written(path, text, monkeypatch, via_temporary=via_temporary)
     assert followed is not None
     lo, pieces, rest = followed
-    assert text[lo - 1 : lo] == b"[" and len(pieces) >= len(text) // (2 * CHUNK)
+    assert text[lo - 1 : lo] == b"[" and len(pieces) >= len(text) // (2 * FOLLOWED_PIECE_CHUNKS * CHUNK)
     # cut where the reader cuts: after an event's "}", before the next one's "{"
     assert all(text[end - 1 : end] == b"}" and text[begin : begin + 1] == b"{" for begin, end, _ in pieces)
     assert text[rest : rest + 1] == b"{" and rest == pieces[-1][1] + len(b",\n  ")

@@ -18,6 +18,26 @@ def test_nearest_ancestor_is_the_innermost_match_or_minus_one() -> None:
     assert nearest_ancestor(PARENT, rows, IS_OP).tolist() == [2, -1, -1, 1]
 
 
+def test_nearest_ancestor_of_rows_settling_at_different_depths() -> None:
+    # with_stack's shape: ops under chains of Python frames of every length, where each step
+    # climbs only the rows still looking; it must agree with walking each row up by hand
+    rng = np.random.default_rng(7)
+    n = 3000
+    parent = np.array([-1] + [int(rng.integers(max(0, i - 40), i)) for i in range(1, n)], np.int64)
+    mask = rng.random(n) < 0.05
+    rows = rng.choice(n, 500, replace=False)
+
+    def walk(row: int) -> int:
+        up = int(parent[row])
+        while up >= 0 and not mask[up]:
+            up = int(parent[up])
+        return up
+
+    got = nearest_ancestor(parent, rows, mask)
+    assert got.tolist() == [walk(int(r)) for r in rows]
+    assert (got >= 0).sum() > 100 and (got == -1).sum() > 10  # both outcomes are exercised
+
+
 def test_subtree_sum_adds_each_value_to_every_ancestor() -> None:
     values = np.array([0, 0, 5, 7, 0, 11, 3], np.int64)
     assert subtree_sum(values, PARENT).tolist() == [23, 12, 12, 7, 11, 11, 3]

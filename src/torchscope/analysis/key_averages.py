@@ -199,8 +199,8 @@ def _fold_duplicates(
         kids = np.nonzero(alive & (parent >= 0))[0]
         if not kids.size:
             return alive
-        nchild = np.bincount(parent[kids], minlength=n)
         p = parent[kids]
+        nchild = np.bincount(p, minlength=n)
         dup = kids[(codes[kids] == codes[p]) & (nchild[p] == 1)]
         if not dup.size:
             return alive
@@ -275,6 +275,71 @@ def _nest_overhead(ev: pl.DataFrame, parent: np.ndarray, host: np.ndarray) -> np
     return rows
 
 
+def _device_time(
+    ev: pl.DataFrame, parent: np.ndarray, dur: np.ndarray, is_dev: np.ndarray, is_row: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Self and total device time of every event (ns): kernels, memcpy and memset count at the
+    op that launched them and at every op above it."""
+    n = ev.height
+    kind = ev["kind"]
+    self_dev = np.zeros(n, np.int64)
+    op = ev["op"].fill_null(-1).cast(pl.Int64).to_numpy()
+    is_work = kind.is_in(["kernel", "memcpy", "memset"]).to_numpy()  # not device annotations
+    launched = np.nonzero(is_work & (op >= 0) & is_row)[0]
+    if launched.size:
+        np.add.at(self_dev, op[launched], dur[launched])
+    dev_total = subtree_sum(self_dev, parent)
+    # a device-side annotation (gpu_user_annotation) is a range around kernels, not work: torch
+    # 2.13 leaves it out of "Self CUDA time total" but keeps its length as the row's self time, so
+    # its share can pass 100 % (292 ms of 165 ms on nccl_rank0_of_2). Here its self time is 0
+    # (a deliberate difference, docs/analyses.md) and its length stays in CUDA total.
+    return np.where(is_dev & is_work, dur, self_dev), np.where(is_dev, dur, dev_total)
+
+
+def _memory_by_interval(
+    mem: pl.DataFrame, start: np.ndarray, dur: np.ndarray, host_rows: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, pl.DataFrame]:
+    """CPU and device bytes allocated inside each of the ``host_rows`` events (by its interval,
+    as torch counts them), and the allocations outside every one of them (the "[memory]"
+    rows). Its temporaries end with it: the table's peak is the arrays alive at its end.
+
+    Not Kineto's own overhead spans: they run on a track of their own and allocate nothing,
+    so an allocation of the user's thread inside one was counted twice (once by the op that
+    made it) or taken from the "[memory]" row, and the rows no longer summed to the bytes.
+    """
+    cpu_mem = np.zeros(n, np.int64)
+    dev_mem = np.zeros(n, np.int64)
+    mem_rows = pl.DataFrame()
+    if mem.height:
+        mem = mem.sort("ts_ns")
+        ts = mem["ts_ns"].to_numpy()
+        dt = mem["device_type"].fill_null(0).to_numpy()
+        nbytes = mem["bytes"].fill_null(0).to_numpy().astype(np.int64)
+        cpu_b = np.where(np.isin(dt, CPU_MEMORY_DEVICES), nbytes, 0)
+        dev_b = np.where(np.isin(dt, DEVICE_MEMORY_DEVICES), nbytes, 0)
+        lo = np.searchsorted(ts, start[host_rows], side="left")
+        hi = np.searchsorted(ts, start[host_rows] + dur[host_rows], side="right")
+        cpu_cum = np.concatenate(([0], np.cumsum(cpu_b)))
+        dev_cum = np.concatenate(([0], np.cumsum(dev_b)))
+        cpu_mem[host_rows] = cpu_cum[hi] - cpu_cum[lo]
+        dev_mem[host_rows] = dev_cum[hi] - dev_cum[lo]
+        # allocations outside every host event become "[memory]" rows
+        covered = np.zeros(ts.size + 1, np.int64)
+        np.add.at(covered, lo, 1)
+        np.add.at(covered, hi, -1)
+        outside = np.cumsum(covered)[:-1] == 0
+        if outside.any():
+            mem_rows = pl.DataFrame(
+                {
+                    "start_ns": ts[outside],
+                    "tid": mem["tid"].to_numpy()[outside],
+                    "cpu_mem": cpu_b[outside],
+                    "device_mem": dev_b[outside],
+                }
+            )
+    return cpu_mem, dev_mem, mem_rows
+
+
 def event_frame(
     trace: Trace,
     *,
@@ -329,59 +394,10 @@ def event_frame(
         child = np.flatnonzero(rows & (parent >= 0))
         np.add.at(self_cpu, parent[child], -dur[child])
         self_cpu = np.maximum(self_cpu, 0)
-    cpu_total = np.where(is_host, dur, 0)
-
-    # device time: kernels/memcpy/memset count at the op that launched them and every op above
-    self_dev = np.zeros(n, np.int64)
-    op = ev["op"].fill_null(-1).cast(pl.Int64).to_numpy()
-    is_work = kind.is_in(["kernel", "memcpy", "memset"]).to_numpy()  # not device annotations
-    launched = np.nonzero(is_work & (op >= 0) & is_row_np)[0]
-    if launched.size:
-        np.add.at(self_dev, op[launched], dur[launched])
-    dev_total = subtree_sum(self_dev, parent)
-    # a device-side annotation (gpu_user_annotation) is a range around kernels, not work: torch
-    # 2.13 leaves it out of "Self CUDA time total" but keeps its length as the row's self time, so
-    # its share can pass 100 % (292 ms of 165 ms on nccl_rank0_of_2). Here its self time is 0
-    # (a deliberate difference, docs/analyses.md) and its length stays in CUDA total.
-    self_dev = np.where(is_dev & is_work, dur, self_dev)
-    dev_total = np.where(is_dev, dur, dev_total)
-
-    # memory by interval, as torch does: allocations whose timestamp is inside [start, end].
-    # Not Kineto's own overhead spans: they run on a track of their own and allocate nothing,
-    # so an allocation of the user's thread inside one was counted twice (once by the op that
-    # made it) or taken from the "[memory]" row, and the rows no longer summed to the bytes.
-    mem = trace.memory
-    cpu_mem = np.zeros(n, np.int64)
-    dev_mem = np.zeros(n, np.int64)
-    mem_rows = pl.DataFrame()
-    host_rows = np.nonzero(is_host & is_row_np & ~overhead.to_numpy())[0]
-    if mem.height:
-        mem = mem.sort("ts_ns")
-        ts = mem["ts_ns"].to_numpy()
-        dt = mem["device_type"].fill_null(0).to_numpy()
-        nbytes = mem["bytes"].fill_null(0).to_numpy().astype(np.int64)
-        cpu_b = np.where(np.isin(dt, CPU_MEMORY_DEVICES), nbytes, 0)
-        dev_b = np.where(np.isin(dt, DEVICE_MEMORY_DEVICES), nbytes, 0)
-        lo = np.searchsorted(ts, start[host_rows], side="left")
-        hi = np.searchsorted(ts, start[host_rows] + dur[host_rows], side="right")
-        cpu_cum = np.concatenate(([0], np.cumsum(cpu_b)))
-        dev_cum = np.concatenate(([0], np.cumsum(dev_b)))
-        cpu_mem[host_rows] = cpu_cum[hi] - cpu_cum[lo]
-        dev_mem[host_rows] = dev_cum[hi] - dev_cum[lo]
-        # allocations outside every host event become "[memory]" rows
-        covered = np.zeros(ts.size + 1, np.int64)
-        np.add.at(covered, lo, 1)
-        np.add.at(covered, hi, -1)
-        outside = np.cumsum(covered)[:-1] == 0
-        if outside.any():
-            mem_rows = pl.DataFrame(
-                {
-                    "start_ns": ts[outside],
-                    "tid": mem["tid"].to_numpy()[outside],
-                    "cpu_mem": cpu_b[outside],
-                    "device_mem": dev_b[outside],
-                }
-            )
+    self_dev, dev_total = _device_time(ev, parent, dur, is_dev, is_row_np)
+    host_rows = np.flatnonzero(is_host & is_row_np & ~overhead.to_numpy())
+    cpu_mem, dev_mem, mem_rows = _memory_by_interval(trace.memory, start, dur, host_rows, n)
+    del host_rows
     # self memory: minus what the direct row children account for
     child = np.nonzero(is_row_np & is_host & (parent >= 0))[0]
     self_cpu_mem = cpu_mem.copy()
@@ -389,6 +405,7 @@ def event_frame(
     if child.size:
         np.add.at(self_cpu_mem, parent[child], -cpu_mem[child])
         np.add.at(self_dev_mem, parent[child], -dev_mem[child])
+    del child
 
     # torch folds an event into its same-named parent when it is that parent's only child
     alive = is_row_np & ~is_host | _fold_duplicates(
@@ -398,6 +415,7 @@ def event_frame(
         (self_cpu, self_cpu_mem, self_dev_mem),
         (self_dev, dev_total),
     )
+    cpu_total = np.where(is_host, dur, 0)  # made after the fold, which leaves it alone
     frame = pl.DataFrame(
         {
             "row_parent": parent,

@@ -250,15 +250,17 @@ def _enclosing(
     )
     out[found["probe"].to_numpy()] = found["id"].fill_null(-1).to_numpy()
     ts = probes["ts_ns"].to_numpy()
-    cur = out
+    # walk up only the probes not settled yet: with_stack's Python frames put an op's enclosing
+    # op dozens of parents up, and re-checking every probe at each step cost 17 ms of 366k events
+    live = np.flatnonzero(out >= 0)
     for _ in range(4096):
-        live = np.flatnonzero(cur >= 0)
-        c = cur[live]
-        bad = ~(target[c] & (start[c] <= ts[live]) & (ts[live] <= end[c]))
-        if not bad.any():
+        c = out[live]
+        live = live[~(target[c] & (start[c] <= ts[live]) & (ts[live] <= end[c]))]
+        if not live.size:
             break
-        cur[live[bad]] = parent[c[bad]]
-    return cur
+        out[live] = up = parent[out[live]]
+        live = live[up >= 0]
+    return out
 
 
 def _bind_later(flows: pl.DataFrame) -> Later:

@@ -45,13 +45,18 @@ def by_level(depth: I64) -> list[I64]:
 
 
 def nearest_ancestor(parent: I64, rows: I64, mask: npt.NDArray[np.bool_]) -> I64:
-    """For each of ``rows``, its nearest strict ancestor whose ``mask`` is true, else -1."""
+    """For each of ``rows``, its nearest strict ancestor whose ``mask`` is true, else -1.
+
+    Each step climbs only the rows still looking: an op under dozens of Python frames
+    (``with_stack``) kept every row in every step's work, settled or not."""
     cur = parent[rows].astype(np.int64, copy=True)
+    climb = np.flatnonzero(cur >= 0)
     for _ in range(parent.size + 1):  # a chain is never longer than the table
-        climb = np.flatnonzero((cur >= 0) & ~mask[np.maximum(cur, 0)])
+        climb = climb[~mask[cur[climb]]]
         if climb.size == 0:
             break
-        cur[climb] = parent[cur[climb]]
+        cur[climb] = up = parent[cur[climb]]
+        climb = climb[up >= 0]
     return cur
 
 
