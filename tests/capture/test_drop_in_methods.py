@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import sys
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -69,6 +70,28 @@ def test_memory_timeline_is_torchs(tmp_path: Path) -> None:
     assert all(len(point) == categories for point in points)
     used = {i for point in expected_points for i, size in enumerate(point) if size}
     assert {i for point in points for i, size in enumerate(point) if size} == used
+
+
+def test_memory_timeline_html_without_matplotlib_writes_nothing_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch prints a line and writes nothing; ours raised a WriteError blaming the path (a new
+    user's script without matplotlib died there). Now: no file, no exception, a warning that
+    names matplotlib; the JSON forms still write."""
+    prof = _train(torchscope.profile, **MEMORY)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    page = tmp_path / "mem.html"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prof.export_memory_timeline(str(page))
+        prof.export_memory_timeline(str(tmp_path / "mem.json"))
+    said = [str(w.message) for w in caught if w.category is UserWarning]
+    assert said == [
+        f"torchscope: {page} was not written: the memory timeline's HTML plot needs matplotlib"
+        " (pip install matplotlib); .json, .json.gz and .raw.json.gz need nothing"
+    ]
+    assert not page.exists() and not list(tmp_path.glob(".*"))  # no temporary left either
+    assert len(json.loads((tmp_path / "mem.json").read_text())[1]) > 100
 
 
 def test_memory_timeline_needs_torchs_three_options(tmp_path: Path) -> None:

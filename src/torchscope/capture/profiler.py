@@ -852,6 +852,15 @@ def _default_memory_device(use_device: str | None) -> str:
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
+def _has_matplotlib() -> bool:
+    """Whether matplotlib imports (torch draws the memory timeline's HTML plot with it)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def write_memory_timeline(results: Any, path: str, device: str) -> None:
     """Write torch's memory timeline of Kineto's ``results`` to ``path``, by its suffix, whole or
     not at all (``writes.write_atomically``: torch writes to the hidden temporary, which keeps
@@ -863,6 +872,14 @@ def write_memory_timeline(results: Any, path: str, device: str) -> None:
 
     from torchscope.writes import write_atomically
 
+    if path.endswith(".html") and not _has_matplotlib():
+        # torch prints a line and writes nothing; its plot was then looked for and a WriteError
+        # "No such file or directory" blamed the path
+        warn_user(
+            f"torchscope: {path} was not written: the memory timeline's HTML plot needs"
+            " matplotlib (pip install matplotlib); .json, .json.gz and .raw.json.gz need nothing"
+        )
+        return
     timeline = MemoryProfileTimeline(MemoryProfile(results))
     if path.endswith(".html"):
         write_atomically(path, lambda tmp: timeline.export_memory_timeline_html(str(tmp), device))
