@@ -220,7 +220,7 @@ def tidy_json_texts(texts: list[str]) -> list[str]:
     original file's; a compact one (``separators=(",", ":")``) grouped them apart too. Texts
     Kineto could have written are kept as they are, in one search of them all.
     """
-    if not texts or not _NOT_KINETOS.search("\x1f".join(texts)):
+    if not texts or not _NOT_KINETOS.search(_SEP.decode().join(texts)):
         return texts
     return [_as_kineto_writes(t) if _NOT_KINETOS.search(t) else t for t in texts]
 

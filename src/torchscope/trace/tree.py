@@ -8,10 +8,13 @@ is under each event" (device time, allocated bytes). Each is answered here once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
 I64 = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
 
 
 def depths(parent: I64) -> I64:
@@ -44,20 +47,29 @@ def by_level(depth: I64) -> list[I64]:
     return [order[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
 
 
-def nearest_ancestor(parent: I64, rows: I64, mask: npt.NDArray[np.bool_]) -> I64:
-    """For each of ``rows``, its nearest strict ancestor whose ``mask`` is true, else -1.
-
-    Each step climbs only the rows still looking: an op under dozens of Python frames
-    (``with_stack``) kept every row in every step's work, settled or not."""
+def nearest_ancestor(parent: I64, rows: I64, mask: Mask) -> I64:
+    """For each of ``rows``, its nearest strict ancestor whose ``mask`` is true, else -1."""
     cur = parent[rows].astype(np.int64, copy=True)
-    climb = np.flatnonzero(cur >= 0)
-    for _ in range(parent.size + 1):  # a chain is never longer than the table
-        climb = climb[~mask[cur[climb]]]
-        if climb.size == 0:
+    # a chain is never longer than the table
+    return climb(parent, cur, lambda _, node: mask[node], parent.size + 1)
+
+
+def climb(parent: I64, at: I64, settled: Callable[[I64, I64], Mask], max_steps: int) -> I64:
+    """Walk each entry of ``at`` (a row, or -1 for none) up its parents until
+    ``settled(which, at[which])`` holds for it or it leaves the tree (-1); in place, returned.
+
+    Each step climbs only the entries still looking: an op under dozens of Python frames
+    (``with_stack``) kept every entry in every step's work, settled or not. ``max_steps``
+    bounds the walk on a ``parent`` column with a cycle (which no reader makes).
+    """
+    live = np.flatnonzero(at >= 0)
+    for _ in range(max_steps):
+        live = live[~settled(live, at[live])]
+        if not live.size:
             break
-        cur[climb] = up = parent[cur[climb]]
-        climb = climb[up >= 0]
-    return cur
+        at[live] = up = parent[at[live]]
+        live = live[up >= 0]
+    return at
 
 
 def subtree_sum(values: npt.NDArray[np.integer], parent: I64) -> I64:
