@@ -6,6 +6,7 @@ import gzip
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -370,6 +371,65 @@ def test_cycle_lines_are_the_steps_themselves(tmp_path: Path, capsys: pytest.Cap
     assert any(line.startswith("median cycle ") for line in lines)
     assert any("top ops (by host time)" in line for line in lines)
     assert any(line.startswith("memory cpu: peak allocated ") for line in lines)
+
+
+def _cut_short_log_dir(out: Path, profiler: Any, active: int, steps: int) -> list[Path]:
+    """A scheduled profile (repeat=0) left mid-cycle: ``tensorboard_trace_handler``'s files in
+    cycle order, the last one holding the exit step."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    x = torch.randn(256, 64)
+    with profiler.profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=profiler.schedule(wait=0, warmup=0, active=active),
+        on_trace_ready=profiler.tensorboard_trace_handler(str(out)),
+    ) as prof:
+        for _ in range(steps):
+            model(x).sum().backward()
+            prof.step()
+    return sorted(out.glob("*.pt.trace.json"), key=lambda f: int(f.name.split(".")[1]))
+
+
+def test_a_last_cycle_cut_short_by_the_end_of_profiling_is_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Leaving a scheduled ``with profile`` mid-cycle writes one more file whose step is the exit
+    (tens of µs): a one-step run's log dir showed it as the median cycle, "Python outside ops
+    100 %", and averaged it into the run's step. Ours marks that file; in torch's, a last
+    cycle with fewer steps than the others is the cut one."""
+    import torch.profiler as torch_profiler
+
+    from torchscope.render.console import fmt_ns
+
+    ours = _cut_short_log_dir(tmp_path / "ours", torchscope, active=2, steps=5)
+    tops = [{k for k in json.loads(f.read_text()) if k.startswith("torchscope")} for f in ours]
+    assert tops == [set(), set(), {"torchscope_cycle_ended_by"}]
+    assert json.loads(ours[-1].read_text())["torchscope_cycle_ended_by"] == "stop"
+    # the exit cycle has as many steps as the others (step 4 and the exit step 5): only the mark tells
+    job = analyse_job(tmp_path / "ours", engine="local:1")
+    (run,) = job["runs"]
+    assert [(r["steps"], r["cut_short"]) for r in run["cycle_table"]] == [(2, False), (2, False), (2, True)]
+    whole = []
+    for f in ours[:2]:
+        assert main(["report", str(f), "--json", "--no-html"]) == 0
+        whole += [round(s["dur_us"] * 1000) for s in json.loads(capsys.readouterr().out)["steps"]]
+    assert run["steps_ns"]["count"] == 4
+    assert run["steps_ns"]["min"] == pytest.approx(min(whole), abs=1)
+    assert run["per_rank"][0]["files"] == [str(f) for f in ours]  # still listed, as the cycle line is
+    assert not any(f["worst_cycle"] == 2 for f in run["recommendations"])
+
+    assert main(["report", str(tmp_path / "ours"), "--no-html"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (tail,) = [line for line in lines if line.startswith("  cycle 2: ")]
+    assert tail.endswith("; cut short by the end of profiling: left out of the run's steps and findings")
+    (picked,) = [line for line in lines if line.startswith("median cycle ")]
+    assert str(ours[2]) not in picked
+    assert any(line.startswith(f"steps (4): shortest {fmt_ns(min(whole))}") for line in lines)
+
+    theirs = _cut_short_log_dir(tmp_path / "torch", torch_profiler, active=3, steps=4)
+    assert not any("torchscope_cycle_ended_by" in json.loads(f.read_text()) for f in theirs)
+    (run,) = analyse_job(tmp_path / "torch", engine="local:1")["runs"]
+    assert [(r["steps"], r["cut_short"]) for r in run["cycle_table"]] == [(3, False), (2, True)]
+    assert run["steps_ns"]["count"] == 3
 
 
 def test_config_and_our_own_outputs_are_not_runs(

@@ -61,6 +61,7 @@ from torchscope.errors import (
     UsageTypeError,
     warn_user,
 )
+from torchscope.trace.dialect import CYCLE_ENDED_BY_KEY
 from torchscope.trace.model import Trace
 
 # torch 2.12 put the Python frames of with_stack=True into events() and key_averages()
@@ -395,9 +396,15 @@ class profile:
             rec, self.step_rec_fn = self.step_rec_fn, None
             rec.__exit__(None, None, None)
         self._started = False
+        # a scheduled cycle that stop() ends is cut short: say so in its trace, so that a log
+        # dir's reader does not take its exit step (tens of µs) for a step of the run
+        cut_short = self.record_steps and self._action in (Action.RECORD, Action.RECORD_AND_SAVE)
+        if cut_short and not isinstance(self._session, Elsewhere):
+            self.add_metadata_json(CYCLE_ENDED_BY_KEY, '"stop"')
         try:
             self._transit(self._action, None)
         finally:
+            self._metadata.pop(CYCLE_ENDED_BY_KEY, None)  # a later start() begins uncut cycles
             self._release()
         self._raise_callback_error()
 

@@ -26,6 +26,28 @@ def rank_step_ns(rank: dict[str, Any]) -> float:
     return float(median(steps)) if steps else 0.0
 
 
+def cut_short(rank: dict[str, Any]) -> int | None:
+    """The cycle left out of the rank's medians, if any: a last cycle that the end of profiling
+    cut short, when the rank has others. Its step is the exit (tens of µs after the last
+    ``step()``): a one-step run's log dir showed "median cycle 1: 92 µs, Python outside ops
+    100 %" and averaged that into the run's step. Our profiler marks such a cycle in its trace
+    (``cut_short``); torch's shows it by fewer steps than the rank's other cycles (a schedule
+    ends each after the same number). A one-step cycle that torch's ``stop()`` ended looks
+    whole and stays in."""
+    cycles = rank["cycles"]
+    if len(cycles) < 2:
+        return None
+    last = cycles[-1]
+    fewer = last["steps"] < max(c["steps"] for c in cycles[:-1])
+    return last["cycle"] if last.get("cut_short") or fewer else None
+
+
+def counted(rank: dict[str, Any]) -> dict[str, Any]:
+    """The rank with only the cycles its medians and averages are over (``cut_short``)."""
+    out = cut_short(rank)
+    return rank if out is None else {**rank, "cycles": [c for c in rank["cycles"] if c["cycle"] != out]}
+
+
 def _breakdown(rank: dict[str, Any]) -> dict[str, float]:
     return per_step({"cycles": rank["cycles"]}, "breakdown_ns")
 
@@ -94,7 +116,9 @@ def step_spread(pairs: list[tuple[int, int, int]]) -> dict[str, Any]:
 
 def cycle_table(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per cycle: its steps (on every rank) as shortest, median and longest step, the
-    rank of the longest, findings fired."""
+    rank of the longest, findings fired, and whether the end of profiling cut it short on every
+    rank that has it (left out of the run's medians, ``cut_short``)."""
+    left_out = {(r["rank"], cut_short(r)) for r in ranks}
     rows = []
     for cyc in sorted({c["cycle"] for r in ranks for c in r["cycles"]}):
         per = [(r["rank"], c) for r in ranks for c in r["cycles"] if c["cycle"] == cyc]
@@ -110,6 +134,7 @@ def cycle_table(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "slowest_rank": spread["max_rank"],
                 "file": per[0][1]["file"] if len(per) == 1 else None,  # a one-rank cycle's trace
                 "findings": _by_impact(f for _, c in per for f in c["findings"]),
+                "cut_short": all((rk, cyc) in left_out for rk, _ in per),
             }
         )
     return rows
@@ -232,11 +257,14 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """The job summary of one run from its rank summaries."""
     ranks = one_category_system(sorted(ranks, key=lambda r: r["rank"]))
     live = [r for r in ranks if r["cycles"]]
-    steps = {r["rank"]: rank_step_ns(r) for r in live}
+    # the medians, averages and findings leave out a last cycle cut short by the end of
+    # profiling (its exit step has nothing to advise on); the cycle table and collectives keep it
+    kept = {r["rank"]: counted(r) for r in live}
+    steps = {rk: rank_step_ns(r) for rk, r in kept.items()}
     med_step = float(median(steps.values())) if steps else 0.0
     med_rank = min(steps, key=lambda k: (abs(steps[k] - med_step), k)) if steps else None
     far = outliers(steps)
-    breakdowns = {r["rank"]: _breakdown(r) for r in live}
+    breakdowns = {rk: _breakdown(r) for rk, r in kept.items()}
     base = breakdowns.get(med_rank, {}) if med_rank is not None else {}
     categories = next(
         (c["categories"] for r in live for c in r["cycles"] if c.get("categories")),
@@ -244,7 +272,7 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     )
     aligned = align(live)
     strag = straggler(live, aligned, med_step)
-    findings = dedupe_findings(live)
+    findings = dedupe_findings(list(kept.values()))
     if strag is not None:
         findings = [_waiting_for(strag, f, aligned, live) for f in findings]
         findings.sort(key=lambda f: (-f["impact"], -f["on_ranks"], f["rule"]))
@@ -264,7 +292,7 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         },
         # the steps themselves over every rank and cycle (the line above is per-rank medians)
         "steps_ns": step_spread(
-            [(s, r["rank"], c["cycle"]) for r in live for c in r["cycles"] for s in c["step_ns"]]
+            [(s, rk, c["cycle"]) for rk, r in kept.items() for c in r["cycles"] for s in c["step_ns"]]
         ),
         "categories": categories,
         "median_rank": med_rank,
@@ -295,8 +323,8 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
                 "events": sum(c.get("events", 0) for c in r["cycles"]),
                 "step_ns": steps.get(r["rank"]),
                 "breakdown_ns": breakdowns.get(r["rank"], {}),
-                "comm_overlap_ns": per_step(r, "comm_overlap_ns") if r["cycles"] else {},
-                "top_ops_ns": _top(per_step(r, "ops_ns"), 10),
+                "comm_overlap_ns": per_step(kept[r["rank"]], "comm_overlap_ns") if r["cycles"] else {},
+                "top_ops_ns": _top(per_step(kept.get(r["rank"], r), "ops_ns"), 10),
                 "files": [c["file"] for c in r["cycles"]],
                 "views": r.get("views", []),
                 "findings": sorted({f["rule"] for c in r["cycles"] for f in c["findings"]}),

@@ -48,6 +48,7 @@ def _cycles(rows: list[dict[str, Any]]) -> list[str]:
             f"longest {fmt_ns(r['max_step_ns'])}"
             + (f" (rank {r['slowest_rank']})" if r["ranks"] > 1 else "")
             + f"; {fired}"
+            + ("; cut short by the end of profiling: left out of the run's steps and findings" if r.get("cut_short") else "")
         )
     return out
 

@@ -21,6 +21,7 @@ from torchscope.analysis.kernels import kernel_stats
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, profiler_steps
 from torchscope.errors import TraceError
 from torchscope.trace.cut import was_cut
+from torchscope.trace.dialect import CYCLE_ENDED_BY_KEY
 from torchscope.trace.model import Trace
 
 TOP_OPS = 40  # per rank and cycle: enough to find what a straggler does more of
@@ -138,6 +139,8 @@ def summarize_cycle(trace: Trace) -> dict[str, Any]:
         "events": trace.events.height,
         "categories": list(cats),
         "steps_from_trace": ov.steps_from_trace,
+        # a scheduled cycle our profiler's stop() ended: its step is the exit (``reduce``)
+        "cut_short": trace.meta.extra.get(CYCLE_ENDED_BY_KEY) == "stop",
         "step_ns": [int(x) for x in ov.steps["dur_ns"].to_list()],
         "breakdown_ns": {c: float(source[c]) for c in (*cats, "Total")},
         # both systems, so that a run whose cycles differ (one without device work) is reduced

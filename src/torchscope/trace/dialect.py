@@ -62,3 +62,8 @@ COLLECTIVE_NAMES: frozenset[str] = frozenset({"record_param_comms"})
 FLOW_CATEGORIES: frozenset[str] = frozenset({"ac2g", "fwdbwd", "async_cpu_to_gpu", "async", "ac2d"})
 
 MEMORY_EVENT_NAME = "[memory]"
+
+# top-level key our profiler writes into a scheduled cycle that ``stop()`` (the end of the
+# ``with`` block) ended, not the schedule: its last step is the exit, cut short (``"stop"``).
+# The job view leaves such a cycle out of a run's medians when the run has others (docs/jobs.md).
+CYCLE_ENDED_BY_KEY = "torchscope_cycle_ended_by"

@@ -101,6 +101,7 @@ class Document(msgspec.Struct):
     trace_id: Any = None
     torch_version: Any = None
     pytorch_version: Any = None
+    torchscope_cycle_ended_by: Any = None  # dialect.CYCLE_ENDED_BY_KEY
 
 
 class RawArgsDocument(msgspec.Struct):
