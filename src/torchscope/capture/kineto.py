@@ -6,17 +6,18 @@ overhead and the device support are Kineto's. What we never do is call its Pytho
 post-processing (``_parse_kineto_results`` and ``EventList``, one Python object per event):
 right after ``stop()`` the C++ writer saves the results to a private temporary file, and the
 Trace is read from that file only when someone asks for a table or the events. The C++ results
-(most of the memory after ``stop()``) are freed on a second thread while our scanner reads the
-file (it runs without the GIL), or right after ``on_trace_ready`` when the run goes on and
-nobody read the cycle. The same file serves ``export_chrome_trace`` (a copy), so a
+(most of the memory after ``stop()``) are freed when torch frees its own: right after
+``on_trace_ready`` when the run goes on, when the next cycle is prepared, or with the profile
+object; never while a table is waited for (their destructor holds the GIL for 0.15-0.5 s per
+160k events, see ``Cycle.trace``). The same file serves ``export_chrome_trace`` (a copy), so a
 ``tensorboard_trace_handler`` cycle costs one C++ write.
 
 Kineto's writer changes some names as it writes them (``record_function`` labels with any
 character outside printable ASCII become "unknown", a backslash becomes "/", a newline is
-dropped), while torch's tables read the true names from the results in memory. The thread that
-frees the results first looks in the saved file for a sign of such a change and, only then,
-takes the true names of the changed events from the results (``_changed_names``), which the
-Trace gets in place of Kineto's text.
+dropped), while torch's tables read the true names from the results in memory. Before the
+results are freed, the read (or the free of a cycle nobody read) looks for a sign of such a
+change and, only then, takes the true names of the changed events from the results
+(``_changed_names``), which the Trace gets in place of Kineto's text.
 
 The portable session (``backend="portable"``) drives ``capture.portable.PortableCollector``
 instead, for devices Kineto cannot see in this torch build.
@@ -60,9 +61,7 @@ LIVE_SOURCE = "live capture"
 MEMORY_TIMELINE_OPTIONS = ("record_shapes", "profile_memory", "with_stack")
 
 
-def _read_saved(
-    path: Path, on_phase_start: Callable[[str], None] | None = None, followed: Followed | None = None
-) -> Trace:
+def _read_saved(path: Path, followed: Followed | None = None) -> Trace:
     """Read a cycle Kineto saved into our scratch directory, through a read-only map of the file
     (no copy of the text: read + scan of a 46 MB cycle took 0.065 s instead of 0.085 s). We own
     the file, so nobody truncates it under the map. ``followed``: what was scanned while Kineto
@@ -76,9 +75,9 @@ def _read_saved(
         try:
             text = OwnedMap(f.fileno(), 0, access=mmap.ACCESS_READ)  # its pages go as they are read
         except (OSError, ValueError):  # an empty file, or a file system that cannot map files
-            return read_chrome_document(f.read(), LIVE_SOURCE, on_phase_start)
+            return read_chrome_document(f.read(), LIVE_SOURCE)
         with text:
-            return read_chrome_document(text, LIVE_SOURCE, on_phase_start, followed=followed)
+            return read_chrome_document(text, LIVE_SOURCE, followed=followed)
 
 
 _Look = TypeVar("_Look")
@@ -258,10 +257,9 @@ def restore_names(trace: Trace, changed: pl.DataFrame | None) -> Trace:
 
 
 class _Names:
-    """The changed names of one cycle, made on the thread that frees its results."""
+    """The changed names of one cycle (``_changed_names``), looked for once."""
 
     def __init__(self) -> None:
-        self.ready = threading.Event()
         self.table: pl.DataFrame | None = None
 
     def take(self, results: Any, path: Path, trace: Trace | None = None) -> None:
@@ -269,8 +267,6 @@ class _Names:
             self.table = _changed_names(results, path, trace)
         except Exception:  # noqa: BLE001 - a failed look keeps Kineto's names, never the read
             self.table = None
-        finally:
-            self.ready.set()
 
 
 def _valid_json(path: Path) -> bool:
@@ -295,42 +291,6 @@ def _copy_file(source: Path, target: Path, gz: bool) -> None:
         shutil.copyfileobj(src, dst, 1 << 20)
 
 
-def _release_beside_the_scanner(
-    results: Any, path: Path, stats: dict[str, float | None], names: _Names | None = None
-) -> _Names:
-    """Free Kineto's results on a thread of its own while this thread's scanner runs, after
-    taking from them the true names of the events Kineto's writer renamed (returned; wait on
-    its ``ready`` before using it).
-
-    Destroying the C++ results of 160k events takes ~0.09 s and handing the memory back
-    (``malloc_trim``) ~0.04 s; the scanner then reading the saved cycle takes ~0.08 s without
-    the GIL. The thread first waits for a go: were it to start running at once, it would hold
-    the GIL through the destructor and ``start()`` would not return until it finished. How long
-    it held them goes into ``stats["free_s"]`` (``benchmarks/postprocess.py`` prints it: with
-    ``record_shapes`` the destructor alone holds the GIL ~0.45 s for 161k events).
-    """
-    holder, go = [results], threading.Event()
-    names = names if names is not None else _Names()  # one already taken (an export first)
-
-    def release() -> None:
-        go.wait()
-        started = time.perf_counter()
-        if not names.ready.is_set():
-            names.take(holder[0], path)
-        holder.clear()
-        return_free_memory()
-        stats["free_s"] = time.perf_counter() - started
-
-    try:
-        threading.Thread(target=release, name="torchscope-release", daemon=True).start()
-    except RuntimeError:  # no new threads (interpreter shutting down): free them here instead
-        go.set()
-        release()
-        return names
-    go.set()  # the caller enters the scanner next, and lets the GIL go there
-    return names
-
-
 class Cycle:
     """The result of one profiling cycle: a saved Kineto JSON file or a portable document."""
 
@@ -353,9 +313,10 @@ class Cycle:
         self.document = document
         self.lost = lost  # why Kineto gave no trace for this cycle (the warning it gave), if so
         self._trace: Trace | None = None
-        # Kineto's C++ results, already saved to ``path``: freed while the Trace is read (or by
-        # ``release_kineto``), so that freeing them overlaps the read instead of preceding it;
-        # kept until ``discard`` when torch's memory profiler needs them (``keep_kineto``)
+        # Kineto's C++ results, already saved to ``path``: freed by ``release_kineto`` (after
+        # ``on_trace_ready`` when the run goes on, at the next cycle's prepare) or with the
+        # cycle, never by the read (see ``trace``); a run that goes on keeps them until the
+        # next cycle when torch's memory profiler needs them (``keep_kineto``)
         self._kineto = kineto_results
         self._keep_kineto = keep_kineto
         self._names: _Names | None = None  # the names Kineto's writer changed, once looked for
@@ -369,19 +330,25 @@ class Cycle:
 
     @property
     def trace(self) -> Trace:
-        """The cycle's Trace, read on first use."""
+        """The cycle's Trace, read on first use.
+
+        The read leaves Kineto's results alone: their destructor holds the GIL the whole time
+        it runs (0.15 s for 161k events without options, 0.5 s with ``record_shapes``, 2
+        cores), so freeing them on a thread beside the read queued every step of the read
+        that needs the GIL behind it. The read after ``stop()`` took 0.72-0.79 s with
+        ``record_shapes`` that way, and 0.22 s with the results left until torch would free
+        them (the peak rose from 1.09x to 1.12x the RSS after ``stop()``).
+        """
         if self._trace is None:
             from torchscope.trace.reader import read_chrome_document
 
             if self.path is not None:
                 followed = self._take_followed()
                 self._followed = None  # the read takes the pieces: nothing kept beside the Trace
-                trace = _read_saved(self.path, self._release_while_decoding, followed)
+                trace = _read_saved(self.path, followed)
                 del followed
-                self._take_names(trace)  # results kept for the memory profiler, or no scan
-                self.release_kineto()  # if the read never reached the scanner
+                self._take_names(trace)
                 if self._names is not None:
-                    self._names.ready.wait()
                     trace = restore_names(trace, self._names.table)
                 self._trace = trace
             else:
@@ -407,20 +374,14 @@ class Cycle:
 
         return _look_at_saved(saved, lambda text: followed_document(text, followed) is not None)
 
-    def _release_while_decoding(self, phase: str) -> None:
-        if phase == "decode" and self._kineto is not None and not self._keep_kineto:
-            results, self._kineto = self._kineto, None
-            assert self.path is not None  # only a saved cycle is scanned
-            self._names = _release_beside_the_scanner(results, self.path, self.stats, self._names)
-
     @property
     def kineto_results(self) -> Any:
         """Kineto's results of this cycle while they are held (see ``keep_kineto``), else None."""
         return self._kineto
 
     def release_kineto(self, *, even_if_kept: bool = False) -> None:
-        """Free Kineto's results now, if they are still held (a cycle nobody read); results kept
-        for the memory profiler go only with ``even_if_kept``. The names Kineto's writer changed
+        """Free Kineto's results now, if they are still held; results kept for the memory
+        profiler go only with ``even_if_kept``. The names Kineto's writer changed
         are taken from them first, for the read that may come later. What was scanned while the
         file was written goes too (a read without it scans the file)."""
         self._follower = None
@@ -490,7 +451,6 @@ class Cycle:
         """Delete the saved file (the Trace, if read, stays usable)."""
         if self._names is None:  # nobody will read it: no look for names
             self._names = _Names()
-            self._names.ready.set()
         self.release_kineto(even_if_kept=True)
         if self.path is not None:
             self.path.unlink(missing_ok=True)
@@ -586,11 +546,11 @@ def follow_save(path: Path, follow: bool = True) -> Iterator[Follower | None]:
     """Scan the events of ``path`` on a native thread while the block writes it (Kineto's
     save, which holds the GIL and leaves the other cores idle for ~0.8 s per 142 MB).
 
-    Only worth it (``follow``) when the cycle keeps Kineto's results for the memory profiler.
-    Otherwise the read frees them on a thread whose destructor holds the GIL (0.1-0.45 s),
-    and the read's scan, which needs no GIL, already runs beside it for free; the follower's
-    pieces would leave only GIL work to queue behind it (no options, 160k events: 0.42 s to
-    the table without it, 0.50 s with it) and hold their columns beside the results (+45 MB).
+    Asked for (``follow``) when the cycle keeps Kineto's results for the memory profiler, the
+    seeds' three options, whose cycles are the largest. With one option or none, 161k-366k
+    events on 2 cores, the follower's pieces held their columns beside the results (+20-48 MB
+    at the peak) and the read after ``stop()`` scanned the file in about 0.1 s anyway: it
+    saved 0.1 s with ``with_stack`` alone and nothing measurable with the others.
 
     Yields the ``_scan.Follower`` (None without our scanner, or not ``follow``): after the
     block, it scans the pieces left and ends on its own; its ``finish`` hands over what it

@@ -810,10 +810,10 @@ class TorchProfilerView:
     """``prof.profiler``: the attributes of torch's inner profiler that scripts use.
 
     ``kineto_results`` is Kineto's own result object (``events()``,
-    ``experimental_event_tree()``, ``save()``) of the latest cycle. torchscope frees it as soon
-    as the cycle's Trace is read (that is most of the memory a cycle holds), so it is there
-    right after ``stop()`` and until the first table or ``events()``; after that, asking for it
-    raises an error that says what to use instead.
+    ``experimental_event_tree()``, ``save()``) of the latest cycle, held as torch holds it:
+    after ``stop()`` until the next cycle is prepared or ``free_kineto_results()``, and in a run
+    that goes on until its ``on_trace_ready`` returns (that is most of the memory a cycle
+    holds). After that, asking for it raises an error that says what to use instead.
     """
 
     def __init__(self, owner: profile) -> None:
@@ -827,10 +827,10 @@ class TorchProfilerView:
         cycle = owner._cycles[-1]
         if cycle.kineto_results is None:
             raise ProfilerStateError(
-                "prof.profiler.kineto_results: torchscope freed Kineto's results of this cycle when it "
-                "read them into a Trace (after the first table, events() or on_trace_ready). Read "
-                "them before that, or use prof.trace() (every event as columns) or prof.events() "
-                "(torch's FunctionEvent objects, with cpu_children) instead"
+                "prof.profiler.kineto_results: torchscope freed Kineto's results of this cycle "
+                "(after its on_trace_ready while the run went on, or at free_kineto_results()). "
+                "Read them before that, or use prof.trace() (every event as columns) or "
+                "prof.events() (torch's FunctionEvent objects, with cpu_children) instead"
             )
         return cycle.kineto_results
 
