@@ -373,14 +373,14 @@ def test_cycle_lines_are_the_steps_themselves(tmp_path: Path, capsys: pytest.Cap
     assert any(line.startswith("memory cpu: peak allocated ") for line in lines)
 
 
-def _cut_short_log_dir(out: Path, profiler: Any, active: int, steps: int) -> list[Path]:
+def _exit_log_dir(out: Path, profiler: Any, steps: int, **sched: int) -> list[Path]:
     """A scheduled profile (repeat=0) left mid-cycle: ``tensorboard_trace_handler``'s files in
-    cycle order, the last one holding the exit step."""
+    cycle order, the last one ending in the profile's exit step."""
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     x = torch.randn(256, 64)
     with profiler.profile(
         activities=[ProfilerActivity.CPU],
-        schedule=profiler.schedule(wait=0, warmup=0, active=active),
+        schedule=profiler.schedule(**sched),
         on_trace_ready=profiler.tensorboard_trace_handler(str(out)),
     ) as prof:
         for _ in range(steps):
@@ -389,47 +389,78 @@ def _cut_short_log_dir(out: Path, profiler: Any, active: int, steps: int) -> lis
     return sorted(out.glob("*.pt.trace.json"), key=lambda f: int(f.name.split(".")[1]))
 
 
-def test_a_last_cycle_cut_short_by_the_end_of_profiling_is_left_out(
+def _step_ns(files: list[Path], capsys: pytest.CaptureFixture[str]) -> list[list[int]]:
+    """Each file's steps as ``report FILE --json`` gives them."""
+    out = []
+    for f in files:
+        assert main(["report", str(f), "--json", "--no-html"]) == 0
+        out.append([round(s["dur_us"] * 1000) for s in json.loads(capsys.readouterr().out)["steps"]])
+    return out
+
+
+def test_the_profiles_exit_step_is_not_a_step_of_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Leaving a scheduled ``with profile`` mid-cycle writes one more file whose step is the exit
-    (tens of µs): a one-step run's log dir showed it as the median cycle, "Python outside ops
-    100 %", and averaged it into the run's step. Ours marks that file; in torch's, a last
-    cycle with fewer steps than the others is the cut one."""
+    """Leaving a scheduled ``with profile`` mid-cycle ends the last cycle in stop(): its last
+    step runs from the last step() to the exit (tens of µs), and a file may hold nothing else.
+    A one-step run's log dir showed that file as the median cycle, "Python outside ops 100 %",
+    averaged it into the run's step and advised on it. Ours marks such a cycle; in torch's, a
+    last step in which no op began is the exit. The steps before it stay."""
     import torch.profiler as torch_profiler
 
-    from torchscope.render.console import fmt_ns
-
-    ours = _cut_short_log_dir(tmp_path / "ours", torchscope, active=2, steps=5)
+    # ours: cycles [0, 1], [2, 3], [4, exit]: only the mark tells the exit apart
+    ours = _exit_log_dir(tmp_path / "ours", torchscope, 5, wait=0, warmup=0, active=2)
     tops = [{k for k in json.loads(f.read_text()) if k.startswith("torchscope")} for f in ours]
     assert tops == [set(), set(), {"torchscope_cycle_ended_by"}]
     assert json.loads(ours[-1].read_text())["torchscope_cycle_ended_by"] == "stop"
-    # the exit cycle has as many steps as the others (step 4 and the exit step 5): only the mark tells
-    job = analyse_job(tmp_path / "ours", engine="local:1")
-    (run,) = job["runs"]
-    assert [(r["steps"], r["cut_short"]) for r in run["cycle_table"]] == [(2, False), (2, False), (2, True)]
-    whole = []
-    for f in ours[:2]:
-        assert main(["report", str(f), "--json", "--no-html"]) == 0
-        whole += [round(s["dur_us"] * 1000) for s in json.loads(capsys.readouterr().out)["steps"]]
-    assert run["steps_ns"]["count"] == 4
-    assert run["steps_ns"]["min"] == pytest.approx(min(whole), abs=1)
-    assert run["per_rank"][0]["files"] == [str(f) for f in ours]  # still listed, as the cycle line is
-    assert not any(f["worst_cycle"] == 2 for f in run["recommendations"])
+    per_file = _step_ns(ours, capsys)
+    assert [len(steps) for steps in per_file] == [2, 2, 2]
+    (run,) = analyse_job(tmp_path / "ours", engine="local:1")["runs"]
+    rows = run["cycle_table"]
+    assert [(r["steps"], r["left_out"], r["note"]) for r in rows] == [
+        (2, False, None),
+        (2, False, None),
+        (1, False, "its last step, the profile's exit, left out"),
+    ]
+    kept = [*per_file[0], *per_file[1], per_file[2][0]]
+    assert run["steps_ns"]["count"] == 5 and run["per_rank"][0]["steps"] == 5
+    assert run["steps_ns"]["min"] == pytest.approx(min(kept), abs=1)
+    assert rows[2]["max_step_ns"] == pytest.approx(per_file[2][0], abs=1)
 
-    assert main(["report", str(tmp_path / "ours"), "--no-html"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    (tail,) = [line for line in lines if line.startswith("  cycle 2: ")]
-    assert tail.endswith("; cut short by the end of profiling: left out of the run's steps and findings")
-    (picked,) = [line for line in lines if line.startswith("median cycle ")]
-    assert str(ours[2]) not in picked
-    assert any(line.startswith(f"steps (4): shortest {fmt_ns(min(whole))}") for line in lines)
-
-    theirs = _cut_short_log_dir(tmp_path / "torch", torch_profiler, active=3, steps=4)
+    # torch's: cycles [0, 1, 2], [3, exit]: the exit is the last step in which no op began
+    theirs = _exit_log_dir(tmp_path / "torch", torch_profiler, 4, wait=0, warmup=0, active=3)
     assert not any("torchscope_cycle_ended_by" in json.loads(f.read_text()) for f in theirs)
+    per_file = _step_ns(theirs, capsys)
+    assert [len(steps) for steps in per_file] == [3, 2]
     (run,) = analyse_job(tmp_path / "torch", engine="local:1")["runs"]
-    assert [(r["steps"], r["cut_short"]) for r in run["cycle_table"]] == [(3, False), (2, True)]
-    assert run["steps_ns"]["count"] == 3
+    assert [(r["steps"], r["note"]) for r in run["cycle_table"]] == [
+        (3, None),
+        (1, "its last step, the profile's exit, left out"),
+    ]
+    assert run["steps_ns"]["count"] == 4
+    assert run["steps_ns"]["min"] == pytest.approx(min([*per_file[0], per_file[1][0]]), abs=1)
+
+    # one step a cycle: the last file holds only the exit, and is left out of everything
+    for profiler, name in ((torchscope, "one"), (torch_profiler, "torch_one")):
+        files = _exit_log_dir(tmp_path / name, profiler, 2, wait=0, warmup=0, active=1)
+        assert len(files) == 3
+        (run,) = analyse_job(tmp_path / name, engine="local:1")["runs"]
+        assert [r["left_out"] for r in run["cycle_table"]] == [False, False, True], name
+        assert run["steps_ns"]["count"] == 2
+        assert not any(f["worst_cycle"] == 2 for f in run["recommendations"])
+    assert main(["report", str(tmp_path / "one"), "--no-html"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  cycle 2: 1 rank, only the profile's exit (no step): left out of the run's steps and findings" in lines
+    (picked,) = [line for line in lines if line.startswith("median cycle ")]
+    assert files[2].name not in picked and "cycle 2" not in picked
+
+    # a run that never got past its warm-ups (twice): its files are exits, and it says so
+    for _ in range(2):
+        _exit_log_dir(tmp_path / "short", torchscope, 2, wait=1, warmup=1, active=3)
+    assert main(["report", str(tmp_path / "short"), "--no-html"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "no step recorded: each cycle holds only the profile's exit after its last step()" in lines
+    assert not any("python_outside_ops" in line for line in lines)
 
 
 def test_config_and_our_own_outputs_are_not_runs(

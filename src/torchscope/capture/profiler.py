@@ -763,7 +763,12 @@ class profile:
         if results is None:
             raise ProfilerStateError(
                 "export_memory_timeline(): this cycle has no Kineto results"
-                + (" (the portable backend records none)" if self.backend == "portable" else "")
+                + (
+                    " (the portable backend records none)"
+                    if self.backend == "portable"
+                    else " (freed by free_kineto_results(), or after on_trace_ready while the run went"
+                    " on: call it before that, as torch's needs them too)"
+                )
             )
         write_memory_timeline(results, path, device or _default_memory_device(self.use_device))
 

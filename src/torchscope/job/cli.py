@@ -55,11 +55,11 @@ def report_job(args: argparse.Namespace, found: Discovery) -> int:
 
 def median_cycle_file(job: dict[str, Any]) -> tuple[int, str] | None:
     """For a job of one run of one rank: its median cycle (by median step) and that cycle's file,
-    of the cycles the run's medians are over (not a last one the end of profiling cut short)."""
+    of the cycles the run's medians are over (not one that holds only the profile's exit)."""
     runs = job["runs"]
     if len(runs) != 1 or runs[0]["ranks"] != 1 or not runs[0]["per_rank"]:
         return None
-    whole = [r for r in runs[0]["cycle_table"] if not r.get("cut_short")]
+    whole = [r for r in runs[0]["cycle_table"] if not r.get("left_out")]
     rows = sorted(whole, key=lambda r: (r["median_step_ns"], r["cycle"]))
     if not rows or not rows[0].get("file"):
         return None

@@ -26,26 +26,27 @@ def rank_step_ns(rank: dict[str, Any]) -> float:
     return float(median(steps)) if steps else 0.0
 
 
-def cut_short(rank: dict[str, Any]) -> int | None:
-    """The cycle left out of the rank's medians, if any: a last cycle that the end of profiling
-    cut short, when the rank has others. Its step is the exit (tens of µs after the last
-    ``step()``): a one-step run's log dir showed "median cycle 1: 92 µs, Python outside ops
-    100 %" and averaged that into the run's step. Our profiler marks such a cycle in its trace
-    (``cut_short``); torch's shows it by fewer steps than the rank's other cycles (a schedule
-    ends each after the same number). A one-step cycle that torch's ``stop()`` ended looks
-    whole and stays in."""
-    cycles = rank["cycles"]
-    if len(cycles) < 2:
-        return None
-    last = cycles[-1]
-    fewer = last["steps"] < max(c["steps"] for c in cycles[:-1])
-    return last["cycle"] if last.get("cut_short") or fewer else None
+def all_exit(cycle: dict[str, Any]) -> bool:
+    """Whether the cycle holds nothing but the profile's exit (``summarize.exit_step``): the
+    file a scheduled ``with profile(...)`` left mid-cycle writes after the last ``step()``."""
+    return bool(cycle.get("exit_step")) and not cycle["steps"]
 
 
 def counted(rank: dict[str, Any]) -> dict[str, Any]:
-    """The rank with only the cycles its medians and averages are over (``cut_short``)."""
-    out = cut_short(rank)
-    return rank if out is None else {**rank, "cycles": [c for c in rank["cycles"] if c["cycle"] != out]}
+    """The rank with only the cycles its medians, averages and findings are over: not those
+    that hold only the exit, when it has others. A one-step run's log dir showed its exit
+    (92 µs, "Python outside ops 100 %") as the median cycle and averaged it into the step."""
+    kept = [c for c in rank["cycles"] if not all_exit(c)]
+    return {**rank, "cycles": kept} if kept and len(kept) < len(rank["cycles"]) else rank
+
+
+def cycle_note(cycles: list[dict[str, Any]], left_out: bool) -> str | None:
+    """What the cycle line and the page's Cycles table say of a cycle's exit step."""
+    if left_out:
+        return "only the profile's exit (no step): left out of the run's steps and findings"
+    if any(c.get("exit_step") and c["steps"] for c in cycles):
+        return "its last step, the profile's exit, left out"
+    return None
 
 
 def _breakdown(rank: dict[str, Any]) -> dict[str, float]:
@@ -116,9 +117,8 @@ def step_spread(pairs: list[tuple[int, int, int]]) -> dict[str, Any]:
 
 def cycle_table(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per cycle: its steps (on every rank) as shortest, median and longest step, the
-    rank of the longest, findings fired, and whether the end of profiling cut it short on every
-    rank that has it (left out of the run's medians, ``cut_short``)."""
-    left_out = {(r["rank"], cut_short(r)) for r in ranks}
+    rank of the longest, findings fired, and what was left out of it (``cycle_note``)."""
+    kept = {(r["rank"], c["cycle"]) for r in ranks for c in counted(r)["cycles"]}
     rows = []
     for cyc in sorted({c["cycle"] for r in ranks for c in r["cycles"]}):
         per = [(r["rank"], c) for r in ranks for c in r["cycles"] if c["cycle"] == cyc]
@@ -134,7 +134,9 @@ def cycle_table(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "slowest_rank": spread["max_rank"],
                 "file": per[0][1]["file"] if len(per) == 1 else None,  # a one-rank cycle's trace
                 "findings": _by_impact(f for _, c in per for f in c["findings"]),
-                "cut_short": all((rk, cyc) in left_out for rk, _ in per),
+                # out of the run's medians, averages and findings (``counted``)
+                "left_out": (out := not any((rk, cyc) in kept for rk, _ in per)),
+                "note": cycle_note([c for _, c in per], out),
             }
         )
     return rows
@@ -257,8 +259,8 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """The job summary of one run from its rank summaries."""
     ranks = one_category_system(sorted(ranks, key=lambda r: r["rank"]))
     live = [r for r in ranks if r["cycles"]]
-    # the medians, averages and findings leave out a last cycle cut short by the end of
-    # profiling (its exit step has nothing to advise on); the cycle table and collectives keep it
+    # the medians, averages and findings leave out the cycles that hold only the profile's
+    # exit; the cycle table and collectives keep them
     kept = {r["rank"]: counted(r) for r in live}
     steps = {rk: rank_step_ns(r) for rk, r in kept.items()}
     med_step = float(median(steps.values())) if steps else 0.0

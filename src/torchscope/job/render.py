@@ -40,6 +40,9 @@ def _cycles(rows: list[dict[str, Any]]) -> list[str]:
         if r is None:
             out.append(f"  ... {len(rows) - 7} more cycles (--json has them all)")
             continue
+        if not r["steps"] and r.get("note"):  # a cycle that is only the profile's exit
+            out.append(f"  cycle {r['cycle']}: {_plural(r['ranks'], 'rank')}, {r['note']}")
+            continue
         more = len(r["findings"]) - 3
         fired = (", ".join(r["findings"][:3]) or "-") + (f" (+{more} more)" if more > 0 else "")
         out.append(
@@ -48,7 +51,7 @@ def _cycles(rows: list[dict[str, Any]]) -> list[str]:
             f"longest {fmt_ns(r['max_step_ns'])}"
             + (f" (rank {r['slowest_rank']})" if r["ranks"] > 1 else "")
             + f"; {fired}"
-            + ("; cut short by the end of profiling: left out of the run's steps and findings" if r.get("cut_short") else "")
+            + (f"; {r['note']}" if r.get("note") else "")
         )
     return out
 
@@ -82,10 +85,14 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
     total = base.get("Total") or sum(base.get(c, 0.0) for c in cats) or 1.0
     parts = sorted(((c, base.get(c, 0.0)) for c in cats), key=lambda kv: -kv[1])
     whose = f"median rank's (rank {run['median_rank']}) " if run["ranks"] > 1 else ""
-    lines.append(
-        f"{whose}mean step by category: "
-        + ", ".join(f"{c} {fmt_ns(v)} ({100 * v / total:.0f}%)" for c, v in parts if v > 0)[:300]
-    )
+    if each and not each["count"] and run["cycle_table"]:
+        # every cycle is a profile's exit (``summarize.exit_step``): nothing ran in a step
+        lines.append("no step recorded: each cycle holds only the profile's exit after its last step()")
+    else:
+        lines.append(
+            f"{whose}mean step by category: "
+            + ", ".join(f"{c} {fmt_ns(v)} ({100 * v / total:.0f}%)" for c, v in parts if v > 0)[:300]
+        )
     if run["outliers"]:
         lines.append("outlier ranks:")
         for o in run["outliers"]:

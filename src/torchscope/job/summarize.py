@@ -111,45 +111,84 @@ def _floor(kept: dict[str, float], top: int) -> float:
     return min(kept.values()) if len(kept) >= top else 0.0
 
 
+# the kinds of events that are work done in a step (an exit step has none of them)
+_RAN = ("cpu_op", "python_function", "runtime", "kernel", "memcpy", "memset", "collective")
+
+
+def exit_step(trace: Trace, steps: pl.DataFrame, from_trace: bool) -> bool:
+    """Whether the cycle's last step is the profile's exit, not a step of the run: leaving a
+    scheduled ``with profile(...)`` block mid-cycle ends the cycle in ``stop()``, so its last
+    ``ProfilerStep`` runs from the last ``step()`` to the exit (tens of µs). Our profiler marks
+    such a cycle (``CYCLE_ENDED_BY_KEY``); in any trace, a last step in which no op began while
+    an earlier one ran ops is the exit too. A cycle without steps that our profiler's stop()
+    ended (``torchscope run``'s tail after the last step) is all exit."""
+    marked = trace.meta.extra.get(CYCLE_ENDED_BY_KEY) == "stop"
+    if not from_trace:
+        return marked
+    if marked:
+        return True
+    if steps.height == 0:
+        return False
+    if steps.height == 1:  # nothing ran in the file at all: an exit written on its own
+        return trace.events.filter(pl.col("kind").is_in(_RAN) & ~names.PROFILER_STEP).height == 0
+    ops = np.sort(trace.events.filter((pl.col("kind") == "cpu_op") & ~names.PROFILER_STEP)["start_ns"].to_numpy())
+    lo, hi = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    began = np.searchsorted(ops, hi, side="left") - np.searchsorted(ops, lo, side="left")
+    return bool(began[-1] == 0 and began[:-1].any())
+
+
 def summarize_cycle(trace: Trace) -> dict[str, Any]:
-    """A cycle's small summary (see the module doc); the Trace can be dropped afterwards."""
+    """A cycle's small summary (see the module doc); the Trace can be dropped afterwards.
+
+    A last step that is the profile's exit (``exit_step``) is left out of the steps, the
+    breakdowns and the per-step times; a cycle that holds nothing else has no steps and no
+    findings (advice on an exit is noise)."""
     ctx = Context(trace)
     ov = ctx.overview
+    dropped = exit_step(trace, ov.steps, ov.steps_from_trace)
+    keep = max(ov.steps.height - 1, 0) if dropped else ov.steps.height
+    table, host, comm = ov.steps.head(keep), ov.host_steps.head(keep), ov.comm_overlap.head(keep)
+    every = max(keep, 1)
     # per-step op and kernel times divide whole-trace totals: a cut trace's breakdown keeps only
     # its complete steps (``trace.cut``), so those totals are spread over every step it has
-    steps = max(profiler_steps(trace).height if was_cut(trace.meta) else ov.steps.height, 1)
+    steps = max(profiler_steps(trace).height - int(dropped) if was_cut(trace.meta) else keep, 1)
     ops = ctx.operators.filter(pl.col("kind") == "cpu_op")
     work = trace.events.filter(_NOT_WORK)["name"].cast(pl.String).unique().to_list()
     ops = ops.filter(~pl.col("name").is_in(work))
     kernels = kernel_stats(trace).filter(~names.COMM_KERNEL)  # work, as ``_NOT_WORK`` says
-    n = max(ov.comm_overlap.height, 1)
     findings = []
-    for f in advise(trace, ctx=ctx):
+    for f in advise(trace, ctx=ctx) if keep else ():
         d = f.to_dict()
         d["impact"] = f.impact
         findings.append(d)
+
+    def mean(frame: pl.DataFrame, cats: tuple[str, ...]) -> dict[str, float]:
+        """Each category's time per kept step, and the kept steps' mean length as Total."""
+        out = {c: float(frame[c].sum()) / every for c in cats}
+        out["Total"] = float(table["dur_ns"].sum()) / every
+        return out
+
+    device_breakdown, host_breakdown = mean(table, BREAKDOWN_CATEGORIES), mean(host, HOST_CATEGORIES)
     # the categories the single-trace report shows: device ones when the device worked, else the
     # host's (a CPU-only run is Operators/DataLoader/Optimizer/..., not "CPU Exec")
     device = any(ov.breakdown_ns[c] for c in DEVICE_WORK)
-    cats, source = (
-        (BREAKDOWN_CATEGORIES, ov.breakdown_ns) if device else (HOST_CATEGORIES, ov.host_breakdown_ns)
-    )
+    cats, source = (BREAKDOWN_CATEGORIES, device_breakdown) if device else (HOST_CATEGORIES, host_breakdown)
     return {
-        "steps": ov.steps.height,
+        "steps": keep,
         "events": trace.events.height,
         "categories": list(cats),
         "steps_from_trace": ov.steps_from_trace,
-        # a scheduled cycle our profiler's stop() ended: its step is the exit (``reduce``)
-        "cut_short": trace.meta.extra.get(CYCLE_ENDED_BY_KEY) == "stop",
-        "step_ns": [int(x) for x in ov.steps["dur_ns"].to_list()],
+        # the exit step left out (``exit_step``); True with no steps kept: the cycle is the exit
+        "exit_step": dropped,
+        "step_ns": [int(x) for x in table["dur_ns"].to_list()],
         "breakdown_ns": {c: float(source[c]) for c in (*cats, "Total")},
         # both systems, so that a run whose cycles differ (one without device work) is reduced
         # in one of them (``reduce.one_category_system``)
         "device_worked": device,
-        "device_breakdown_ns": {c: float(ov.breakdown_ns[c]) for c in (*BREAKDOWN_CATEGORIES, "Total")},
-        "host_breakdown_ns": {c: float(ov.host_breakdown_ns[c]) for c in (*HOST_CATEGORIES, "Total")},
+        "device_breakdown_ns": device_breakdown,
+        "host_breakdown_ns": host_breakdown,
         "comm_overlap_ns": {
-            c: float(ov.comm_overlap[c].sum()) / n
+            c: float(comm[c].sum()) / max(comm.height, 1)
             for c in ("computation_ns", "communication_ns", "overlap_ns", "other_ns")
         },
         "ops_ns": (ops_ns := _per_step(ops, "name", "host_self_ns", steps, TOP_OPS)),

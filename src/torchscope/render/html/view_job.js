@@ -60,7 +60,9 @@ const viewJob = (() => {
         out.push(h("h4", {}, "Cycles"));
         out.push(table([{ key: "cycle", label: "cycle", num: true }, { key: "ranks", label: "ranks", num: true }, { key: "steps", label: "steps", num: true },
           { key: "min_step_ns", label: "shortest step", num: true, fmt: fmtNs }, { key: "median_step_ns", label: "median step", num: true, fmt: fmtNs },
-          { key: "max_step_ns", label: "longest step", num: true, fmt: fmtNs }, { key: "slowest_rank", label: "rank of the longest", num: true }], R.cycle_table, { id: "job-cycles" }));
+          { key: "max_step_ns", label: "longest step", num: true, fmt: fmtNs }, { key: "slowest_rank", label: "rank of the longest", num: true },
+          { key: "findings", label: "findings", cls: "name" }, { key: "note", label: "note", cls: "name" }],
+          (R.cycle_table || []).map((/** @type {Obj} */ c) => ({ ...c, findings: (c.findings || []).join(", "), note: c.note || "" })), { id: "job-cycles" }));
       }
       out.push(h("h4", {}, "Recommendations"));
       out.push((R.recommendations || []).length ? h("div", { "data-testid": "job-recommendations" }, R.recommendations.map((/** @type {Obj} */ f) =>
