@@ -23,6 +23,7 @@ from torchscope.analysis import names
 from torchscope.analysis.frames import kinds, memo
 from torchscope.analysis.outside import accounted_spans
 from torchscope.trace.cut import complete_steps
+from torchscope.trace.dialect import CYCLE_ENDED_BY_KEY
 from torchscope.trace.model import Trace
 
 BREAKDOWN_CATEGORIES: tuple[str, ...] = (
@@ -79,6 +80,8 @@ class Overview:
     devices: tuple[DeviceMetrics, ...]
     comm_overlap: pl.DataFrame  # step, computation_ns, communication_ns, overlap_ns, other_ns
     steps_from_trace: bool  # False when the trace had no ProfilerStep and is one whole step
+    # the trace's last ProfilerStep was the profile's exit and is not among ``steps``
+    exit_step_left_out: bool = False
 
 
 def _spans(df: pl.DataFrame) -> iv.Spans:
@@ -107,6 +110,15 @@ def _profiler_steps(trace: Trace) -> pl.DataFrame:
     )
 
 
+def ends_in_exit(trace: Trace, steps: pl.DataFrame) -> bool:
+    """Whether the trace's last step is the profile's exit, left out of its steps: our
+    profiler says a scheduled cycle ended in ``stop()`` (``CYCLE_ENDED_BY_KEY``), so its last
+    ``ProfilerStep`` runs from the last ``step()`` to the exit (tens of µs), and the steps
+    before it are whole. A trace whose only step is the exit keeps it (there is nothing else
+    to show; the job view leaves such a cycle out, ``job.summarize.exit_step``)."""
+    return steps.height > 1 and trace.meta.extra.get(CYCLE_ENDED_BY_KEY) == "stop"
+
+
 def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:
     """The steps as the plugin sees them: host spans stretched over the device work they launched.
 
@@ -120,6 +132,8 @@ def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:
     """
     ev = trace.events
     host = profiler_steps(trace)
+    if ends_in_exit(trace, host):
+        host = host.head(host.height - 1)
     from_trace = host.height > 0
     if not from_trace:
         ops = kinds(trace, "cpu_op", "user_annotation", "python_function")
@@ -372,4 +386,5 @@ def _overview(trace: Trace) -> Overview:
         devices=_device_metrics(trace, lo, hi),
         comm_overlap=comm_overlap,
         steps_from_trace=from_trace,
+        exit_step_left_out=ends_in_exit(trace, profiler_steps(trace)),
     )

@@ -279,6 +279,9 @@ class profile:
         self._cycles: list[Cycle] = []
         self._orphan_guard: weakref.finalize[Any, Any] | None = None  # see prepare_trace
         self._metadata: dict[str, str] = {}
+        # each scheduled cycle says how it ended (``CYCLE_ENDED_BY_KEY``); off for a host that
+        # marks its own tail (``torchscope run`` renames the span after its last step)
+        self.mark_cycle_end = True
         self._torch_stats: _ProfilerStats | None = None  # torch's ``_stats()`` of the latest cycle
         # events() of the cycles held, built once (torch keeps its list too); a new cycle drops it
         self._events: EventList | None = None
@@ -396,15 +399,15 @@ class profile:
             rec, self.step_rec_fn = self.step_rec_fn, None
             rec.__exit__(None, None, None)
         self._started = False
-        # a scheduled cycle that stop() ends is cut short: say so in its trace, so that a log
-        # dir's reader does not take its exit step (tens of µs) for a step of the run
-        cut_short = self.record_steps and self._action in (Action.RECORD, Action.RECORD_AND_SAVE)
+        # a scheduled cycle that stop() ends has the exit as its last step: say so in its trace,
+        # so that a log dir's reader does not take that step (tens of µs) for one of the run's
+        cut_short = self.record_steps and self.mark_cycle_end and self._action in (Action.RECORD, Action.RECORD_AND_SAVE)
         if cut_short and not isinstance(self._session, Elsewhere):
             self.add_metadata_json(CYCLE_ENDED_BY_KEY, '"stop"')
         try:
             self._transit(self._action, None)
         finally:
-            self._metadata.pop(CYCLE_ENDED_BY_KEY, None)  # a later start() begins uncut cycles
+            self._metadata.pop(CYCLE_ENDED_BY_KEY, None)  # start_trace sets it for each cycle
             self._release()
         self._raise_callback_error()
 
@@ -521,6 +524,8 @@ class profile:
         ):
             if flag:
                 self._metadata[key] = "1"
+        if self.record_steps and self.mark_cycle_end:  # the schedule ends it, unless stop() does
+            self._metadata[CYCLE_ENDED_BY_KEY] = '"schedule"'
         dist_info = _distributed_info()
         if dist_info:
             self._metadata["distributedInfo"] = dist_info

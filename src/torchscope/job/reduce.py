@@ -32,18 +32,29 @@ def all_exit(cycle: dict[str, Any]) -> bool:
     return bool(cycle.get("exit_step")) and not cycle["steps"]
 
 
+def _stepless(cycle: dict[str, Any], cycles: list[dict[str, Any]]) -> bool:
+    """A cycle without ``ProfilerStep`` among cycles with them: its whole span is no step
+    (``torchscope run``'s last cycle when the script ended mid-cycle: the work after the last
+    ``optimizer.step()``, which the run's own summary calls "no step")."""
+    return not cycle["steps_from_trace"] and any(c["steps_from_trace"] for c in cycles)
+
+
 def counted(rank: dict[str, Any]) -> dict[str, Any]:
     """The rank with only the cycles its medians, averages and findings are over: not those
-    that hold only the exit, when it has others. A one-step run's log dir showed its exit
-    (92 µs, "Python outside ops 100 %") as the median cycle and averaged it into the step."""
-    kept = [c for c in rank["cycles"] if not all_exit(c)]
-    return {**rank, "cycles": kept} if kept and len(kept) < len(rank["cycles"]) else rank
+    that hold only the exit or no step at all, when it has others. A one-step run's log dir
+    showed its exit (92 µs, "Python outside ops 100 %") as the median cycle and averaged it
+    into the step."""
+    cycles = rank["cycles"]
+    kept = [c for c in cycles if not all_exit(c) and not _stepless(c, cycles)]
+    return {**rank, "cycles": kept} if kept and len(kept) < len(cycles) else rank
 
 
 def cycle_note(cycles: list[dict[str, Any]], left_out: bool) -> str | None:
     """What the cycle line and the page's Cycles table say of a cycle's exit step."""
+    if all(all_exit(c) for c in cycles):
+        return "only the profile's exit (no step)" + (": left out of the run's steps and findings" if left_out else "")
     if left_out:
-        return "only the profile's exit (no step): left out of the run's steps and findings"
+        return "no step in it (the work after the last step): left out of the run's steps and findings"
     if any(c.get("exit_step") and c["steps"] for c in cycles):
         return "its last step, the profile's exit, left out"
     return None

@@ -40,7 +40,7 @@ def _cycles(rows: list[dict[str, Any]]) -> list[str]:
         if r is None:
             out.append(f"  ... {len(rows) - 7} more cycles (--json has them all)")
             continue
-        if not r["steps"] and r.get("note"):  # a cycle that is only the profile's exit
+        if r.get("left_out") or (not r["steps"] and r.get("note")):  # the exit, or no step
             out.append(f"  cycle {r['cycle']}: {_plural(r['ranks'], 'rank')}, {r['note']}")
             continue
         more = len(r["findings"]) - 3
@@ -184,10 +184,9 @@ def job_lines(
         out.append(f"{_plural(len(runs), 'run')} in {job['source']}:")
         for r in runs[:10]:
             s = f", straggler rank {r['straggler']['rank']}" if r["straggler"] else ""
-            out.append(
-                f"  {r['run']}: {_plural(r['ranks'], 'rank')}, {_plural(r['cycles'], 'cycle')}, "
-                f"median step {fmt_ns(r['step_ns']['median'])}{s}"
-            )
+            stepped = (r.get("steps_ns") or {}).get("count", 1)
+            step = f"median step {fmt_ns(r['step_ns']['median'])}" if stepped else "no step recorded"
+            out.append(f"  {r['run']}: {_plural(r['ranks'], 'rank')}, {_plural(r['cycles'], 'cycle')}, {step}{s}")
         if len(runs) > 10:
             out.append(f"  ... {len(runs) - 10} more runs (--json)")
     tail = [f"dashboard: {dashboard}"] if dashboard else []

@@ -115,38 +115,43 @@ def _floor(kept: dict[str, float], top: int) -> float:
 _RAN = ("cpu_op", "python_function", "runtime", "kernel", "memcpy", "memset", "collective")
 
 
-def exit_step(trace: Trace, steps: pl.DataFrame, from_trace: bool) -> bool:
+def exit_step(trace: Trace, steps: pl.DataFrame, from_trace: bool, last: bool) -> bool:
     """Whether the cycle's last step is the profile's exit, not a step of the run: leaving a
     scheduled ``with profile(...)`` block mid-cycle ends the cycle in ``stop()``, so its last
-    ``ProfilerStep`` runs from the last ``step()`` to the exit (tens of µs). Our profiler marks
-    such a cycle (``CYCLE_ENDED_BY_KEY``); in any trace, a last step in which no op began while
-    an earlier one ran ops is the exit too. A cycle without steps that our profiler's stop()
-    ended (``torchscope run``'s tail after the last step) is all exit."""
-    marked = trace.meta.extra.get(CYCLE_ENDED_BY_KEY) == "stop"
-    if not from_trace:
-        return marked
-    if marked:
-        return True
-    if steps.height == 0:
-        return False
-    if steps.height == 1:  # nothing ran in the file at all: an exit written on its own
+    ``ProfilerStep`` runs from the last ``step()`` to the exit (tens of µs).
+
+    Our profiler says how each scheduled cycle ended (``CYCLE_ENDED_BY_KEY``); a cycle without
+    steps that its ``stop()`` ended (``torchscope run``'s tail) is all exit. A file of torch's
+    says nothing, so only a rank's ``last`` cycle can end so, and its last step is taken for
+    the exit when nothing could be a step in it: no op began in it while an earlier step ran
+    ops, and it is under a tenth of their median (a step of only Python work or a stall is
+    longer); a file with one step and nothing run in it at all is the exit alone.
+    """
+    ended = trace.meta.extra.get(CYCLE_ENDED_BY_KEY)
+    if ended is not None or not last or not from_trace or steps.height == 0:
+        return ended == "stop"  # (the overview left out the exit of ours with more steps)
+    if steps.height == 1:
         return trace.events.filter(pl.col("kind").is_in(_RAN) & ~names.PROFILER_STEP).height == 0
     ops = np.sort(trace.events.filter((pl.col("kind") == "cpu_op") & ~names.PROFILER_STEP)["start_ns"].to_numpy())
     lo, hi = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
     began = np.searchsorted(ops, hi, side="left") - np.searchsorted(ops, lo, side="left")
-    return bool(began[-1] == 0 and began[:-1].any())
+    worked = began[:-1] > 0
+    if began[-1] or not worked.any():
+        return False
+    return bool(hi[-1] - lo[-1] < np.median((hi - lo)[:-1][worked]) / 10)
 
 
-def summarize_cycle(trace: Trace) -> dict[str, Any]:
+def summarize_cycle(trace: Trace, *, last: bool = True) -> dict[str, Any]:
     """A cycle's small summary (see the module doc); the Trace can be dropped afterwards.
+    ``last``: whether it is its rank's last cycle (the only one the profile's exit can end).
 
     A last step that is the profile's exit (``exit_step``) is left out of the steps, the
     breakdowns and the per-step times; a cycle that holds nothing else has no steps and no
     findings (advice on an exit is noise)."""
     ctx = Context(trace)
     ov = ctx.overview
-    dropped = exit_step(trace, ov.steps, ov.steps_from_trace)
-    keep = max(ov.steps.height - 1, 0) if dropped else ov.steps.height
+    dropped = ov.exit_step_left_out or exit_step(trace, ov.steps, ov.steps_from_trace, last)
+    keep = max(ov.steps.height - 1, 0) if dropped and not ov.exit_step_left_out else ov.steps.height
     table, host, comm = ov.steps.head(keep), ov.host_steps.head(keep), ov.comm_overlap.head(keep)
     every = max(keep, 1)
     # per-step op and kernel times divide whole-trace totals: a cut trace's breakdown keeps only
@@ -225,7 +230,7 @@ def summarize_rank(task: dict[str, Any]) -> dict[str, Any]:
             out["skipped"].append(f"skipped {f}: {exc.problem}")
             continue
         try:
-            cycle = summarize_cycle(trace)
+            cycle = summarize_cycle(trace, last=i == len(task["files"]) - 1)
         except Exception as exc:  # noqa: BLE001 - one rank's failed analysis must not lose the job
             out["skipped"].append(f"skipped {f}: analysis failed ({type(exc).__name__}: {exc})")
             continue

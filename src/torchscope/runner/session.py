@@ -565,6 +565,7 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         profile_memory=options.memory,
         with_stack=options.stack,
     )
+    prof.mark_cycle_end = False  # the span after the last step is renamed, not an exit (_rename_tail)
     rec.prof = prof
     _warm_lazy_imports()  # in every mode: never charge torch's lazy imports to the script
     marks: list[tuple[int, int]] = []

@@ -63,7 +63,7 @@ FLOW_CATEGORIES: frozenset[str] = frozenset({"ac2g", "fwdbwd", "async_cpu_to_gpu
 
 MEMORY_EVENT_NAME = "[memory]"
 
-# top-level key our profiler writes into a scheduled cycle that ``stop()`` (the end of the
-# ``with`` block) ended, not the schedule: its last step is the exit, cut short (``"stop"``).
-# The job view leaves such a cycle out of a run's medians when the run has others (docs/jobs.md).
+# top-level key our profiler writes into each scheduled cycle: how it ended, "schedule" or
+# "stop" (the end of the ``with`` block, mid-cycle: its last step is then the exit, from the
+# last ``step()`` to ``stop()``). The job view leaves that step out (docs/jobs.md).
 CYCLE_ENDED_BY_KEY = "torchscope_cycle_ended_by"
