@@ -211,3 +211,41 @@ def test_a_report_of_few_steps_lists_each_step() -> None:
     assert [(r.step, r.last_step, r.steps) for r in rows] == [(k + 3, k + 3, 1) for k in range(40)]
     assert [r.dur_us for r in rows] == [100 + k % 7 for k in range(40)]
     assert all(r.end_us == r.start_us + r.dur_us for r in rows)
+
+
+def _stepped(last_us: float, *, inside: str | None = None, ops: bool = True, ended: str | None = None) -> Any:
+    """A CPU trace of three ProfilerSteps of 100 ms (the first two running an op each) and a
+    last one of ``last_us``, with an op or annotation ``inside`` it, and our profiler's mark."""
+    from torchscope.trace import read_chrome_document
+
+    events: list[dict[str, Any]] = []
+    for k, (ts, dur) in enumerate([(0, 100_000), (100_000, 100_000), (200_000, last_us)]):
+        step = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "ts": ts, "dur": dur}
+        events.append({**step, "pid": 1, "tid": 1})
+        if k < 2 and ops:
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": ts + 10, "dur": 90_000, "pid": 1, "tid": 1})
+    if inside is not None:
+        events.append({"ph": "X", "cat": inside, "name": "work", "ts": 200_001, "dur": 1, "pid": 1, "tid": 1})
+    doc: dict[str, Any] = {"traceEvents": events, **({"torchscope_cycle_ended_by": ended} if ended else {})}
+    return read_chrome_document(doc, "t.json")
+
+
+@pytest.mark.parametrize(
+    ("last_us", "options", "steps"),
+    [
+        (30, {}, 2),  # torch's exit: no op, tens of µs
+        (5_000, {}, 3),  # a real step that only waited 5 ms at the end of a cycle or an epoch
+        (30, {"inside": "cpu_op"}, 3),  # an op ran in it
+        (30, {"inside": "user_annotation"}, 3),  # a data wait's record_function
+        (30, {"ops": False}, 3),  # no step ran an op: nothing to tell it from
+        (30, {"ended": "schedule"}, 3),  # ours says the schedule ended it
+        (5_000, {"ended": "stop"}, 2),  # ours says stop() did: its last step is the exit
+    ],
+)
+def test_the_profiles_exit_step_is_left_out_only_when_it_is_one(last_us: float, options: Any, steps: int) -> None:
+    """Leaving a scheduled ``with profile`` block mid-cycle makes its last ProfilerStep the
+    exit (from the last step() to stop()): it is no step of the run (docs/analyses.md)."""
+    ov = overview(_stepped(last_us, **options))
+    assert ov.steps.height == steps
+    assert ov.exit_step_left_out is (steps == 2)
+    assert ov.steps["step"].to_list() == list(range(steps))

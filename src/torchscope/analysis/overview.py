@@ -110,13 +110,38 @@ def _profiler_steps(trace: Trace) -> pl.DataFrame:
     )
 
 
+# the longest a step may last and still be the profile's exit in a trace that does not say
+# so: the exit runs from the last ``step()`` to ``stop()``, 10-60 µs on the traces we saw
+EXIT_STEP_MAX_NS = 1_000_000
+
+
 def ends_in_exit(trace: Trace, steps: pl.DataFrame) -> bool:
-    """Whether the trace's last step is the profile's exit, left out of its steps: our
-    profiler says a scheduled cycle ended in ``stop()`` (``CYCLE_ENDED_BY_KEY``), so its last
-    ``ProfilerStep`` runs from the last ``step()`` to the exit (tens of µs), and the steps
-    before it are whole. A trace whose only step is the exit keeps it (there is nothing else
-    to show; the job view leaves such a cycle out, ``job.summarize.exit_step``)."""
-    return steps.height > 1 and trace.meta.extra.get(CYCLE_ENDED_BY_KEY) == "stop"
+    """Whether the trace's last step (of ``steps``, two or more) is the profile's exit, not a
+    step of the run: leaving a scheduled ``with profile(...)`` block mid-cycle ends the cycle
+    in ``stop()``, so its last ``ProfilerStep`` runs from the last ``step()`` to the exit.
+
+    Our profiler says how each scheduled cycle ended (``CYCLE_ENDED_BY_KEY``). A trace of
+    torch's says nothing: its last step is the exit when no op or annotation began in it
+    while earlier steps ran ops, and it is under 1 ms and under a tenth of their median (a
+    real step that only waits or runs Python, at the end of a cycle or an epoch, was 5 ms
+    against 80-150 ms, and stays). A trace whose only step is the exit keeps it (there is
+    nothing else to show; the job view leaves such a cycle out, ``job.summarize.exit_step``).
+    """
+    if steps.height < 2:
+        return False
+    ended = trace.meta.extra.get(CYCLE_ENDED_BY_KEY)
+    if ended is not None:
+        return bool(ended == "stop")
+    lo, hi = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    if hi[-1] - lo[-1] >= EXIT_STEP_MAX_NS:
+        return False
+    work = trace.events.filter(pl.col("kind").is_in(("cpu_op", "user_annotation")) & ~names.PROFILER_STEP)
+    starts = np.sort(work["start_ns"].to_numpy())
+    began = np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo, side="left")
+    worked = began[:-1] > 0
+    if began[-1] or not worked.any():
+        return False
+    return bool(hi[-1] - lo[-1] < np.median((hi - lo)[:-1][worked]) / 10)
 
 
 def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:

@@ -116,29 +116,21 @@ _RAN = ("cpu_op", "python_function", "runtime", "kernel", "memcpy", "memset", "c
 
 
 def exit_step(trace: Trace, steps: pl.DataFrame, from_trace: bool, last: bool) -> bool:
-    """Whether the cycle's last step is the profile's exit, not a step of the run: leaving a
-    scheduled ``with profile(...)`` block mid-cycle ends the cycle in ``stop()``, so its last
-    ``ProfilerStep`` runs from the last ``step()`` to the exit (tens of µs).
+    """Whether the cycle is nothing but the profile's exit: leaving a scheduled ``with
+    profile(...)`` block mid-cycle ends the cycle in ``stop()``, and with one step a cycle the
+    file holds only the step from the last ``step()`` to the exit. (The exit step of a cycle
+    with other steps is left out by the overview, ``overview.ends_in_exit``.)
 
     Our profiler says how each scheduled cycle ended (``CYCLE_ENDED_BY_KEY``); a cycle without
-    steps that its ``stop()`` ended (``torchscope run``'s tail) is all exit. A file of torch's
-    says nothing, so only a rank's ``last`` cycle can end so, and its last step is taken for
-    the exit when nothing could be a step in it: no op began in it while an earlier step ran
-    ops, and it is under a tenth of their median (a step of only Python work or a stall is
-    longer); a file with one step and nothing run in it at all is the exit alone.
+    steps that its ``stop()`` ended is all exit. In a file of torch's, only a rank's ``last``
+    cycle can be, when it has one step and nothing ran in it at all.
     """
     ended = trace.meta.extra.get(CYCLE_ENDED_BY_KEY)
-    if ended is not None or not last or not from_trace or steps.height == 0:
-        return ended == "stop"  # (the overview left out the exit of ours with more steps)
-    if steps.height == 1:
-        return trace.events.filter(pl.col("kind").is_in(_RAN) & ~names.PROFILER_STEP).height == 0
-    ops = np.sort(trace.events.filter((pl.col("kind") == "cpu_op") & ~names.PROFILER_STEP)["start_ns"].to_numpy())
-    lo, hi = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    began = np.searchsorted(ops, hi, side="left") - np.searchsorted(ops, lo, side="left")
-    worked = began[:-1] > 0
-    if began[-1] or not worked.any():
+    if ended is not None or steps.height > 1:
+        return ended == "stop" and steps.height <= 1
+    if not last or not from_trace or steps.height == 0:
         return False
-    return bool(hi[-1] - lo[-1] < np.median((hi - lo)[:-1][worked]) / 10)
+    return trace.events.filter(pl.col("kind").is_in(_RAN) & ~names.PROFILER_STEP).height == 0
 
 
 def summarize_cycle(trace: Trace, *, last: bool = True) -> dict[str, Any]:
