@@ -500,6 +500,33 @@ def test_a_step_without_ops_is_a_step_and_not_the_exit(
     assert run["steps_ns"]["max"] == pytest.approx(max(kept), abs=1)
 
 
+def test_the_step_a_crash_cut_is_left_out_and_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A scheduled block that raises mid-cycle ends in the step its error cut: our profiler
+    marks the cycle "error", and the log dir's report leaves that step out and says why."""
+    model = torch.nn.Linear(64, 64)
+    out = tmp_path / "log"
+    with pytest.raises(RuntimeError, match="boom"):
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=schedule(wait=0, warmup=0, active=3),
+            on_trace_ready=tensorboard_trace_handler(str(out)),
+        ) as prof:
+            for i in range(8):
+                model(torch.randn(32, 64)).sum().backward()
+                if i == 4:
+                    raise RuntimeError("boom")
+                prof.step()
+    files = sorted(out.glob("*.pt.trace.json"), key=lambda f: int(f.name.split(".")[1]))
+    assert [json.loads(f.read_text())["torchscope_cycle_ended_by"] for f in files] == ["schedule", "error"]
+    assert [len(steps) for steps in _step_ns(files, capsys)] == [3, 1]  # steps 3; 4 was cut
+    (run,) = analyse_job(out, engine="local:1")["runs"]
+    assert [(r["steps"], r["note"]) for r in run["cycle_table"]] == [
+        (3, None),
+        (1, "its last step, cut by the script's error, left out"),
+    ]
+    assert run["steps_ns"]["count"] == 4
+
+
 def test_a_torchscope_run_cycle_without_a_step_is_no_step_of_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -23,7 +23,7 @@ from torchscope.analysis import names
 from torchscope.analysis.frames import kinds, memo
 from torchscope.analysis.outside import accounted_spans
 from torchscope.trace.cut import complete_steps
-from torchscope.trace.dialect import CYCLE_ENDED_BY_KEY
+from torchscope.trace.dialect import CYCLE_CUT, CYCLE_ENDED_BY_KEY
 from torchscope.trace.model import Trace
 
 BREAKDOWN_CATEGORIES: tuple[str, ...] = (
@@ -120,7 +120,8 @@ def ends_in_exit(trace: Trace, steps: pl.DataFrame) -> bool:
     step of the run: leaving a scheduled ``with profile(...)`` block mid-cycle ends the cycle
     in ``stop()``, so its last ``ProfilerStep`` runs from the last ``step()`` to the exit.
 
-    Our profiler says how each scheduled cycle ended (``CYCLE_ENDED_BY_KEY``). A trace of
+    Our profiler says how each scheduled cycle ended (``CYCLE_ENDED_BY_KEY``; a block that
+    raised ends in the step its error cut, no whole step either). A trace of
     torch's says nothing: its last step is the exit when no op or annotation began in it
     while earlier steps ran ops, and it is under 1 ms and under a tenth of their median (a
     real step that only waits or runs Python, at the end of a cycle or an epoch, was 5 ms
@@ -131,7 +132,7 @@ def ends_in_exit(trace: Trace, steps: pl.DataFrame) -> bool:
         return False
     ended = trace.meta.extra.get(CYCLE_ENDED_BY_KEY)
     if ended is not None:
-        return bool(ended == "stop")
+        return ended in CYCLE_CUT
     lo, hi = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
     if hi[-1] - lo[-1] >= EXIT_STEP_MAX_NS:
         return False

@@ -282,6 +282,7 @@ class profile:
         # each scheduled cycle says how it ended (``CYCLE_ENDED_BY_KEY``); off for a host that
         # marks its own tail (``torchscope run`` renames the span after its last step)
         self.mark_cycle_end = True
+        self._ending_on_error = False  # __exit__ with the block's error: the mark says "error"
         self._torch_stats: _ProfilerStats | None = None  # torch's ``_stats()`` of the latest cycle
         # events() of the cycles held, built once (torch keeps its list too); a new cycle drops it
         self._events: EventList | None = None
@@ -361,6 +362,7 @@ class profile:
                 self.stop()
             else:
                 # the block failed: stop cleanly, keep what was recorded, let its error propagate
+                self._ending_on_error = True  # its last step is the one the error cut
                 try:
                     self.stop()
                 except Exception as stop_error:  # pragma: no cover - reported, never masks exc
@@ -403,7 +405,8 @@ class profile:
         # so that a log dir's reader does not take that step (tens of µs) for one of the run's
         cut_short = self.record_steps and self.mark_cycle_end and self._action in (Action.RECORD, Action.RECORD_AND_SAVE)
         if cut_short and not isinstance(self._session, Elsewhere):
-            self.add_metadata_json(CYCLE_ENDED_BY_KEY, '"stop"')
+            self.add_metadata_json(CYCLE_ENDED_BY_KEY, '"error"' if self._ending_on_error else '"stop"')
+        self._ending_on_error = False
         try:
             self._transit(self._action, None)
         finally:

@@ -50,13 +50,16 @@ def counted(rank: dict[str, Any]) -> dict[str, Any]:
 
 
 def cycle_note(cycles: list[dict[str, Any]], left_out: bool) -> str | None:
-    """What the cycle line and the page's Cycles table say of a cycle's exit step."""
+    """What the cycle line and the page's Cycles table say of a cycle's exit step (or of the
+    step the profiled block's error cut, when our profiler says so)."""
+    error = any(c.get("ended_by") == "error" for c in cycles)
     if all(all_exit(c) for c in cycles):
-        return "only the profile's exit (no step)" + (": left out of the run's steps and findings" if left_out else "")
+        what = "only the step the script's error cut" if error else "only the profile's exit"
+        return f"{what} (no step)" + (": left out of the run's steps and findings" if left_out else "")
     if left_out:
         return "no step in it (the work after the last step): left out of the run's steps and findings"
     if any(c.get("exit_step") and c["steps"] for c in cycles):
-        return "its last step, the profile's exit, left out"
+        return "its last step, cut by the script's error, left out" if error else "its last step, the profile's exit, left out"
     return None
 
 

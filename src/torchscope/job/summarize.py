@@ -21,7 +21,7 @@ from torchscope.analysis.kernels import kernel_stats
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, profiler_steps
 from torchscope.errors import TraceError
 from torchscope.trace.cut import was_cut
-from torchscope.trace.dialect import CYCLE_ENDED_BY_KEY
+from torchscope.trace.dialect import CYCLE_CUT, CYCLE_ENDED_BY_KEY
 from torchscope.trace.model import Trace
 
 TOP_OPS = 40  # per rank and cycle: enough to find what a straggler does more of
@@ -127,7 +127,7 @@ def exit_step(trace: Trace, steps: pl.DataFrame, from_trace: bool, last: bool) -
     """
     ended = trace.meta.extra.get(CYCLE_ENDED_BY_KEY)
     if ended is not None or steps.height > 1:
-        return ended == "stop" and steps.height <= 1
+        return ended in CYCLE_CUT and steps.height <= 1
     if not last or not from_trace or steps.height == 0:
         return False
     return trace.events.filter(pl.col("kind").is_in(_RAN) & ~names.PROFILER_STEP).height == 0
@@ -177,6 +177,7 @@ def summarize_cycle(trace: Trace, *, last: bool = True) -> dict[str, Any]:
         "steps_from_trace": ov.steps_from_trace,
         # the exit step left out (``exit_step``); True with no steps kept: the cycle is the exit
         "exit_step": dropped,
+        "ended_by": trace.meta.extra.get(CYCLE_ENDED_BY_KEY),  # ours: schedule, stop or error
         "step_ns": [int(x) for x in table["dur_ns"].to_list()],
         "breakdown_ns": {c: float(source[c]) for c in (*cats, "Total")},
         # both systems, so that a run whose cycles differ (one without device work) is reduced

@@ -63,7 +63,9 @@ FLOW_CATEGORIES: frozenset[str] = frozenset({"ac2g", "fwdbwd", "async_cpu_to_gpu
 
 MEMORY_EVENT_NAME = "[memory]"
 
-# top-level key our profiler writes into each scheduled cycle: how it ended, "schedule" or
+# top-level key our profiler writes into each scheduled cycle: how it ended, "schedule",
 # "stop" (the end of the ``with`` block, mid-cycle: its last step is then the exit, from the
-# last ``step()`` to ``stop()``). The job view leaves that step out (docs/jobs.md).
+# last ``step()`` to ``stop()``) or "error" (the block raised: its last step is the one the
+# error cut). Neither last step is one of the run's (docs/jobs.md).
 CYCLE_ENDED_BY_KEY = "torchscope_cycle_ended_by"
+CYCLE_CUT = ("stop", "error")  # the values that make the cycle's last step no step of the run
