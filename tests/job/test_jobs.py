@@ -505,17 +505,16 @@ def test_the_step_a_crash_cut_is_left_out_and_named(tmp_path: Path, capsys: pyte
     marks the cycle "error", and the log dir's report leaves that step out and says why."""
     model = torch.nn.Linear(64, 64)
     out = tmp_path / "log"
-    with pytest.raises(RuntimeError, match="boom"):
-        with profile(
-            activities=[ProfilerActivity.CPU],
-            schedule=schedule(wait=0, warmup=0, active=3),
-            on_trace_ready=tensorboard_trace_handler(str(out)),
-        ) as prof:
-            for i in range(8):
-                model(torch.randn(32, 64)).sum().backward()
-                if i == 4:
-                    raise RuntimeError("boom")
-                prof.step()
+    with pytest.raises(RuntimeError, match="boom"), profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=0, active=3),
+        on_trace_ready=tensorboard_trace_handler(str(out)),
+    ) as prof:
+        for i in range(8):
+            model(torch.randn(32, 64)).sum().backward()
+            if i == 4:
+                raise RuntimeError("boom")
+            prof.step()
     files = sorted(out.glob("*.pt.trace.json"), key=lambda f: int(f.name.split(".")[1]))
     assert [json.loads(f.read_text())["torchscope_cycle_ended_by"] for f in files] == ["schedule", "error"]
     assert [len(steps) for steps in _step_ns(files, capsys)] == [3, 1]  # steps 3; 4 was cut
@@ -549,7 +548,11 @@ def test_a_torchscope_run_cycle_without_a_step_is_no_step_of_the_run(
     capsys.readouterr()
     files = sorted((out / "traces").glob("*.pt.trace.json"))
     assert not any("torchscope_cycle_ended_by" in json.loads(f.read_text()) for f in files)
+    # every cycle says it is the run's, one in the middle too (no setup span, no tail): its
+    # advice points at the run's sampler, never at the tool that made it
+    assert [json.loads(f.read_text()).get("torchscope_run") for f in files] == ["1"] * 3
     (run,) = analyse_job(out, engine="local:1")["runs"]
+    assert not any("profile with `torchscope run`" in f["fix"] for f in run["recommendations"])
     rows = run["cycle_table"]
     assert [(r["steps"], r["left_out"]) for r in rows] == [(3, False), (3, False), (1, True)]
     assert rows[2]["note"].startswith("no step in it")

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 import polars as pl
 
+from torchscope.trace.dialect import RUN_KEY
 from torchscope.trace.model import Trace
 
 T = TypeVar("T")
@@ -171,9 +172,12 @@ def tool_frame_rows(events: pl.DataFrame) -> np.ndarray:
 
 
 def ran_under_torchscope_run(trace: Trace) -> bool:
-    """Whether the trace was recorded by ``torchscope run`` (its spans or its runner's frames)."""
+    """Whether the trace was recorded by ``torchscope run`` (its mark, its spans or its
+    runner's frames)."""
 
     def compute() -> bool:
+        if trace.meta.extra.get(RUN_KEY) == "1":
+            return True
         ann = kinds(trace, "user_annotation", "python_function")
         if ann.height == 0:
             return False

@@ -36,6 +36,7 @@ from torchscope.runner.bounds import (
 from torchscope.runner.launch import LaunchRank
 from torchscope.runner.sampler import HotSpots, Sampler
 from torchscope.runner.target import STOP_SIGNALS, Target, execute
+from torchscope.trace.dialect import RUN_KEY
 
 ACTIVITIES = ("cpu", "cuda", "xpu", "mtia")
 # what a run was doing when a Ctrl-C stops the command: "" (starting or running the script),
@@ -566,6 +567,7 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         with_stack=options.stack,
     )
     prof.mark_cycle_end = False  # the span after the last step is renamed, not an exit (_rename_tail)
+    prof.preset_metadata_json(RUN_KEY, '"1"')  # every cycle says it is the run's (frames.py)
     rec.prof = prof
     _warm_lazy_imports()  # in every mode: never charge torch's lazy imports to the script
     marks: list[tuple[int, int]] = []

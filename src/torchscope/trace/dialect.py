@@ -69,3 +69,7 @@ MEMORY_EVENT_NAME = "[memory]"
 # error cut). Neither last step is one of the run's (docs/jobs.md).
 CYCLE_ENDED_BY_KEY = "torchscope_cycle_ended_by"
 CYCLE_CUT = ("stop", "error")  # the values that make the cycle's last step no step of the run
+
+# top-level key ``torchscope run`` writes into each of its cycles ("1"): a cycle in the middle
+# of a run has neither its setup span nor its tail, and its advice points at the run's sampler
+RUN_KEY = "torchscope_run"

@@ -102,6 +102,7 @@ class Document(msgspec.Struct):
     torch_version: Any = None
     pytorch_version: Any = None
     torchscope_cycle_ended_by: Any = None  # dialect.CYCLE_ENDED_BY_KEY
+    torchscope_run: Any = None  # dialect.RUN_KEY
 
 
 class RawArgsDocument(msgspec.Struct):
