@@ -115,8 +115,8 @@ def _profiler_steps(trace: Trace) -> pl.DataFrame:
 EXIT_STEP_MAX_NS = 1_000_000
 
 
-def ends_in_exit(trace: Trace, steps: pl.DataFrame) -> bool:
-    """Whether the trace's last step (of ``steps``, two or more) is the profile's exit, not a
+def ends_in_exit(trace: Trace) -> bool:
+    """Whether the trace's last step (of two or more ``profiler_steps``) is the profile's exit, not a
     step of the run: leaving a scheduled ``with profile(...)`` block mid-cycle ends the cycle
     in ``stop()``, so its last ``ProfilerStep`` runs from the last ``step()`` to the exit.
 
@@ -128,6 +128,10 @@ def ends_in_exit(trace: Trace, steps: pl.DataFrame) -> bool:
     against 80-150 ms, and stays). A trace whose only step is the exit keeps it (there is
     nothing else to show; the job view leaves such a cycle out, ``job.summarize.exit_step``).
     """
+    return memo(trace, "ends_in_exit", lambda: _ends_in_exit(trace, profiler_steps(trace)))
+
+
+def _ends_in_exit(trace: Trace, steps: pl.DataFrame) -> bool:
     if steps.height < 2:
         return False
     ended = trace.meta.extra.get(CYCLE_ENDED_BY_KEY)
@@ -158,7 +162,7 @@ def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:
     """
     ev = trace.events
     host = profiler_steps(trace)
-    if ends_in_exit(trace, host):
+    if ends_in_exit(trace):
         host = host.head(host.height - 1)
     from_trace = host.height > 0
     if not from_trace:
@@ -412,5 +416,5 @@ def _overview(trace: Trace) -> Overview:
         devices=_device_metrics(trace, lo, hi),
         comm_overlap=comm_overlap,
         steps_from_trace=from_trace,
-        exit_step_left_out=ends_in_exit(trace, profiler_steps(trace)),
+        exit_step_left_out=ends_in_exit(trace),
     )

@@ -129,10 +129,11 @@ def step_spread(pairs: list[tuple[int, int, int]]) -> dict[str, Any]:
     }
 
 
-def cycle_table(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def cycle_table(ranks: list[dict[str, Any]], counted_ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per cycle: its steps (on every rank) as shortest, median and longest step, the
-    rank of the longest, findings fired, and what was left out of it (``cycle_note``)."""
-    kept = {(r["rank"], c["cycle"]) for r in ranks for c in counted(r)["cycles"]}
+    rank of the longest, findings fired, and what was left out of it (``cycle_note``): the
+    cycles not in ``counted_ranks`` (``counted``)."""
+    kept = {(r["rank"], c["cycle"]) for r in counted_ranks for c in r["cycles"]}
     rows = []
     for cyc in sorted({c["cycle"] for r in ranks for c in r["cycles"]}):
         per = [(r["rank"], c) for r in ranks for c in r["cycles"] if c["cycle"] == cyc]
@@ -329,7 +330,7 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "collectives": collective_table(aligned),
         "rank_waits": aligned["ranks"],
         "straggler": strag,
-        "cycle_table": cycle_table(live),
+        "cycle_table": cycle_table(live, list(kept.values())),
         "recommendations": findings,
         "per_rank": [
             {

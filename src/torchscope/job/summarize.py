@@ -142,30 +142,30 @@ def summarize_cycle(trace: Trace, *, last: bool = True) -> dict[str, Any]:
     findings (advice on an exit is noise)."""
     ctx = Context(trace)
     ov = ctx.overview
-    dropped = ov.exit_step_left_out or exit_step(trace, ov.steps, ov.steps_from_trace, last)
-    keep = max(ov.steps.height - 1, 0) if dropped and not ov.exit_step_left_out else ov.steps.height
-    table, host, comm = ov.steps.head(keep), ov.host_steps.head(keep), ov.comm_overlap.head(keep)
-    every = max(keep, 1)
+    # the overview leaves out the exit step of a cycle with other steps; one that is only the
+    # exit (a step at most) keeps it there, and is no step here
+    alone = not ov.exit_step_left_out and exit_step(trace, ov.steps, ov.steps_from_trace, last)
+    keep = 0 if alone else ov.steps.height
     # per-step op and kernel times divide whole-trace totals: a cut trace's breakdown keeps only
     # its complete steps (``trace.cut``), so those totals are spread over every step it has
+    dropped = ov.exit_step_left_out or alone
     steps = max(profiler_steps(trace).height - int(dropped) if was_cut(trace.meta) else keep, 1)
     ops = ctx.operators.filter(pl.col("kind") == "cpu_op")
     work = trace.events.filter(_NOT_WORK)["name"].cast(pl.String).unique().to_list()
     ops = ops.filter(~pl.col("name").is_in(work))
     kernels = kernel_stats(trace).filter(~names.COMM_KERNEL)  # work, as ``_NOT_WORK`` says
+    n = max(ov.comm_overlap.height, 1)
     findings = []
     for f in advise(trace, ctx=ctx) if keep else ():
         d = f.to_dict()
         d["impact"] = f.impact
         findings.append(d)
 
-    def mean(frame: pl.DataFrame, cats: tuple[str, ...]) -> dict[str, float]:
-        """Each category's time per kept step, and the kept steps' mean length as Total."""
-        out = {c: float(frame[c].sum()) / every for c in cats}
-        out["Total"] = float(table["dur_ns"].sum()) / every
-        return out
+    def per_step(values: dict[str, float], cats: tuple[str, ...]) -> dict[str, float]:
+        return {c: 0.0 if alone else float(values[c]) for c in (*cats, "Total")}
 
-    device_breakdown, host_breakdown = mean(table, BREAKDOWN_CATEGORIES), mean(host, HOST_CATEGORIES)
+    device_breakdown = per_step(ov.breakdown_ns, BREAKDOWN_CATEGORIES)
+    host_breakdown = per_step(ov.host_breakdown_ns, HOST_CATEGORIES)
     # the categories the single-trace report shows: device ones when the device worked, else the
     # host's (a CPU-only run is Operators/DataLoader/Optimizer/..., not "CPU Exec")
     device = any(ov.breakdown_ns[c] for c in DEVICE_WORK)
@@ -178,7 +178,7 @@ def summarize_cycle(trace: Trace, *, last: bool = True) -> dict[str, Any]:
         # the exit step left out (``exit_step``); True with no steps kept: the cycle is the exit
         "exit_step": dropped,
         "ended_by": trace.meta.extra.get(CYCLE_ENDED_BY_KEY),  # ours: schedule, stop or error
-        "step_ns": [int(x) for x in table["dur_ns"].to_list()],
+        "step_ns": [int(x) for x in ov.steps["dur_ns"].head(keep).to_list()],
         "breakdown_ns": {c: float(source[c]) for c in (*cats, "Total")},
         # both systems, so that a run whose cycles differ (one without device work) is reduced
         # in one of them (``reduce.one_category_system``)
@@ -186,7 +186,7 @@ def summarize_cycle(trace: Trace, *, last: bool = True) -> dict[str, Any]:
         "device_breakdown_ns": device_breakdown,
         "host_breakdown_ns": host_breakdown,
         "comm_overlap_ns": {
-            c: float(comm[c].sum()) / max(comm.height, 1)
+            c: 0.0 if alone else float(ov.comm_overlap[c].sum()) / n
             for c in ("computation_ns", "communication_ns", "overlap_ns", "other_ns")
         },
         "ops_ns": (ops_ns := _per_step(ops, "name", "host_self_ns", steps, TOP_OPS)),
