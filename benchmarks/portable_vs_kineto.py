@@ -141,18 +141,25 @@ def capture_kineto(fn: Callable[[], None], device: torch.device, save: Path | No
 
 
 def capture_portable(
-    fn: Callable[[], None], device: torch.device, save: Path | None = None, stats: dict[str, Any] | None = None
+    fn: Callable[[], None],
+    device: torch.device,
+    save: Path | None = None,
+    stats: dict[str, Any] | None = None,
+    hold: bool = True,
 ) -> Trace:
-    """The portable collector's Trace of ``fn``; ``stats`` receives its per-device batch stats."""
-    collector = PortableCollector(record_shapes=True)
+    """The portable collector's Trace of ``fn``; ``stats`` receives its per-device batch stats
+    and the wall time of ``fn`` under it (``wall_s``)."""
+    collector = PortableCollector(record_shapes=True, hold_idle_device=hold)
     collector.start()
+    t = time.perf_counter()
     fn()
     _sync(device)
+    wall = time.perf_counter() - t
     doc = collector.stop()
     if save is not None:
         save.write_text(json.dumps(doc))
     if stats is not None:
-        stats.update(doc["portable"]["batches"])
+        stats.update(doc["portable"]["batches"], wall_s=wall)
     return read_chrome_document(doc, "portable")
 
 
@@ -212,6 +219,8 @@ def kineto_device_time_by_op(trace: Trace, names: set[str]) -> dict[str, float]:
 
 
 def cuda_comparison(device: torch.device, batch: int, save: Path | None = None) -> None:
+    """Top-20 ops' device time, portable against Kineto, with the idle device held (the
+    default) and without (``hold_idle_device=False``), on the same warmed-up step."""
     print(f"\n== 3. device time per op on {torch.cuda.get_device_name(device)}, ResNet-18 batch {batch} ==")
     torch.backends.cudnn.benchmark = True
     model = resnet18().to(device)
@@ -223,9 +232,22 @@ def cuda_comparison(device: torch.device, batch: int, save: Path | None = None) 
     for _ in range(3):
         step()
     _sync(device)
-    saved = [save / f"{tool}_resnet18_batch{batch}.json" if save else None for tool in ("kineto", "portable")]
-    stats: dict[str, Any] = {}
-    kineto, portable = capture_kineto(step, device, saved[0]), capture_portable(step, device, saved[1], stats)
+    t = time.perf_counter()
+    step()
+    _sync(device)
+    print(f"  unprofiled step: {(time.perf_counter() - t) * 1000:.1f} ms")
+    saved = save / f"kineto_resnet18_batch{batch}.json" if save else None
+    kineto = capture_kineto(step, device, saved)
+    for hold in (True, False):
+        stats: dict[str, Any] = {}
+        saved = save / f"portable_resnet18_batch{batch}{'' if hold else '_nohold'}.json" if save else None
+        portable = capture_portable(step, device, saved, stats, hold=hold)
+        wall_s = stats.pop("wall_s")
+        print(f"  -- portable, {'idle device held' if hold else 'no hold'}: step {wall_s * 1000:.1f} ms under it")
+        compare_device_times(kineto, portable, stats)
+
+
+def compare_device_times(kineto: Trace, portable: Trace, stats: dict[str, Any]) -> None:
     p = portable.kernels.group_by(pl.col("name").cast(pl.String)).agg(
         (pl.col("dur_ns").sum() / 1000).alias("us")
     )
@@ -246,7 +268,8 @@ def cuda_comparison(device: torch.device, batch: int, save: Path | None = None) 
         print(
             f"  {name}: {st['begun_before_launch']} of {st['resolved']} pairs began before the host finished "
             f"launching their op ({st['begun_before_launch_ns'] / 1000 / (total_us or 1) * 100:.1f}% of the "
-            "portable device time: an upper bound there)"
+            f"portable device time: an upper bound there); {st.get('held_idle', 0)} idle waits held "
+            f"({st.get('held_idle_ns', 0) / 1000:.0f} us of spin)"
         )
 
 
@@ -269,6 +292,8 @@ def main() -> None:
     if not args.skip_cpu:
         overhead(cpu, args.iters, args.repeat)
         cpu_comparison(cpu)
+    if args.save:
+        args.save.mkdir(parents=True, exist_ok=True)
     if torch.cuda.is_available():
         cuda = torch.device("cuda", 0)
         overhead(cuda, args.iters, args.repeat)

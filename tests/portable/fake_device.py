@@ -93,3 +93,22 @@ class FakeDevice:
         self.syncs += 1
         if self.virtual and self.busy_until > self.clock.now:
             self.clock.now = int(np.ceil(self.busy_until))
+
+
+class HoldingFakeDevice(FakeDevice):
+    """A ``FakeDevice`` with a spin kernel (``hold``, as CUDA's ``torch.cuda._sleep``) whose
+    events complete when the real host clock reaches them, so that a busy device reads busy."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.holds: list[int] = []
+
+    def can_hold(self) -> bool:
+        return True
+
+    def hold(self, ns: int) -> None:
+        self.holds.append(ns)
+        self.enqueue(ns)
+
+    def query(self, event: FakeEvent) -> bool:
+        return event.true_host_ns <= self._now()

@@ -16,6 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torchscope.capture import portable  # noqa: E402
 from torchscope.capture.portable import PortableCollector  # noqa: E402
 from torchscope.capture.portable_doc import device_ops_total  # noqa: E402
 from torchscope.errors import ProfilerStateError  # noqa: E402
@@ -23,7 +24,7 @@ from torchscope.models import resnet18  # noqa: E402
 from torchscope.models.perceptron import MLP  # noqa: E402
 from torchscope.trace.reader import read_chrome_document  # noqa: E402
 
-from .fake_device import FakeDevice  # noqa: E402
+from .fake_device import FakeDevice, HoldingFakeDevice  # noqa: E402
 
 
 def _collect(fn: Any, **kwargs: Any) -> dict[str, Any]:
@@ -292,6 +293,7 @@ def test_pairs_that_began_before_the_host_launched_the_op_are_marked() -> None:
             for _ in range(20):
                 x.mul(2)
 
+        # a device that cannot be held (no spin kernel): what the collector does off CUDA
         doc = _collect(work, event_source=lambda _: device)
         kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
         assert len(kernels) == 20
@@ -301,3 +303,44 @@ def test_pairs_that_began_before_the_host_launched_the_op_are_marked() -> None:
     assert flags == [1] * 20 and stats["begun_before_launch"] == 20 and stats["begun_before_launch_ns"] > 0
     flags, stats = marked(busy_ns=10_000_000_000)  # 10 s of queued work: the device is behind throughout
     assert flags == [0] * 20 and stats["begun_before_launch"] == 0 and stats["begun_before_launch_ns"] == 0
+
+
+def test_an_idle_device_is_held_while_the_host_launches_the_op() -> None:
+    """Where the device has a spin kernel (CUDA), an op found with the device idle is preceded
+    by a spin as long as the op's last launch: its start event then runs once the op is
+    queued, and the pair times the op, not the device's wait for the host. A device still busy
+    with earlier work is not held, and holding is off unless asked for."""
+    x = torch.randn(64, 64)
+
+    def collect(busy_ns: int, **kwargs: Any) -> tuple[HoldingFakeDevice, list[dict[str, Any]], dict[str, Any]]:
+        device = HoldingFakeDevice()
+
+        def work() -> None:
+            device.enqueue(busy_ns)
+            for _ in range(20):
+                x.mul(2)
+
+        doc = _collect(work, event_source=lambda _: device, **kwargs)
+        kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+        assert len(kernels) == 20
+        return device, kernels, doc["portable"]["batches"]["cpu:0"]
+
+    device, held, stats = collect(busy_ns=0, hold_idle_device=True)
+    # a spin measured at start, then the first op's default 20 us (+ 5), later ones their last
+    # launch (+ 5); an op that finds the device still spinning for the one before is not held
+    assert device.holds[:2] == [1, portable.HOLD_FIRST_NS + portable.HOLD_MARGIN_NS]
+    assert all(portable.HOLD_MARGIN_NS < ns <= portable.HOLD_MAX_NS + portable.HOLD_MARGIN_NS for ns in device.holds[2:])
+    assert stats["held_idle"] == len(device.holds) - 1 and stats["held_idle_ns"] == sum(device.holds[1:])
+    _, unheld, stats_off = collect(busy_ns=0)  # the default: not held
+    assert stats_off["held_idle"] == 0 and stats_off["begun_before_launch"] == 20
+    # the fake op puts no work on the device: held, its pairs time (almost) nothing; unheld,
+    # each pair times the host's launch
+    # each pair (medians: a host thread preempted inside one launch outlasts any spin)
+    held_us = float(np.median([e["dur"] for e in held]))
+    unheld_us = float(np.median([e["dur"] for e in unheld]))
+    assert held_us < unheld_us / 2, (held_us, unheld_us)
+    assert stats["begun_before_launch"] < 20
+    # 10 s queued: busy throughout; only the first op, with no pair before it to ask, is held
+    device, _, stats = collect(busy_ns=10_000_000_000, hold_idle_device=True)
+    assert device.holds == [1, portable.HOLD_FIRST_NS + portable.HOLD_MARGIN_NS] and stats["held_idle"] == 1
+    assert stats["begun_before_launch"] == 0

@@ -83,6 +83,34 @@ class TorchEventSource:
         self._torch = torch
         self.device = torch.device(device)
         self._pool: list[Any] = []
+        self._cycles_per_ns: float | None = None  # of the spin kernel, once measured
+
+    def can_hold(self) -> bool:
+        """Whether ``hold`` can keep this device busy: CUDA and ROCm builds have a spin kernel
+        (``torch.cuda._sleep``); other backends have no public one."""
+        return self.device.type == "cuda" and callable(getattr(self._torch.cuda, "_sleep", None))
+
+    def hold(self, ns: int) -> None:
+        """Queue a kernel that keeps the device busy for about ``ns`` (at least that long when
+        its clock runs below the fastest rate measured), on the current stream."""
+        if self._cycles_per_ns is None:
+            self._cycles_per_ns = self._measure_spin()
+        self._torch.cuda._sleep(max(1, int(ns * self._cycles_per_ns)))
+
+    def _measure_spin(self, cycles: int = 2_000_000, tries: int = 4) -> float:
+        """Spin cycles per device nanosecond, at the fastest clock of a few timed spins: a clock
+        that later runs slower only makes a hold longer, never shorter than asked."""
+        torch = self._torch
+        best = 0.0
+        for _ in range(tries):
+            a = torch.Event(self.device, enable_timing=True)
+            b = torch.Event(self.device, enable_timing=True)
+            a.record()
+            torch.cuda._sleep(cycles)
+            b.record()
+            b.synchronize()
+            best = max(best, cycles / max(a.elapsed_time(b) * NS_PER_MS, 1.0))
+        return best
 
     def record(self, stream: Any = None) -> Any:
         ev = self._pool.pop() if self._pool else self._torch.Event(self.device, enable_timing=True)
@@ -259,6 +287,11 @@ class EventBatcher:
         if self._anchor is not None and now - self._anchor_host > self.anchor_interval_ns:
             self._new_anchor()
             self._anchor_host = now
+
+    def drained(self) -> bool:
+        """Whether the device has finished every pair pushed so far (it may be idle now):
+        the newest pair's end event has completed. Never blocks."""
+        return not self.pending or self.source.query(self.pending[-1].end)
 
     def flush(self) -> None:
         """Resolve everything still pending (waits for the device)."""

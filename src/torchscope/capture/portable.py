@@ -42,6 +42,12 @@ _HOST_DEVICE_TYPES = frozenset({"cpu", "meta"})
 _DEVICE_TYPE_CODES = {"cpu": 0, "cuda": 1, "hip": 6, "xla": 9, "xpu": 12, "mps": 13, "hpu": 15, "mtia": 19}
 _STACK_DEPTH = 24
 LAUNCH_MARKER = "portable::launch"
+# Holding an idle device (``hold_idle_device``): the spin covers the op's host launch time of
+# its last call, plus the start event's own record; capped, so that one slow call (cuDNN's
+# autotuning, a first call's lazy loading) does not stall the device for its length.
+HOLD_MARGIN_NS = 5_000
+HOLD_FIRST_NS = 20_000
+HOLD_MAX_NS = 1_000_000
 
 
 class _ThreadState(threading.local):
@@ -58,6 +64,11 @@ class PortableCollector:
     keywords are for tests and tuning: ``event_source`` builds the ``EventSource`` of a device
     (a fake one in tests), ``device_timing`` forces device events on or off (default: on when
     an accelerator is available), ``max_outstanding`` bounds unresolved event pairs per device.
+    ``hold_idle_device`` (CUDA and ROCm only, off by default): when an op finds the device idle,
+    a spin kernel as long as the op's last launch keeps the device busy until the op is queued,
+    so that its pair times the op's work rather than the device's wait for the host; it makes
+    per-op device time closer to Kineto's where the host is the bottleneck, and steps slower
+    (docs/portable.md gives both).
     """
 
     def __init__(
@@ -70,6 +81,7 @@ class PortableCollector:
         event_source: Callable[[Any], EventSource] | None = None,
         device_timing: bool | None = None,
         max_outstanding: int = 2048,
+        hold_idle_device: bool = False,
     ) -> None:
         self.record_shapes = record_shapes
         self.with_stack = with_stack
@@ -78,6 +90,7 @@ class PortableCollector:
         self._event_source = event_source
         self._device_timing = device_timing
         self.max_outstanding = max_outstanding
+        self.hold_idle_device = hold_idle_device
         self._running = False
         self._mode: Any = None
         self._hooks: list[Any] = []
@@ -98,6 +111,9 @@ class PortableCollector:
         self._module_names: dict[int, str] = {}
         self._module_counts: dict[str, int] = {}
         self._batchers: dict[tuple[str, int], EventBatcher] = {}
+        # devices whose idle waits are held (``hold_idle_device``), with [holds, ns held]
+        self._holds: dict[tuple[str, int], list[int]] = {}
+        self._launch_ns: dict[Any, int] = {}  # op -> host launch time of its last timed call
         self._capturing_skips = 0
         self._t_start = 0
         self._t_stop = 0
@@ -223,6 +239,10 @@ class PortableCollector:
             device = self._torch.device(dtype, index) if dtype != "cpu" else self._torch.device("cpu")
             source = (self._event_source or TorchEventSource)(device)
             batcher = EventBatcher(source, max_outstanding=self.max_outstanding)
+            can_hold = getattr(source, "can_hold", None)
+            if self.hold_idle_device and can_hold is not None and can_hold():
+                source.hold(1)  # type: ignore[attr-defined]  # measures the spin now, not in an op
+                self._holds[key] = [0, 0]
             batcher.calibrate()
             self._batchers[key] = batcher
         return batcher
@@ -301,13 +321,24 @@ class PortableCollector:
                 batcher = self._batcher_for(device.type, index)
         stream_id = self._stream_id(device)
         source = batcher.source
+        held = self._holds.get((device.type, index))
         with self._lock:
             batcher.before_op()
+            idle = held is not None and batcher.drained()
+        if idle and held is not None:
+            # the device finished everything queued: a pair started now would also time its
+            # wait for the host to launch the op's kernels; a spin as long as that launch
+            # keeps it busy until they are queued (docs/portable.md)
+            ns = min(self._launch_ns.get(func, HOLD_FIRST_NS), HOLD_MAX_NS) + HOLD_MARGIN_NS
+            source.hold(ns)  # type: ignore[attr-defined]
+            held[0] += 1
+            held[1] += ns
         start = source.record()
         inner0 = clock()
         out = func(*args, **kwargs)
         inner1 = clock()
         end = source.record()
+        self._launch_ns[func] = inner1 - inner0
         with self._lock:  # autograd may run backward ops on its own device threads
             batcher.push(ext, start, end)
         t1 = clock()

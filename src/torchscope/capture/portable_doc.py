@@ -318,6 +318,8 @@ def build_document(c: PortableCollector) -> dict[str, Any]:
             "waits": batcher.waits,
             "begun_before_launch": early,
             "begun_before_launch_ns": int(early_ns),
+            "held_idle": c._holds.get((dtype, index), [0, 0])[0],
+            "held_idle_ns": c._holds.get((dtype, index), [0, 0])[1],
             "host_per_device_ns": [round(r, 9) for r in batcher.clock.ratios],
         }
 
