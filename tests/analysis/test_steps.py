@@ -213,19 +213,29 @@ def test_a_report_of_few_steps_lists_each_step() -> None:
     assert all(r.end_us == r.start_us + r.dur_us for r in rows)
 
 
-def _stepped(last_us: float, *, inside: str | None = None, ops: bool = True, ended: str | None = None) -> Any:
-    """A CPU trace of three ProfilerSteps of 100 ms (the first two running an op each) and a
-    last one of ``last_us``, with an op or annotation ``inside`` it, and our profiler's mark."""
+def _stepped(
+    last_us: float,
+    *,
+    inside: str | None = None,
+    ops: bool = True,
+    ended: str | None = None,
+    per_step: int = 1,
+    inside_count: int = 1,
+) -> Any:
+    """A CPU trace of three ProfilerSteps of 100 ms (the first two running ``per_step`` ops
+    each) and a last one of ``last_us``, with ``inside_count`` ops or annotations ``inside``
+    it, and our profiler's mark."""
     from torchscope.trace import read_chrome_document
 
     events: list[dict[str, Any]] = []
     for k, (ts, dur) in enumerate([(0, 100_000), (100_000, 100_000), (200_000, last_us)]):
         step = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "ts": ts, "dur": dur}
         events.append({**step, "pid": 1, "tid": 1})
-        if k < 2 and ops:
-            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": ts + 10, "dur": 90_000, "pid": 1, "tid": 1})
-    if inside is not None:
-        events.append({"ph": "X", "cat": inside, "name": "work", "ts": 200_001, "dur": 1, "pid": 1, "tid": 1})
+        for j in range(per_step if k < 2 and ops else 0):
+            op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": ts + 10 + 1000 * j, "dur": 900}
+            events.append({**op, "pid": 1, "tid": 1})
+    for j in range(inside_count if inside is not None else 0):
+        events.append({"ph": "X", "cat": inside, "name": "work", "ts": 200_001 + 2 * j, "dur": 1, "pid": 1, "tid": 1})
     doc: dict[str, Any] = {"traceEvents": events, **({"torchscope_cycle_ended_by": ended} if ended else {})}
     return read_chrome_document(doc, "t.json")
 
@@ -235,7 +245,9 @@ def _stepped(last_us: float, *, inside: str | None = None, ops: bool = True, end
     [
         (30, {}, 2),  # torch's exit: no op, tens of µs
         (5_000, {}, 3),  # a real step that only waited 5 ms at the end of a cycle or an epoch
-        (30, {"inside": "cpu_op"}, 3),  # an op ran in it
+        (30, {"inside": "cpu_op"}, 3),  # an op ran in it, and a working step runs one
+        (30, {"inside": "cpu_op", "inside_count": 2, "per_step": 40}, 2),  # a loss.item() after the loop
+        (30, {"inside": "cpu_op", "inside_count": 5, "per_step": 40}, 3),  # an eighth of a step's ops
         (30, {"inside": "user_annotation"}, 3),  # a data wait's record_function
         (30, {"ops": False}, 3),  # no step ran an op: nothing to tell it from
         (30, {"ended": "schedule"}, 3),  # ours says the schedule ended it

@@ -334,8 +334,8 @@ def test_kinetos_results_outlive_the_read_until_torch_would_free_them(net: Any) 
     """After stop() a cycle keeps Kineto's results through the read, as torch keeps its own:
     their destructor holds the GIL (0.5 s for 161k events with shapes), and run beside the
     read it made the read wait for it. They go at the next cycle's prepare, with
-    ``free_kineto_results()``, or with the profile; cycles of a run that goes on free theirs
-    right after on_trace_ready. No thread is left behind."""
+    ``free_kineto_results()``, or with the profile, so one cycle's at most are held. No thread
+    is left behind."""
     prof = _one_step_cycles(net, 4)
     held = [c._kineto is not None for c in prof._cycles]
     assert held == [False, False, True]  # two cycles ended in the run, the last one by stop()

@@ -191,6 +191,40 @@ def test_kineto_results_are_kinetos_until_the_trace_is_read() -> None:
     assert [e.name for e in ours.profiler.function_events] == [e.name for e in ours.events()]
 
 
+def _kineto_results_over_a_schedule(module: Any) -> list[tuple[str, int | None]]:
+    """The count of ``aten::mm`` in ``prof.profiler.kineto_results`` after each step of a
+    scheduled run, inside on_trace_ready, and after the block (None: not there)."""
+    seen: list[tuple[str, int | None]] = []
+
+    def mm_count(prof: Any) -> int | None:
+        if prof.profiler is None:  # before the first cycle is prepared
+            return None
+        try:
+            results = prof.profiler.kineto_results
+        except ProfilerStateError:
+            return None
+        return None if results is None else sum(e.name() == "aten::mm" for e in results.events())
+
+    sched = module.schedule(wait=2, warmup=1, active=1, repeat=1)
+    ready = lambda p: seen.append(("ready", mm_count(p)))  # noqa: E731
+    with module.profile(activities=[CPU], schedule=sched, on_trace_ready=ready) as prof:
+        for i in range(6):
+            _matmuls()
+            prof.step()
+            seen.append((f"step {i}", mm_count(prof)))
+    seen.append(("after", mm_count(prof)))
+    return seen
+
+
+def test_kineto_results_stay_through_the_wait_and_after_the_block_as_torchs() -> None:
+    """torch frees a cycle's Kineto results when the next one is prepared, not when its
+    on_trace_ready returns: a script reading them in the steps after (repeats used up) or
+    after the ``with`` block works with both (a new user's find: ours had freed them)."""
+    ours = _kineto_results_over_a_schedule(torchscope)
+    assert ours == _kineto_results_over_a_schedule(torch_profiler)
+    assert ours[-3:] == [("step 4", 3), ("step 5", 3), ("after", 3)]
+
+
 def _shape_rows(profile: Any, **options: Any) -> Counter[tuple[str, str, int]]:
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(8, 16, num_layers=2)
@@ -275,9 +309,12 @@ def test_stats_are_filled_when_events_are_built() -> None:
     stats = prof._stats()
     assert stats is not None and stats.number_of_events == 0  # nothing built yet, as torch
     assert stats.profiler_prepare_call_duration_us > 0  # Kineto's own, measured by torch
+    prof.key_averages()  # the table reads the Trace first: the parse is that read, not ~0
     events = prof.events()
     assert stats.number_of_events == len(events) > 0
     assert stats.function_events_build_tree_call_duration_us > 0
+    read_us = int(prof._cycles[-1].read_s * 1e6)
+    assert stats.parse_kineto_call_duration_us == read_us > 100  # a new user saw 8 us
 
 
 def test_kwinputs_of_events_kept_past_their_cycle() -> None:

@@ -27,7 +27,7 @@ def test_job_view_opens_first_and_names_the_straggler(
         assert any(c.startswith("straggler") and c.endswith("rank 1") for c in cards)
         assert page.locator("[data-testid=job-ranks] tbody tr").count() == 2
         first = page.locator("[data-testid=job-recommendations] .rec .t").first.inner_text()
-        assert first.startswith("straggler (on 1 of 2 ranks")
+        assert first == "straggler"  # a finding of the job as a whole: no "on N of M ranks", as the terminal
         # the page holds the job summary only: no per-trace tab saying "no steps" about a job
         tabs = page.eval_on_selector_all("#tabs button", "bs => bs.map(b => b.dataset.view)")
         assert "job" in tabs and not {"overview", "operators", "kernels", "timeline", "flame"} & set(tabs)
@@ -94,4 +94,40 @@ def test_the_job_page_shows_the_terminals_step_by_category(
     assert [(c, v, s) for c, v, s in shown] == [
         (nv.rsplit(" ", 2)[0], " ".join(nv.rsplit(" ", 2)[1:]), share.rstrip(")")) for nv, share in terminal
     ]
+    assert errors == []
+
+
+def test_a_left_out_cycle_has_no_step_times_and_evidence_has_units(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new user's finds on the Job tab: a cycle that is only the profile's exit showed
+    "0 ns" as its shortest, median and longest step (the terminal says it has none), and a
+    finding's evidence showed its share raw (0.1034) where a trace's page shows 10.3 %."""
+    import torch
+
+    import torchscope
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(24)])
+    opt = torch.optim.Adam(model.parameters(), foreach=False)  # optimizer_foreach, with a share
+    root = tmp_path / "log"
+    sched = torchscope.schedule(wait=0, warmup=0, active=1)
+    handler = torchscope.tensorboard_trace_handler(str(root))
+    with torchscope.profile(schedule=sched, on_trace_ready=handler, with_stack=True) as prof:
+        for _ in range(2):
+            model(torch.randn(4, 16)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    with _job_page(root, tmp_path, capsys) as (page, errors):
+        rows = [r.split("\t") for r in page.locator("[data-testid=job-cycles] tbody tr").all_inner_texts()]
+        assert [r[0] for r in rows] == ["0", "1", "2"]
+        assert rows[2][3:6] == ["–", "–", "–"] and "only the profile's exit" in rows[2][-1]
+        assert all(cell.endswith(("µs", "ms")) for cell in rows[0][3:6])
+        cards = page.locator("[data-testid=job-recommendations] .rec")
+        foreach = cards.filter(has_text="optimizer_foreach")
+        foreach.locator("summary").click()
+        # where it fired, in the terminal's words (job.render): 2 of the 3 cycles, the third the exit
+        assert foreach.locator(".t").inner_text() == "optimizer_foreach (2 rank-cycles)"
+        share = foreach.locator("dd").last.inner_text()
+        assert share.endswith("%") and not share.startswith("0.")
     assert errors == []

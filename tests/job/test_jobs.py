@@ -450,6 +450,22 @@ def test_the_profiles_exit_step_is_not_a_step_of_the_run(
     assert main(["report", str(tmp_path / "one"), "--no-html"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "  cycle 2: 1 rank, only the profile's exit (no step): left out of the run's steps and findings" in lines
+    # the exit-only file on its own is shown, says what it is, and is not advised on (a new
+    # user's find: "python_outside_ops: 100% of the steps" on a 24 us exit)
+    exit_only = sorted((tmp_path / "one").glob("*.pt.trace.json"), key=lambda f: int(f.name.split(".")[1]))[2]
+    assert main(["report", str(exit_only), "--json", "--no-html"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["recommendations"] == [] and len(alone["steps"]) == 1
+    assert alone["meta"]["notes"] == [
+        "this trace is only the profile's exit (from the last step() to the end of the profile):"
+        " no step of the run, so no recommendations"
+    ]
+    assert main(["report", str(ours[2]), "--json", "--no-html"]) == 0
+    assert json.loads(capsys.readouterr().out)["meta"]["notes"] == [
+        "its last step is left out of the steps: it is the profile's exit (from the last step() to the end)"
+    ]
+    assert main(["report", str(ours[0]), "--json", "--no-html"]) == 0
+    assert json.loads(capsys.readouterr().out)["meta"]["notes"] == []
     (picked,) = [line for line in lines if line.startswith("median cycle ")]
     assert files[2].name not in picked and "cycle 2" not in picked
 
@@ -524,6 +540,13 @@ def test_the_step_a_crash_cut_is_left_out_and_named(tmp_path: Path, capsys: pyte
         (1, "its last step, cut by the script's error, left out"),
     ]
     assert run["steps_ns"]["count"] == 4
+    # the file alone names what it left out (the terminal, --json and the page read that note)
+    assert main(["report", str(files[1]), "--json", "--no-html"]) == 0
+    assert json.loads(capsys.readouterr().out)["meta"]["notes"] == [
+        "its last step is left out of the steps: the script's error cut it"
+    ]
+    assert main(["report", str(files[1]), "--no-html"]) == 0
+    assert "note its last step is left out of the steps: the script's error cut it" in capsys.readouterr().out
 
 
 def test_a_torchscope_run_cycle_without_a_step_is_no_step_of_the_run(

@@ -257,7 +257,8 @@ def _python_stacks(ev: pl.DataFrame, depth_limit: int) -> pl.Series:
         hops.append(cur)
         cur = np.where(cur >= 0, nearest[np.maximum(cur, 0)], -1)
     if not hops:
-        return pl.Series("stack", [[]] * n, dtype=pl.List(pl.String))
+        # one empty list repeated (built from n Python lists it took 0.4 s for 32k events)
+        return pl.Series("stack", [[]], dtype=pl.List(pl.String)).new_from_index(0, n)
     cols = {
         f"h{i}": names.gather(np.maximum(h, 0)).set(pl.Series(h < 0), None)  # type: ignore[arg-type]
         for i, h in enumerate(hops)

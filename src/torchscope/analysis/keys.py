@@ -134,6 +134,7 @@ JOB_RANK_WAITS = "rank_waits"  # per rank: how often it arrived last and the wai
 JOB_STRAGGLER = "straggler"  # {rank, ...} or null
 JOB_CYCLE_TABLE = "cycle_table"  # one row per cycle
 JOB_PER_RANK = "per_rank"  # per-rank detail (--json only in the terminal's sense)
+JOB_UNITS = "units"  # {evidence key: unit} of the run's recommendations
 JOB_SKIPPED = "skipped"
 JOB_RUN_KEYS: tuple[str, ...] = (
     JOB_RUN,
@@ -152,6 +153,7 @@ JOB_RUN_KEYS: tuple[str, ...] = (
     JOB_STRAGGLER,
     JOB_CYCLE_TABLE,
     RECOMMENDATIONS,
+    JOB_UNITS,
     JOB_PER_RANK,
     JOB_SKIPPED,
 )

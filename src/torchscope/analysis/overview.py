@@ -122,13 +122,36 @@ def ends_in_exit(trace: Trace) -> bool:
 
     Our profiler says how each scheduled cycle ended (``CYCLE_ENDED_BY_KEY``; a block that
     raised ends in the step its error cut, no whole step either). A trace of
-    torch's says nothing: its last step is the exit when no op or annotation began in it
+    torch's says nothing: its last step is the exit when under a tenth of the ops and
+    annotations a working step begins began in it (none, or a ``loss.item()`` after the loop),
     while earlier steps ran ops, and it is under 1 ms and under a tenth of their median (a
     real step that only waits or runs Python, at the end of a cycle or an epoch, was 5 ms
     against 80-150 ms, and stays). A trace whose only step is the exit keeps it (there is
     nothing else to show; the job view leaves such a cycle out, ``job.summarize.exit_step``).
     """
     return memo(trace, "ends_in_exit", lambda: _ends_in_exit(trace, profiler_steps(trace)))
+
+
+# the kinds of events that are work done in a step (an exit step has none of them)
+_RAN = ("cpu_op", "python_function", "runtime", "kernel", "memcpy", "memset", "collective")
+
+
+def exit_step(trace: Trace, steps: pl.DataFrame, from_trace: bool, last: bool) -> bool:
+    """Whether the cycle is nothing but the profile's exit: leaving a scheduled ``with
+    profile(...)`` block mid-cycle ends the cycle in ``stop()``, and with one step a cycle the
+    file holds only the step from the last ``step()`` to the exit. (The exit step of a cycle
+    with other steps is left out by the overview, ``ends_in_exit``.)
+
+    Our profiler says how each scheduled cycle ended (``CYCLE_ENDED_BY_KEY``); a cycle without
+    steps that its ``stop()`` ended is all exit. In a file of torch's, only a rank's ``last``
+    cycle can be, when it has one step and nothing ran in it at all.
+    """
+    ended = trace.meta.extra.get(CYCLE_ENDED_BY_KEY)
+    if ended is not None or steps.height > 1:
+        return ended in CYCLE_CUT and steps.height <= 1
+    if not last or not from_trace or steps.height == 0:
+        return False
+    return trace.events.filter(pl.col("kind").is_in(_RAN) & ~names.PROFILER_STEP).height == 0
 
 
 def _ends_in_exit(trace: Trace, steps: pl.DataFrame) -> bool:
@@ -144,7 +167,9 @@ def _ends_in_exit(trace: Trace, steps: pl.DataFrame) -> bool:
     starts = np.sort(work["start_ns"].to_numpy())
     began = np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo, side="left")
     worked = began[:-1] > 0
-    if began[-1] or not worked.any():
+    # a few ops may run after the loop inside the ``with`` (a ``loss.item()``: two), against
+    # the hundreds a training step begins
+    if not worked.any() or began[-1] > np.median(began[:-1][worked]) / 10:
         return False
     return bool(hi[-1] - lo[-1] < np.median((hi - lo)[:-1][worked]) / 10)
 

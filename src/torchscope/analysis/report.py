@@ -33,7 +33,8 @@ from torchscope.analysis.kernels import (
 from torchscope.analysis.memory import allocations_by_op, leak_candidates, memory_peaks
 from torchscope.analysis.modules import module_ops, module_tree
 from torchscope.analysis.operators import call_stacks, flops, kernels_by_op, operators
-from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, Overview
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, Overview, exit_step
+from torchscope.trace.dialect import CYCLE_ENDED_BY_KEY
 from torchscope.trace.model import Trace, TraceSet
 
 TOP = 200  # rows per table: the page shows exactly these rows, the terminal the first few
@@ -59,7 +60,28 @@ def _recorded(trace: Trace, setting: str, found: bool) -> bool:
     return str(said).strip().lower() in ("1", "true")
 
 
-def _meta(trace: Trace, ov: Overview) -> M.Meta:
+def _exit_notes(trace: Trace, ov: Overview) -> tuple[list[str], bool]:
+    """What the report says of the profile's exit (``overview.ends_in_exit``, ``exit_step``),
+    as a job's cycle line does: a left-out exit step, or a trace that is nothing but the exit
+    (then True: it has no step of the run to advise on; a step the script's error cut did
+    run, and keeps its findings)."""
+    error = trace.meta.extra.get(CYCLE_ENDED_BY_KEY) == "error"
+    if ov.exit_step_left_out:
+        return [
+            "its last step is left out of the steps: "
+            + ("the script's error cut it" if error else "it is the profile's exit (from the last step() to the end)")
+        ], False
+    if not exit_step(trace, ov.steps, ov.steps_from_trace, last=True):
+        return [], False
+    if error:
+        return ["its one step was cut by the script's error: its time is not a whole step's"], False
+    return [
+        "this trace is only the profile's exit (from the last step() to the end of the profile):"
+        " no step of the run, so no recommendations"
+    ], True
+
+
+def _meta(trace: Trace, ov: Overview, notes: list[str] | None = None) -> M.Meta:
     ev = trace.events
     m = trace.meta
     # Kineto's own markers ("Iteration Start", "Record Window End": instants without a
@@ -80,6 +102,7 @@ def _meta(trace: Trace, ov: Overview) -> M.Meta:
         devices=[p.get("name") for p in m.device_properties],
         device_ids=sorted(int(d) for d in ev.filter(pl.col("device") >= 0)["device"].unique().to_list()),
         warnings=list(m.warnings),
+        notes=notes or [],
         steps_from_trace=ov.steps_from_trace,
         record_shapes=_recorded(trace, "record_shapes", bool(ev["input_dims"].is_not_null().any())),
         with_stack=_recorded(trace, "with_stack", "python_function" in kinds),
@@ -355,7 +378,8 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
     ops = ctx.operators.head(top)
     shapes, mapping = _shape_rows(ops, operators(trace, by_input_shape=True))
     kernels_by_op, stacks = _op_chain(trace, shapes, mapping)
-    recs = [M.Finding(**f.to_dict()) for f in advise(trace, ctx=ctx)]
+    exit_notes, only_the_exit = _exit_notes(trace, ov)
+    recs = [] if only_the_exit else [M.Finding(**f.to_dict()) for f in advise(trace, ctx=ctx)]
     temporal = {
         "idle_us": M.us_of(tb.idle_ns),
         "compute_us": M.us_of(tb.compute_ns),
@@ -381,7 +405,7 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
         report_version=K.REPORT_VERSION,
         kind="trace",
         source=trace.meta.source,
-        meta=_meta(trace, ov),
+        meta=_meta(trace, ov, exit_notes),
         steps=_steps(ov),
         breakdown_us=M.us_map(ov.breakdown_ns),
         host_breakdown_us=M.us_map(ov.host_breakdown_ns),

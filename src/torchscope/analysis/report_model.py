@@ -162,6 +162,8 @@ class Meta(msgspec.Struct, kw_only=True):
     devices: list[str | None]  # device names from the trace's deviceProperties
     device_ids: list[int]  # devices that ran work
     warnings: list[str]  # what the reader had to repair or skip in the input
+    # what the report left out of the trace's steps, and why (the profile's exit)
+    notes: list[str] = msgspec.field(default_factory=list)
     steps_from_trace: bool  # False: no ProfilerStep, the whole trace is one step
     record_shapes: bool  # input shapes recorded: the profiler's setting, else any op has them
     with_stack: bool  # Python stacks recorded: the profiler's setting, else any Python frame event

@@ -322,6 +322,7 @@ class Cycle:
         self._names: _Names | None = None  # the names Kineto's writer changed, once looked for
         # how this cycle ended: Kineto's own stop, our save, RSS while Kineto held the results
         self.stats: dict[str, float | None] = {}
+        self.read_s = 0.0  # how long the Trace's read took (``trace``), once it is read
 
     @classmethod
     def lost_one(cls, reason: str) -> Cycle:
@@ -342,6 +343,7 @@ class Cycle:
         if self._trace is None:
             from torchscope.trace.reader import read_chrome_document
 
+            t0 = time.perf_counter()
             if self.path is not None:
                 followed = self._take_followed()
                 self._followed = None  # the read takes the pieces: nothing kept beside the Trace
@@ -353,6 +355,7 @@ class Cycle:
                 self._trace = trace
             else:
                 self._trace = read_chrome_document(self.document or {"traceEvents": []}, LIVE_SOURCE)
+            self.read_s = time.perf_counter() - t0
         return self._trace
 
     def _take_followed(self) -> Followed | None:
@@ -379,13 +382,17 @@ class Cycle:
         """Kineto's results of this cycle while they are held (see ``keep_kineto``), else None."""
         return self._kineto
 
+    def release_scan(self) -> None:
+        """Drop what was scanned while the file was written (a read without it scans the file)."""
+        self._follower = None
+        self._followed = None
+
     def release_kineto(self, *, even_if_kept: bool = False) -> None:
         """Free Kineto's results now, if they are still held; results kept for the memory
         profiler go only with ``even_if_kept``. The names Kineto's writer changed
         are taken from them first, for the read that may come later. What was scanned while the
-        file was written goes too (a read without it scans the file)."""
-        self._follower = None
-        self._followed = None
+        file was written goes too."""
+        self.release_scan()
         if self._kineto is not None and (even_if_kept or not self._keep_kineto):
             self._take_names()
             self._kineto = None

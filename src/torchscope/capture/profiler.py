@@ -569,9 +569,10 @@ class profile:
             self._callback_error = exc
         finally:
             if self._started and self._cycles:
-                # the run goes on: Kineto's results of a cycle nobody read are freed now, so
-                # memory stays flat; after stop() they wait for the read that usually follows
-                self._cycles[-1].release_kineto()
+                # the run goes on: what was scanned while the cycle was saved is not kept for a
+                # read nobody asked for; Kineto's results stay, as torch's do, until the next
+                # cycle is prepared (so one cycle's results at most are held)
+                self._cycles[-1].release_scan()
 
     def _raise_callback_error(self) -> None:
         if self._callback_error is not None:
@@ -649,9 +650,8 @@ class profile:
             return self._events
         with_metadata = bool(experimental_option(self.experimental_config, "expose_kineto_event_metadata"))
         events: list[FunctionEvent] = []
-        t0 = time.perf_counter()
         cycles = self._cycles_or_none_yet("events()")
-        traces = [cycle.trace for cycle in cycles]  # read now (once), timed as torch's parse
+        traces = [cycle.trace for cycle in cycles]  # read now if no table read them yet
         t1 = time.perf_counter()
         for cycle in cycles:
             built, timed_out = build_events(
@@ -672,7 +672,8 @@ class profile:
                 break
         stats = self._torch_stats
         if stats is not None:
-            stats.parse_kineto_call_duration_us = int((t1 - t0) * 1e6)
+            # torch's parse of Kineto's results is our read of the saved cycle, whenever it ran
+            stats.parse_kineto_call_duration_us = int(sum(cycle.read_s for cycle in cycles) * 1e6)
             stats.function_events_build_tree_call_duration_us = max(1, int((time.perf_counter() - t1) * 1e6))
             stats.number_of_events = len(events)
         del traces
@@ -774,8 +775,8 @@ class profile:
                 + (
                     " (the portable backend records none)"
                     if self.backend == "portable"
-                    else " (freed by free_kineto_results(), or after on_trace_ready while the run went"
-                    " on: call it before that, as torch's needs them too)"
+                    else " (freed by free_kineto_results(), or when the next cycle was prepared: call it"
+                    " before that, as torch's needs them too)"
                 )
             )
         write_memory_timeline(results, path, device or _default_memory_device(self.use_device))
@@ -824,9 +825,9 @@ class TorchProfilerView:
 
     ``kineto_results`` is Kineto's own result object (``events()``,
     ``experimental_event_tree()``, ``save()``) of the latest cycle, held as torch holds it:
-    after ``stop()`` until the next cycle is prepared or ``free_kineto_results()``, and in a run
-    that goes on until its ``on_trace_ready`` returns (that is most of the memory a cycle
-    holds). After that, asking for it raises an error that says what to use instead.
+    until the next cycle is prepared, ``free_kineto_results()`` or the profile goes (that is
+    most of the memory a cycle holds). After that, asking for it raises an error that says
+    what to use instead.
     """
 
     def __init__(self, owner: profile) -> None:
@@ -841,7 +842,7 @@ class TorchProfilerView:
         if cycle.kineto_results is None:
             raise ProfilerStateError(
                 "prof.profiler.kineto_results: torchscope freed Kineto's results of this cycle "
-                "(after its on_trace_ready while the run went on, or at free_kineto_results()). "
+                "(when the next cycle was prepared, or at free_kineto_results()). "
                 "Read them before that, or use prof.trace() (every event as columns) or "
                 "prof.events() (torch's FunctionEvent objects, with cpu_children) instead"
             )

@@ -13,12 +13,20 @@ from statistics import median
 from typing import Any
 
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES
+from torchscope.analysis.report_model import units_of
 from torchscope.job.straggler import align, per_step, straggler
 
 OUTLIER_MADS = 3.0  # a rank is an outlier when its step is this many MADs from the median
 OUTLIER_MIN_SHARE = 0.05  # ... and at least 5% away from it (a tight job has a tiny MAD)
 MAX_OUTLIERS = 5
 
+
+
+def _evidence_units(findings: list[dict[str, Any]]) -> dict[str, str]:
+    """The unit of each key of the findings' evidence (``report_model.units_of``), and no other."""
+    evidence = [f.get("evidence") or {} for f in findings]
+    keys = {k for e in evidence for k in e}
+    return {k: u for k, u in units_of(*evidence).items() if k in keys}
 
 def rank_step_ns(rank: dict[str, Any]) -> float:
     """A rank's median step time over all its cycles (0 when it has none)."""
@@ -332,6 +340,8 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "straggler": strag,
         "cycle_table": cycle_table(live, list(kept.values())),
         "recommendations": findings,
+        # the unit of each number in the findings' evidence, as a trace's report has them
+        "units": _evidence_units(findings),
         "per_rank": [
             {
                 "rank": r["rank"],

@@ -31,6 +31,8 @@ def _plural(n: int, word: str) -> str:
 
 
 def _cycles(rows: list[dict[str, Any]]) -> list[str]:
+    if len(rows) == 1 and rows[0].get("note"):  # one cycle: no table, but what was left out
+        return [f"its one cycle: {rows[0]['note']}"]
     if len(rows) <= 1:
         return []
     gap: list[dict[str, Any] | None] = [None]

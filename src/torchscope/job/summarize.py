@@ -18,10 +18,10 @@ import polars as pl
 from torchscope.analysis import names
 from torchscope.analysis.advisor import Context, advise
 from torchscope.analysis.kernels import kernel_stats
-from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, profiler_steps
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, exit_step, profiler_steps
 from torchscope.errors import TraceError
 from torchscope.trace.cut import was_cut
-from torchscope.trace.dialect import CYCLE_CUT, CYCLE_ENDED_BY_KEY
+from torchscope.trace.dialect import CYCLE_ENDED_BY_KEY
 from torchscope.trace.model import Trace
 
 TOP_OPS = 40  # per rank and cycle: enough to find what a straggler does more of
@@ -109,28 +109,6 @@ def _floor(kept: dict[str, float], top: int) -> float:
     """What a name absent from a cut table may still have had per step: the smallest value
     kept when the table was cut at ``top``, else 0 (every name with any time was kept)."""
     return min(kept.values()) if len(kept) >= top else 0.0
-
-
-# the kinds of events that are work done in a step (an exit step has none of them)
-_RAN = ("cpu_op", "python_function", "runtime", "kernel", "memcpy", "memset", "collective")
-
-
-def exit_step(trace: Trace, steps: pl.DataFrame, from_trace: bool, last: bool) -> bool:
-    """Whether the cycle is nothing but the profile's exit: leaving a scheduled ``with
-    profile(...)`` block mid-cycle ends the cycle in ``stop()``, and with one step a cycle the
-    file holds only the step from the last ``step()`` to the exit. (The exit step of a cycle
-    with other steps is left out by the overview, ``overview.ends_in_exit``.)
-
-    Our profiler says how each scheduled cycle ended (``CYCLE_ENDED_BY_KEY``); a cycle without
-    steps that its ``stop()`` ended is all exit. In a file of torch's, only a rank's ``last``
-    cycle can be, when it has one step and nothing ran in it at all.
-    """
-    ended = trace.meta.extra.get(CYCLE_ENDED_BY_KEY)
-    if ended is not None or steps.height > 1:
-        return ended in CYCLE_CUT and steps.height <= 1
-    if not last or not from_trace or steps.height == 0:
-        return False
-    return trace.events.filter(pl.col("kind").is_in(_RAN) & ~names.PROFILER_STEP).height == 0
 
 
 def summarize_cycle(trace: Trace, *, last: bool = True) -> dict[str, Any]:

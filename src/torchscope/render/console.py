@@ -94,6 +94,8 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
     )
     for w in meta.get("warnings") or []:
         console.print(f"[yellow]input warning[/yellow] {_esc(w)}")
+    for note in meta.get("notes") or []:
+        console.print(f"[cyan]note[/cyan] {_esc(note)}")
     steps = report.get(K.STEPS) or []
     device = any(s[K.BREAKDOWN_US].get(c) for s in steps for c in ("Kernel", "Memcpy", "Memset"))
     avg = report.get(K.BREAKDOWN_US) if device else report.get(K.HOST_BREAKDOWN_US)

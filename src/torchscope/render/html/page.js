@@ -35,27 +35,32 @@ const TorchscopePage = (() => {
   /** @param {string} key @param {string} label @returns {Col} */
   const nameCol = (key, label) => ({ key, label, cls: "name" });
 
-  /** A finding: rule, message, fix, and its evidence folded. @param {Obj} rec */
-  function recCard(rec) {
+  /** A finding: rule, message, fix, and its evidence folded; ``units`` for evidence that is
+   * not the current report's (a job's findings carry their own).
+   * @param {Obj} rec @param {Obj} [units] */
+  function recCard(rec, units) {
     return h("div", { class: "rec", "data-testid": "recommendation" },
       h("div", { class: "t" }, rec.rule + (rec.rank !== undefined && rec.rank !== null ? ` (rank ${rec.rank})` : "")), h("div", {}, rec.message),
       rec.fix ? h("div", {}, h("b", {}, "Fix: "), String(rec.fix)) : null,
-      Object.keys(rec.evidence || {}).length ? h("details", {}, h("summary", {}, "evidence"), generic(rec.evidence, "evidence", 1)) : null);
+      Object.keys(rec.evidence || {}).length ? h("details", {}, h("summary", {}, "evidence"), generic(rec.evidence, "evidence", 1, units)) : null);
   }
   function warningsBox() {
     /** @type {string[]} */
     const input = (rep().meta || {}).warnings || [], other = /** @type {string[]} */ (state.payload.warnings || []);
+    /** @type {string[]} */
+    const notes = (rep().meta || {}).notes || [];
     const out = [];
+    if (notes.length) out.push(h("div", { class: "rec", "data-testid": "report-notes" }, h("div", { class: "t" }, "Left out"), h("ul", {}, notes.map((/** @type {string} */ w) => h("li", {}, w)))));
     if (input.length) out.push(h("div", { class: "rec warnbox", "data-testid": "input-warnings" }, h("div", { class: "t" }, "The input needed repair"), h("ul", {}, input.map((/** @type {string} */ w) => h("li", {}, w)))));
     if (other.length) out.push(h("details", { "data-testid": "warnings" }, h("summary", { class: "warn" }, `${other.length} warnings`), h("ul", {}, other.map((w) => h("li", {}, w)))));
     return out;
   }
   /** Anything in the report: objects as key/value lists, lists of objects as tables, numbers in
    * the unit report.units names for their key (a nested map inherits its key's unit).
-   * @param {any} v @param {string} key @param {number} [depth] @returns {Node} */
-  function generic(v, key, depth) {
+   * @param {any} v @param {string} key @param {number} [depth] @param {Obj} [unitsOf] @returns {Node} */
+  function generic(v, key, depth, unitsOf) {
     depth = depth || 0;
-    const units = UNITS(), start = START();
+    const units = unitsOf || UNITS(), start = START();
     if (v === null || v === undefined) return h("span", { class: "muted" }, DASH);
     if (Array.isArray(v)) {
       if (!v.length) return h("span", { class: "muted" }, "none");
@@ -66,11 +71,11 @@ const TorchscopePage = (() => {
         const cols = simple.map((k) => ({ key: k, label: pretty(k), num: v.some((x) => typeof x[k] === "number"), fmt: (/** @type {unknown} */ x) => typeof x === "boolean" ? (x ? "yes" : "no") : fmt(x, units[k], start), cls: typeof v[0][k] === "string" ? "name" : null }));
         if (cols.length) return table(cols, v, { id: "generic-table" });
       }
-      return h("div", {}, v.map((x) => h("div", {}, typeof x === "object" ? generic(x, key, depth + 1) : String(x))));
+      return h("div", {}, v.map((x) => h("div", {}, typeof x === "object" ? generic(x, key, depth + 1, unitsOf) : String(x))));
     }
     if (typeof v === "object") {
       return h("dl", { class: "kv" }, Object.entries(v).flatMap(([k, x]) => [h("dt", {}, pretty(k)),
-        h("dd", {}, generic(x, units[k] ? k : key, depth + 1))]));
+        h("dd", {}, generic(x, units[k] ? k : key, depth + 1, unitsOf))]));
     }
     if (typeof v === "number") return document.createTextNode(fmt(v, units[key], start));
     if (typeof v === "boolean") return document.createTextNode(v ? "yes" : "no");

@@ -10,6 +10,14 @@ const viewJob = (() => {
   // -- job view (torchscope.job): one summary for many runs, ranks and cycles ------------------
   // Self-contained: reads only payload.job (job.render.job_section); per-rank full views are
   // sibling HTML files named in job.runs[i].per_rank[j].views.
+  /** Where a job's finding fired, as the terminal says it (job.render.run_lines).
+   * @param {Obj} f @param {Obj} R */
+  function where(f, R) {
+    const perRank = f.of_ranks > 1 && f.scope !== "job";
+    const parts = perRank ? [`on ${f.on_ranks} of ${f.of_ranks} ranks`] : [];
+    if ((f.on_cycles || 1) > 1 && R.cycles > 1) parts.push(f.scope === "job" ? `in ${f.on_cycles} cycles` : `${f.on_cycles} rank-cycles`);
+    return parts.join(", ") + (perRank ? `; worst: rank ${f.worst_rank}` : "");
+  }
   function viewJob() {
     const J = state.payload.job || { runs: [] };
     /** @type {Node[]} */
@@ -62,11 +70,13 @@ const viewJob = (() => {
           { key: "min_step_ns", label: "shortest step", num: true, fmt: fmtNs }, { key: "median_step_ns", label: "median step", num: true, fmt: fmtNs },
           { key: "max_step_ns", label: "longest step", num: true, fmt: fmtNs }, { key: "slowest_rank", label: "rank of the longest", num: true },
           { key: "findings", label: "findings", cls: "name" }, { key: "note", label: "note", cls: "name" }],
-          (R.cycle_table || []).map((/** @type {Obj} */ c) => ({ ...c, findings: (c.findings || []).join(", "), note: c.note || "" })), { id: "job-cycles" }));
+          (R.cycle_table || []).map((/** @type {Obj} */ c) => c.left_out || !c.steps
+            ? { ...c, min_step_ns: null, median_step_ns: null, max_step_ns: null, slowest_rank: null, findings: "", note: c.note || "" }
+            : { ...c, findings: (c.findings || []).join(", "), note: c.note || "" }), { id: "job-cycles" }));
       }
       out.push(h("h4", {}, "Recommendations"));
       out.push((R.recommendations || []).length ? h("div", { "data-testid": "job-recommendations" }, R.recommendations.map((/** @type {Obj} */ f) =>
-        recCard({ rule: `${f.rule} (on ${f.on_ranks} of ${f.of_ranks} ranks; worst: rank ${f.worst_rank})`, message: f.message, fix: f.fix, evidence: f.evidence })))
+        recCard({ rule: f.rule + (where(f, R) ? ` (${where(f, R)})` : ""), message: f.message, fix: f.fix, evidence: f.evidence }, R.units)))
         : h("div", { class: "muted" }, "No recommendations."));
     });
     return out;
