@@ -555,3 +555,18 @@ def test_numbers_read_as_null_in_several_pieces_are_one_line() -> None:
     pieces = [nonfinite_note(1), nonfinite_note(1), nonfinite_note(3)]
     assert merge_counted([p for p in pieces if p]) == [nonfinite_note(5)]
     assert nonfinite_note(5) == "read 5 numbers JSON has no value for (NaN, Infinity, inf, out of range) as null"
+
+
+def test_a_nul_and_a_bad_byte_in_the_middle_of_a_real_trace_fail_in_one_line(
+    traces_dir: Path, tmp_path: Path
+) -> None:
+    """A new user's corruption of ``nccl_rank0_of_2``: 50 bytes mid-file overwritten with a NUL,
+    an invalid UTF-8 byte and "garbage {{{". The repairs turned the text into one 10 MB line,
+    and the raw-string repair looked at that whole line again for each stray character in it:
+    the command spun for over ten minutes. Now it is the one-line error, at once."""
+    text = gzip.decompress((traces_dir / "cuda" / "nccl_rank0_of_2.json.gz").read_bytes())
+    mid = len(text) // 2
+    path = tmp_path / "corrupt.json"
+    path.write_bytes(text[:mid] + b"\x00\xff garbage {{{" + text[mid + 50 :])
+    with pytest.raises(TraceError, match=r"not valid JSON \(JSON is malformed: object keys must be strings"):
+        read_chrome(path)

@@ -53,7 +53,8 @@ HOLD_MAX_NS = 1_000_000
 class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.tid = threading.get_native_id()
-        self.annotations: list[tuple[str, int, int]] = []  # (name, start_ns, external id)
+        # open labels by their record_function handle: (name, start_ns, external id)
+        self.annotations: dict[int, tuple[str, int, int]] = {}
         self.modules: list[tuple[str, int]] = []  # (scope name, start_ns)
 
 
@@ -292,7 +293,7 @@ class PortableCollector:
             self._ops.append(record)
             t1 = record[3]
         if self.profile_memory:
-            self._track_memory(out, t1 - 1 if t1 > t0 else t1, tls.tid)
+            self._track_memory(func, out, t1 - 1 if t1 > t0 else t1, tls.tid)
         return out
 
     def _timed(
@@ -378,15 +379,20 @@ class PortableCollector:
         name = str(args[0]) if args else str(kwargs.get("name", ""))
         t0 = time.perf_counter_ns()
         handle = func(*args, **kwargs)
-        self._tls.annotations.append((name, t0, next(self._ext)))
+        self._tls.annotations[_handle_key(handle)] = (name, t0, next(self._ext))
         return handle
 
     def _annotation_exit(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         out = func(*args, **kwargs)
         t1 = time.perf_counter_ns()
         tls = self._tls
-        if tls.annotations:  # labels entered before start() have no start: dropped
-            name, t0, ext = tls.annotations.pop()
+        # the label its handle opened, not the newest: labels need not close in order (a
+        # ``step()`` called from inside ``Optimizer.step``'s label, as `torchscope run` does,
+        # closes the step's label first); one entered before start() has no start: dropped
+        handle = args[0] if args else kwargs.get("handle")
+        opened = tls.annotations.pop(_handle_key(handle), None)
+        if opened is not None:
+            name, t0, ext = opened
             self._annotations.append((name, tls.tid, t0, t1, ext))
         return out
 
@@ -425,11 +431,14 @@ class PortableCollector:
             f = f.f_back
         return tuple(frames)
 
-    def _track_memory(self, out: Any, ts: int, tid: int) -> None:
+    def _track_memory(self, func: Any, out: Any, ts: int, tid: int) -> None:
         tensor = self._torch.Tensor
         outs = out if isinstance(out, (list, tuple)) else (out,)
-        for t in outs:
-            if not isinstance(t, tensor) or t.device.type == "meta":
+        # an output its schema says aliases an input (``mul_``'s self, an ``out=``, a view) is
+        # no new storage: one made before start() was taken for the op's allocation
+        aliased = _aliased_returns(func)
+        for i, t in enumerate(outs):
+            if not isinstance(t, tensor) or t.device.type == "meta" or i in aliased:
                 continue
             try:
                 storage = t.untyped_storage()
@@ -472,6 +481,30 @@ class PortableCollector:
         from torchscope.capture.portable_doc import build_document
 
         return build_document(self)
+
+
+def _aliased_returns(func: Any) -> frozenset[int]:
+    """The positions of the op's outputs that alias an input, by its schema (cached per op)."""
+    got = _ALIASED.get(func)
+    if got is None:
+        try:
+            returns = func._schema.returns
+        except AttributeError:
+            returns = []
+        got = _ALIASED[func] = frozenset(i for i, r in enumerate(returns) if r.alias_info is not None)
+    return got
+
+
+_ALIASED: dict[Any, frozenset[int]] = {}
+
+
+def _handle_key(handle: Any) -> int:
+    """The same key for a record_function handle at its enter and its exit: the dispatcher
+    hands the exit a new Python wrapper of the handle, whose hash is the C++ object's."""
+    try:
+        return hash(handle)
+    except TypeError:
+        return id(handle)
 
 
 def _describe_value(v: Any, tensor: Any) -> tuple[Any, ...]:

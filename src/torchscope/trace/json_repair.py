@@ -34,6 +34,11 @@ _BROKEN_VALUE = re.compile(
 _ONE_MEMBER_LINE = re.compile(rb'([ \t]*"[^"\\\n]*": )"(.*)"([ \t]*,?[ \t\r]*)', re.DOTALL)
 
 
+# the longest line that can be one member of Kineto's layout: a frame's or a kernel's name,
+# however templated, is far shorter
+MAX_LINE = 1 << 20
+
+
 def escape_raw_strings(text: bytes) -> tuple[bytes, list[str]]:
     """``text`` with the raw string values Kineto left unescaped re-encoded, and those values.
 
@@ -43,12 +48,19 @@ def escape_raw_strings(text: bytes) -> tuple[bytes, list[str]]:
     parts: list[bytes] = []
     repaired: list[str] = []
     done = 0  # text[:done] is in parts
+    looked = -1  # the start of the last line looked at and left alone
     for match in _BROKEN_VALUE.finditer(text):
         start = text.rfind(b"\n", 0, match.start()) + 1
-        if start < done:
-            continue  # a second find on a line already repaired
+        if start < done or start == looked:
+            continue  # a second find on a line already repaired, or already left alone
         end = text.find(b"\n", match.end())
         end = len(text) if end < 0 else end
+        looked = start
+        if end - start > MAX_LINE:
+            # not one member of Kineto's: a compact file's one line, or a damaged stretch.
+            # Looked at whole for each find it held, a 10 MB line took hours (a new user's
+            # corrupted trace hung the command); the caller gives its one-line error instead
+            continue
         line = _ONE_MEMBER_LINE.fullmatch(text, start, end)
         if line is None or _parses(text[start:end]):
             continue  # not Kineto's one-member layout, or valid after all: leave it alone
