@@ -227,6 +227,8 @@ def test_each_cycle_s_advice_names_what_the_sampler_caught_in_it(
         assert "torchscope run" not in finding["fix"]
     assert "the sampler caught most of it in busy_python" in err
     assert "no Python stacks were recorded" not in err
+    # each cycle's line names its findings: the summary above it is the latest cycle's alone
+    assert err.count("; findings: python_outside_ops") == 2
 
 
 def test_a_cycle_the_sampler_caught_nothing_in_is_not_told_to_use_torchscope_run() -> None:

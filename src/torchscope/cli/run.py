@@ -360,7 +360,13 @@ def _print_summary(payload: dict | None, result: object, options: object, files:
             top = (cycle.get("operators") or [{}])[0].get("name", "–")
             n = len(cycle.get("steps") or [])
             time_text = f"{n} step{'s' if n != 1 else ''}, {fmt_us(total)} per step" if has_steps else f"no step, {fmt_us(total)}"
-            console.print(f"  {name}: {time_text}, {(cycle.get('meta') or {}).get('events', 0):,} events, top op {top}")
+            # each cycle's findings by rule: the summary above is the latest cycle's alone, and a
+            # finding of an earlier one never reached the terminal (a new user's find)
+            rules = list(dict.fromkeys(f.get("rule") for f in cycle.get("recommendations") or []))
+            found = f"; findings: {', '.join(map(str, rules))}" if rules else ""
+            console.print(
+                f"  {name}: {time_text}, {(cycle.get('meta') or {}).get('events', 0):,} events, top op {top}{found}"
+            )
     skipped = len(result.trace_paths) - len(result.kept_paths)
     if skipped > 0:
         console.print(

@@ -311,18 +311,20 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
                 "np.argwhere on .cpu().numpy()), or out of the step."
             )
         else:
-            how = (
-                "no Python stacks were recorded"
-                if py.height == 0
-                else "the recorded Python stacks do not name it"
-            )
+            if under_run:  # the trace has no stacks, the run's sampler has them
+                how = "the trace holds no Python stacks; the run's sampled hot spots name that code"
+            elif py.height == 0:
+                how = "no Python stacks were recorded, so the code that ran there is unknown"
+            else:
+                how = "the recorded Python stacks do not name it, so the code that ran there is unknown"
             message = (
                 f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} call{'s' if calls != 1 else ''}) is outside every torch op, "
-                f"collective, runtime call and device kernel; {how}, so the code that ran there is unknown."
+                f"collective, runtime call and device kernel; {how}."
             )
             fix = (
-                "See the run's Python hot spots (their 'outside ops' column) for the code that runs there, then "
-                "move it into torch ops or out of the step."
+                "See the run's Python hot spots (their 'outside ops' column: in the summary the run printed,"
+                " and in report.html in its run directory) for the code that runs there, then move it into"
+                " torch ops or out of the step."
                 if under_run
                 else "Record with with_stack=True (or profile with `torchscope run`, whose sampler names the Python "
                 "functions) to see which code runs there, then move it into torch ops or out of the step."
