@@ -17,7 +17,7 @@ BENCHMARKS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*
 
 def test_there_is_a_benchmark_per_claim() -> None:
     names = {p.stem for p in BENCHMARKS}
-    assert {"postprocess", "load", "analyses", "report", "portable_vs_kineto", "accuracy"} <= names
+    assert {"postprocess", "events", "load", "analyses", "report", "portable_vs_kineto", "accuracy"} <= names
 
 
 @pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.stem)
