@@ -221,6 +221,7 @@ def _stepped(
     ended: str | None = None,
     per_step: int = 1,
     inside_count: int = 1,
+    step_us: int = 100_000,
 ) -> Any:
     """A CPU trace of three ProfilerSteps of 100 ms (the first two running ``per_step`` ops
     each) and a last one of ``last_us``, with ``inside_count`` ops or annotations ``inside``
@@ -228,14 +229,14 @@ def _stepped(
     from torchscope.trace import read_chrome_document
 
     events: list[dict[str, Any]] = []
-    for k, (ts, dur) in enumerate([(0, 100_000), (100_000, 100_000), (200_000, last_us)]):
+    for k, (ts, dur) in enumerate([(0, step_us), (step_us, step_us), (2 * step_us, last_us)]):
         step = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "ts": ts, "dur": dur}
         events.append({**step, "pid": 1, "tid": 1})
         for j in range(per_step if k < 2 and ops else 0):
-            op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": ts + 10 + 1000 * j, "dur": 900}
+            op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": ts + 1 + j * step_us // 50, "dur": 1}
             events.append({**op, "pid": 1, "tid": 1})
     for j in range(inside_count if inside is not None else 0):
-        events.append({"ph": "X", "cat": inside, "name": "work", "ts": 200_001 + 2 * j, "dur": 1, "pid": 1, "tid": 1})
+        events.append({"ph": "X", "cat": inside, "name": "work", "ts": 2 * step_us + 1 + 2 * j, "dur": 1, "pid": 1, "tid": 1})
     doc: dict[str, Any] = {"traceEvents": events, **({"torchscope_cycle_ended_by": ended} if ended else {})}
     return read_chrome_document(doc, "t.json")
 
@@ -248,6 +249,9 @@ def _stepped(
         (30, {"inside": "cpu_op"}, 3),  # an op ran in it, and a working step runs one
         (30, {"inside": "cpu_op", "inside_count": 2, "per_step": 40}, 2),  # a loss.item() after the loop
         (30, {"inside": "cpu_op", "inside_count": 5, "per_step": 40}, 3),  # an eighth of a step's ops
+        # fast steps (0.5 ms): a 127 µs loss.item() exit is under half a step, 300 µs is not
+        (127, {"inside": "cpu_op", "inside_count": 2, "per_step": 40, "step_us": 500}, 2),
+        (300, {"inside": "cpu_op", "inside_count": 2, "per_step": 40, "step_us": 500}, 3),
         (30, {"inside": "user_annotation"}, 3),  # a data wait's record_function
         (30, {"ops": False}, 3),  # no step ran an op: nothing to tell it from
         (30, {"ended": "schedule"}, 3),  # ours says the schedule ended it

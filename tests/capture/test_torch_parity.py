@@ -225,6 +225,21 @@ def test_kineto_results_stay_through_the_wait_and_after_the_block_as_torchs() ->
     assert ours[-3:] == [("step 4", 3), ("step 5", 3), ("after", 3)]
 
 
+def test_kineto_results_save_writes_the_cycle_as_torchs(tmp_path: Path) -> None:
+    """``prof.profiler.kineto_results.save(path)``, torch's way to keep a trace: Kineto saves a
+    result once, ours had saved it at stop(), and every call raised "Trace is already saved"
+    (a new user's find). It writes the cycle's file, with the events torch's save writes."""
+    saved = {}
+    for name, module in (("torch", torch_profiler), ("ours", torchscope)):
+        with module.profile(activities=[CPU]) as prof:
+            _matmuls()
+        path = tmp_path / f"{name}.json"
+        prof.profiler.kineto_results.save(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+        saved[name] = Counter(e["name"] for e in events if e.get("cat") == "cpu_op")
+    assert saved["ours"] == saved["torch"] and saved["ours"]["aten::mm"] == 3
+
+
 def _shape_rows(profile: Any, **options: Any) -> Counter[tuple[str, str, int]]:
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(8, 16, num_layers=2)

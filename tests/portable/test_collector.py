@@ -186,6 +186,36 @@ def test_in_place_and_out_ops_allocate_nothing() -> None:
     assert mem["bytes"].to_list() == [100 * 100 * 4, -(100 * 100 * 4)]
 
 
+def test_an_op_that_grows_its_output_allocates_as_kinetos() -> None:
+    """``out=`` into an empty tensor, or ``resize_``, allocates the new buffer in the op (and
+    frees the old one): aliased by the schema, but grown. The first version of the in-place
+    rule counted nothing there, and the free later said the old size (-40 for 4 MB)."""
+    a, b = torch.randn(100, 100), torch.randn(100, 100)
+
+    def work() -> None:
+        e = torch.empty(0)
+        torch.mm(a, b, out=e)
+        f = torch.zeros(10)
+        f.resize_(100, 100)
+        del e, f
+
+    trace = read_chrome_document(_collect(work, profile_memory=True), "portable")
+    mem = trace.memory
+    names = trace.events["name"].cast(str).to_list()
+    ops = [names[i] if i is not None and i >= 0 else None for i in mem["op"].to_list()]
+    size = 100 * 100 * 4
+    assert list(zip(ops, mem["bytes"].to_list(), strict=True)) == [
+        ("aten::empty", 0),
+        ("aten::mm", size),
+        ("aten::zeros", 40),
+        ("aten::resize_", size),
+        ("aten::resize_", -40),
+        (None, -size),
+        (None, -size),
+    ]
+    assert mem["total_allocated"].to_list()[-1] == 0
+
+
 def test_with_stack_names_the_calling_line() -> None:
     x = torch.randn(4)
     doc = _collect(lambda: torch.exp(x), with_stack=True)
@@ -392,3 +422,25 @@ def test_labels_closed_out_of_order_keep_their_own_spans() -> None:
     # step 0 is the warm-up; 1 and 2 are recorded whole, 3 is the exit (from the last step())
     assert len(steps) == 3 and all(us > 4000 for us in steps[:2]), steps  # each holds its 4 ms sleep
     assert sum(name.startswith("Optimizer.step#SGD.step") for name, _ in labels) == 2
+
+
+def test_a_label_still_open_at_stop_ends_there_as_kinetos() -> None:
+    """A label the cycle ends inside (`torchscope run` ends a cycle from ``Optimizer.step``'s
+    label; a user's label left open) ends at stop, as Kineto ends it; it was dropped, and the
+    cycle's last optimizer step lost its label (a new user's find)."""
+    x = torch.randn(64, 64)
+    left_open = torch.autograd.profiler.record_function("never_closed")
+
+    def work() -> None:
+        with torch.autograd.profiler.record_function("closed"):
+            x.mul(2)
+        left_open.__enter__()
+        x.mul(3)
+
+    doc = _collect(work)
+    left_open.__exit__(None, None, None)  # after the collector stopped: nothing more to pair
+    labels = {e["name"]: e for e in doc["traceEvents"] if e.get("cat") == "user_annotation"}
+    assert set(labels) == {"closed", "never_closed"}
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == "aten::mul"]
+    late = labels["never_closed"]
+    assert late["ts"] < ops[1]["ts"] and late["ts"] + late["dur"] >= ops[1]["ts"] + ops[1]["dur"]

@@ -124,7 +124,7 @@ def ends_in_exit(trace: Trace) -> bool:
     raised ends in the step its error cut, no whole step either). A trace of
     torch's says nothing: its last step is the exit when under a tenth of the ops and
     annotations a working step begins began in it (none, or a ``loss.item()`` after the loop),
-    while earlier steps ran ops, and it is under 1 ms and under a tenth of their median (a
+    while earlier steps ran ops, and it is under 1 ms and under half their median (a
     real step that only waits or runs Python, at the end of a cycle or an epoch, was 5 ms
     against 80-150 ms, and stays). A trace whose only step is the exit keeps it (there is
     nothing else to show; the job view leaves such a cycle out, ``job.summarize.exit_step``).
@@ -171,7 +171,9 @@ def _ends_in_exit(trace: Trace, steps: pl.DataFrame) -> bool:
     # the hundreds a training step begins
     if not worked.any() or began[-1] > np.median(began[:-1][worked]) / 10:
         return False
-    return bool(hi[-1] - lo[-1] < np.median((hi - lo)[:-1][worked]) / 10)
+    # and shorter than half a working step: an exit of 127 µs after steps of 0.5 ms is one
+    # (a new user's find; a tenth kept it), a real step that only waits is over 1 ms
+    return bool(hi[-1] - lo[-1] < np.median((hi - lo)[:-1][worked]) / 2)
 
 
 def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:

@@ -53,8 +53,6 @@ HOLD_MAX_NS = 1_000_000
 class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.tid = threading.get_native_id()
-        # open labels by their record_function handle: (name, start_ns, external id)
-        self.annotations: dict[int, tuple[str, int, int]] = {}
         self.modules: list[tuple[str, int]] = []  # (scope name, start_ns)
 
 
@@ -104,10 +102,12 @@ class PortableCollector:
         # (func, tid, t0, t1, inner0, inner1, ext, shapes, stack, device key, stream, corr)
         self._ops: list[tuple[Any, ...]] = []
         self._annotations: list[tuple[str, int, int, int, int]] = []  # name, tid, t0, t1, ext
+        # labels open now, by thread and record_function handle: (name, start_ns, external id)
+        self._open_labels: dict[tuple[int, int], tuple[str, int, int]] = {}
         self._scopes: list[tuple[str, int, int, int]] = []  # name, tid, t0, t1
         self._memory: list[tuple[int, int, int, int, int, int, int, int]] = []
         self._mem_total: dict[tuple[int, int], int] = {}
-        self._live: dict[int, int] = {}  # storage id -> bytes, while alive
+        self._live: dict[int, tuple[int, int]] = {}  # storage id -> (bytes, address), while alive
         self._finalizers: list[weakref.finalize] = []
         self._module_names: dict[int, str] = {}
         self._module_counts: dict[str, int] = {}
@@ -202,6 +202,7 @@ class PortableCollector:
                 f"PortableCollector.stop() inside another dispatch mode ({type(top).__name__}) "
                 "entered after start(); stop the profiler outside it"
             )
+        stopped = time.perf_counter_ns()  # where labels still open end
         self._mode.__exit__(None, None, None)
         self._mode = None
         for h in self._hooks:
@@ -215,6 +216,11 @@ class PortableCollector:
             batcher.flush()
             batcher.calibrate()
         self._t_stop = time.perf_counter_ns()
+        # labels still open end at stop, as Kineto ends them: a cycle that ends inside
+        # ``Optimizer.step``'s label (`torchscope run`) keeps its last step's label
+        for (tid, _), (name, t0, ext) in self._open_labels.items():
+            self._annotations.append((name, tid, t0, stopped, ext))
+        self._open_labels = {}
         return self._document()
 
     @property
@@ -278,6 +284,9 @@ class PortableCollector:
         ext = next(self._ext)
         shapes = self._describe(args, kwargs) if self.record_shapes else None
         stack = self._stack() if self.with_stack else None
+        # an op writing into an input (``out=``, ``resize_``) may grow its storage: its size
+        # before the op tells a new buffer from the same one
+        before = self._storage_sizes(args, kwargs) if self.profile_memory and _aliased_returns(func) else None
         device = None
         if self._accel is not None and not (func.is_view or func._overloadpacket in self._no_device_work):
             dev = self._op_device(args, kwargs)
@@ -293,7 +302,7 @@ class PortableCollector:
             self._ops.append(record)
             t1 = record[3]
         if self.profile_memory:
-            self._track_memory(func, out, t1 - 1 if t1 > t0 else t1, tls.tid)
+            self._track_memory(func, out, t1 - 1 if t1 > t0 else t1, tls.tid, before)
         return out
 
     def _timed(
@@ -379,7 +388,7 @@ class PortableCollector:
         name = str(args[0]) if args else str(kwargs.get("name", ""))
         t0 = time.perf_counter_ns()
         handle = func(*args, **kwargs)
-        self._tls.annotations[_handle_key(handle)] = (name, t0, next(self._ext))
+        self._open_labels[(self._tls.tid, _handle_key(handle))] = (name, t0, next(self._ext))
         return handle
 
     def _annotation_exit(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
@@ -390,7 +399,7 @@ class PortableCollector:
         # ``step()`` called from inside ``Optimizer.step``'s label, as `torchscope run` does,
         # closes the step's label first); one entered before start() has no start: dropped
         handle = args[0] if args else kwargs.get("handle")
-        opened = tls.annotations.pop(_handle_key(handle), None)
+        opened = self._open_labels.pop((tls.tid, _handle_key(handle)), None)
         if opened is not None:
             name, t0, ext = opened
             self._annotations.append((name, tls.tid, t0, t1, ext))
@@ -431,32 +440,53 @@ class PortableCollector:
             f = f.f_back
         return tuple(frames)
 
-    def _track_memory(self, func: Any, out: Any, ts: int, tid: int) -> None:
+    def _storage_sizes(self, args: Any, kwargs: dict[str, Any]) -> dict[int, int]:
+        """The bytes of each input tensor's storage, by storage id."""
+        tensor = self._torch.Tensor
+        sizes: dict[int, int] = {}
+        for a in (*args, *kwargs.values()):
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                if isinstance(t, tensor) and t.device.type != "meta":
+                    try:
+                        storage = t.untyped_storage()
+                    except (RuntimeError, NotImplementedError):
+                        continue
+                    sizes[id(storage)] = int(storage.nbytes())
+        return sizes
+
+    def _track_memory(self, func: Any, out: Any, ts: int, tid: int, before: dict[int, int] | None = None) -> None:
         tensor = self._torch.Tensor
         outs = out if isinstance(out, (list, tuple)) else (out,)
         # an output its schema says aliases an input (``mul_``'s self, an ``out=``, a view) is
-        # no new storage: one made before start() was taken for the op's allocation
+        # no new storage, unless the op grew it (``before``: the inputs' sizes): one made
+        # before start() was taken for the op's allocation
         aliased = _aliased_returns(func)
         for i, t in enumerate(outs):
-            if not isinstance(t, tensor) or t.device.type == "meta" or i in aliased:
+            if not isinstance(t, tensor) or t.device.type == "meta":
                 continue
             try:
                 storage = t.untyped_storage()
             except (RuntimeError, NotImplementedError):
                 continue
             key = id(storage)
-            if key in self._live:
-                continue
             nbytes = int(storage.nbytes())
+            if i in aliased:
+                old = (before or {}).get(key)
+                if old is None or nbytes <= old:
+                    continue
+            elif key in self._live:
+                continue
             addr = int(storage.data_ptr())
             dev = t.device
             dtype_code = _DEVICE_TYPE_CODES.get(dev.type, 20)  # renamed PrivateUse1 backends: 20
             dev_id = -1 if dev.type == "cpu" else (dev.index or 0)
-            self._live[key] = nbytes
+            was = self._live.get(key)
+            self._live[key] = (nbytes, addr)
             self._memory_event(ts, tid, dtype_code, dev_id, addr, nbytes)
-            self._finalizers.append(
-                weakref.finalize(storage, self._memory_free, key, tid, dtype_code, dev_id, addr, nbytes)
-            )
+            if was is None:
+                self._finalizers.append(weakref.finalize(storage, self._memory_free, key, tid, dtype_code, dev_id))
+            elif was[0]:  # grown: a new buffer, then the old one freed (as the allocator, and Kineto)
+                self._memory_event(ts, tid, dtype_code, dev_id, was[1], -was[0])
 
     def _memory_event(self, ts: int, tid: int, dtype_code: int, dev_id: int, addr: int, nbytes: int) -> None:
         total = self._mem_total.get((dtype_code, dev_id), 0) + nbytes
@@ -471,10 +501,11 @@ class PortableCollector:
                 pass
         self._memory.append((ts, tid, dtype_code, dev_id, addr, nbytes, total, reserved))
 
-    def _memory_free(self, key: int, tid: int, dtype_code: int, dev_id: int, addr: int, nbytes: int) -> None:
-        if self._live.pop(key, None) is None or not self._running:
+    def _memory_free(self, key: int, tid: int, dtype_code: int, dev_id: int) -> None:
+        live = self._live.pop(key, None)  # its size and address now (an op may have grown it)
+        if live is None or not self._running:
             return
-        self._memory_event(time.perf_counter_ns(), tid, dtype_code, dev_id, addr, -nbytes)
+        self._memory_event(time.perf_counter_ns(), tid, dtype_code, dev_id, live[1], -live[0])
 
     # -- the document -------------------------------------------------------------------
     def _document(self) -> dict[str, Any]:

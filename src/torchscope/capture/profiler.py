@@ -820,6 +820,23 @@ def _timed_out(timeout_s: float | None, kept: int) -> None:
     )
 
 
+class KinetoResults:
+    """Kineto's result object of a cycle, as torch hands it out, but for ``save``: Kineto saves
+    a result once ("Trace is already saved"), and ours was saved at ``stop()``, so ``save(path)``
+    writes that file (``Cycle.export``). ``prof.profiler.kineto_results.save(...)`` is how
+    scripts written for torch keep a trace (a new user's find: it always raised)."""
+
+    def __init__(self, results: Any, cycle: Any) -> None:
+        self._results = results
+        self._cycle = cycle
+
+    def save(self, path: str) -> None:
+        self._cycle.export(path)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._results, name)
+
+
 class TorchProfilerView:
     """``prof.profiler``: the attributes of torch's inner profiler that scripts use.
 
@@ -839,14 +856,20 @@ class TorchProfilerView:
         if not owner._cycles:
             return None  # torch's before the first cycle ends
         cycle = owner._cycles[-1]
+        instead = (
+            "use prof.trace() (every event as columns) or prof.events() (torch's FunctionEvent"
+            " objects, with cpu_children) instead"
+        )
+        if owner.backend == "portable":
+            raise ProfilerStateError(
+                f"prof.profiler.kineto_results: the portable backend records without Kineto, so there are none; {instead}"
+            )
         if cycle.kineto_results is None:
             raise ProfilerStateError(
                 "prof.profiler.kineto_results: torchscope freed Kineto's results of this cycle "
-                "(when the next cycle was prepared, or at free_kineto_results()). "
-                "Read them before that, or use prof.trace() (every event as columns) or "
-                "prof.events() (torch's FunctionEvent objects, with cpu_children) instead"
+                f"(when the next cycle was prepared, or at free_kineto_results()). Read them before that, or {instead}"
             )
-        return cycle.kineto_results
+        return KinetoResults(cycle.kineto_results, cycle)
 
     @property
     def function_events(self) -> EventList:
