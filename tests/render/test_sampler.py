@@ -42,6 +42,11 @@ def test_library_time_goes_to_the_call_the_user_made() -> None:
     inner = ("/x/site-packages/numpy/_core/fromnumeric.py", "transpose", 60)
     assert hot_frame((helper, inner, public, user)) == public
     assert hot_frame((user, public)) == user
+    # private helpers alone, entered from C (``a.sum()``'s ``_sum``, ``np.sort``'s dispatcher): the
+    # user's line keeps the time; with no user frame, the helper itself
+    private = ("/x/site-packages/numpy/_core/_methods.py", "_sum", 47)
+    assert hot_frame((private, user)) == user
+    assert hot_frame((private,)) == private
     # torch's own Python is the model running: its time goes to the user's line that called it
     ctor = ("/x/site-packages/torch/optim/sgd.py", "__init__", 29)
     lazy = ("/x/site-packages/torch/_compile.py", "inner", 42)
