@@ -27,23 +27,15 @@ OPTIONS = ("record_shapes", "profile_memory", "with_stack")
 def child(tool: str, active: int, repeat: int, options: dict[str, bool], use_gzip: bool, logdir: str) -> dict[str, Any]:
     import torch
 
-    from torchscope.models import mlp
+    from torchscope.models.training import small_mlp_step
 
     if tool == "torch":
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
     else:
         from torchscope import ProfilerActivity, profile, schedule, tensorboard_trace_handler  # type: ignore[assignment]
 
-    torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = mlp((32, 32, 32, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(8, 32), torch.randint(0, 10, (8,))
-
-    def train_step() -> None:
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+    train_step = small_mlp_step()
 
     for _ in range(50):
         train_step()

@@ -21,23 +21,18 @@ from typing import Any
 def child(tool: str, steps: int, shapes: bool) -> dict[str, Any]:
     import torch
 
-    from torchscope.models import mlp
+    from torchscope.models.training import small_mlp_step
 
     if tool == "torch":
         from torch.profiler import profile
     else:
         from torchscope import profile  # type: ignore[assignment]
-    torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = mlp((32, 32, 32, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(8, 32), torch.randint(0, 10, (8,))
+    train_step = small_mlp_step()
     prof = profile(record_shapes=shapes)
     prof.start()
     for _ in range(steps):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        train_step()
     t0 = time.perf_counter()
     prof.stop()
     t1 = time.perf_counter()

@@ -53,21 +53,11 @@ def child(tool: str, steps: int, options: dict[str, bool], device: str) -> dict[
     """Run one measurement in this process; returns the numbers as a dict."""
     import torch
 
-    from torchscope.models import mlp
+    from torchscope.models.training import small_mlp_step
 
-    torch.manual_seed(0)
     torch.set_num_threads(1)
     dev = torch.device(device)
-    model = mlp((32, 32, 32, 10)).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(8, 32, device=dev)
-    y = torch.randint(0, 10, (8,), device=dev)
-
-    def train_step() -> None:
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
+    train_step = small_mlp_step(dev)
 
     def sync() -> None:
         if dev.type != "cpu":

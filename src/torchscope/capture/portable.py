@@ -442,31 +442,32 @@ class PortableCollector:
 
     def _storage_sizes(self, args: Any, kwargs: dict[str, Any]) -> dict[int, int]:
         """The bytes of each input tensor's storage, by storage id."""
-        tensor = self._torch.Tensor
         sizes: dict[int, int] = {}
         for a in (*args, *kwargs.values()):
             for t in a if isinstance(a, (list, tuple)) else (a,):
-                if isinstance(t, tensor) and t.device.type != "meta":
-                    try:
-                        storage = t.untyped_storage()
-                    except (RuntimeError, NotImplementedError):
-                        continue
+                storage = self._storage_of(t)
+                if storage is not None:
                     sizes[id(storage)] = int(storage.nbytes())
         return sizes
 
+    def _storage_of(self, value: Any) -> Any:
+        """The storage of a tensor that has one (not ``meta``, not a wrapper without it), else None."""
+        if not isinstance(value, self._torch.Tensor) or value.device.type == "meta":
+            return None
+        try:
+            return value.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return None
+
     def _track_memory(self, func: Any, out: Any, ts: int, tid: int, before: dict[int, int] | None = None) -> None:
-        tensor = self._torch.Tensor
         outs = out if isinstance(out, (list, tuple)) else (out,)
         # an output its schema says aliases an input (``mul_``'s self, an ``out=``, a view) is
         # no new storage, unless the op grew it (``before``: the inputs' sizes): one made
         # before start() was taken for the op's allocation
         aliased = _aliased_returns(func)
         for i, t in enumerate(outs):
-            if not isinstance(t, tensor) or t.device.type == "meta":
-                continue
-            try:
-                storage = t.untyped_storage()
-            except (RuntimeError, NotImplementedError):
+            storage = self._storage_of(t)
+            if storage is None:
                 continue
             key = id(storage)
             nbytes = int(storage.nbytes())

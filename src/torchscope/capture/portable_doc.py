@@ -312,14 +312,15 @@ def build_document(c: PortableCollector) -> dict[str, Any]:
             }
             for p in batcher.clock.points
         )
+        held, held_ns = c._holds.get((dtype, index), (0, 0))  # hold_idle_device's spins
         stats[f"{dtype}:{index}"] = {
             "resolved": len(batcher.resolved_keys),
             "peak_outstanding": batcher.peak_outstanding,
             "waits": batcher.waits,
             "begun_before_launch": early,
             "begun_before_launch_ns": int(early_ns),
-            "held_idle": c._holds.get((dtype, index), [0, 0])[0],
-            "held_idle_ns": c._holds.get((dtype, index), [0, 0])[1],
+            "held_idle": held,
+            "held_idle_ns": held_ns,
             "host_per_device_ns": [round(r, 9) for r in batcher.clock.ratios],
         }
 

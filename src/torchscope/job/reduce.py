@@ -21,12 +21,12 @@ OUTLIER_MIN_SHARE = 0.05  # ... and at least 5% away from it (a tight job has a 
 MAX_OUTLIERS = 5
 
 
-
 def _evidence_units(findings: list[dict[str, Any]]) -> dict[str, str]:
     """The unit of each key of the findings' evidence (``report_model.units_of``), and no other."""
     evidence = [f.get("evidence") or {} for f in findings]
     keys = {k for e in evidence for k in e}
     return {k: u for k, u in units_of(*evidence).items() if k in keys}
+
 
 def rank_step_ns(rank: dict[str, Any]) -> float:
     """A rank's median step time over all its cycles (0 when it has none)."""

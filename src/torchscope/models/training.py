@@ -1,5 +1,5 @@
 """Training steps for device checks: a ResNet-18 step, and two steps of one MLP, one with the
-mistakes the advisor names and one without them.
+mistakes the advisor names and one without them; and the benchmarks' step of small ops.
 
 Why here: the device checks (``benchmarks/cuda_check.py``) and the recording of torch's own
 answers (``scripts/record_cuda_truth.py``) must run the same workloads, so that the rules
@@ -28,6 +28,25 @@ def resnet_step(device: torch.device, batch: int = 32) -> Callable[[], None]:
     def step() -> None:
         opt.zero_grad()
         model(x).sum().backward()
+        opt.step()
+
+    return step
+
+
+def small_mlp_step(device: torch.device | str = "cpu") -> Callable[[], None]:
+    """One SGD step of a 32-32-32-10 MLP on a batch of 8 (~160 events), seeded: the loop of
+    small ops the post-processing benchmarks profile (``benchmarks/postprocess.py``,
+    ``cycle_end.py``, ``events.py``), where post-processing, not compute, is what is timed."""
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    model = MLP((32, 32, 32, 10)).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 32, device=dev)
+    y = torch.randint(0, 10, (8,), device=dev)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
     return step

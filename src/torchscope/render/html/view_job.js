@@ -75,8 +75,10 @@ const viewJob = (() => {
             : { ...c, findings: (c.findings || []).join(", "), note: c.note || "" }), { id: "job-cycles" }));
       }
       out.push(h("h4", {}, "Recommendations"));
-      out.push((R.recommendations || []).length ? h("div", { "data-testid": "job-recommendations" }, R.recommendations.map((/** @type {Obj} */ f) =>
-        recCard({ rule: f.rule + (where(f, R) ? ` (${where(f, R)})` : ""), message: f.message, fix: f.fix, evidence: f.evidence }, R.units)))
+      out.push((R.recommendations || []).length ? h("div", { "data-testid": "job-recommendations" }, R.recommendations.map((/** @type {Obj} */ f) => {
+        const at = where(f, R);
+        return recCard({ rule: f.rule + (at ? ` (${at})` : ""), message: f.message, fix: f.fix, evidence: f.evidence }, R.units);
+      }))
         : h("div", { class: "muted" }, "No recommendations."));
     });
     return out;
