@@ -113,14 +113,21 @@ def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: flo
     if worst["last_share"] < MIN_LAST_SHARE or cost < MIN_WAIT_SHARE * step_ns:
         return None
     mine = next(r for r in ranks if r["rank"] == worst["rank"])
-    # other ranks that are late too: their mean lag is at least half the straggler's
-    also = sorted(
-        (
-            r
-            for r in rows
-            if r["rank"] != worst["rank"] and r["mean_lag_ns"] >= 0.5 * worst["mean_lag_ns"] > 0
-        ),
-        key=lambda r: (-r["mean_lag_ns"], r["rank"]),
+    # other ranks that are late too: their mean lag is at least half the straggler's. Not in a
+    # job of two: the other rank is the first arrival whenever the straggler is last, and its
+    # lag is only the time it arrived last itself ("also late (1 rank): rank 0" named the one
+    # rank there is to compare with)
+    also = (
+        sorted(
+            (
+                r
+                for r in rows
+                if r["rank"] != worst["rank"] and r["mean_lag_ns"] >= 0.5 * worst["mean_lag_ns"] > 0
+            ),
+            key=lambda r: (-r["mean_lag_ns"], r["rank"]),
+        )
+        if len(rows) > 2
+        else []
     )
     others = [r for r in ranks if r["rank"] != worst["rank"]]
     return {
