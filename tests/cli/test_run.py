@@ -360,7 +360,7 @@ def test_default_schedule_records_the_start_and_two_steady_state_cycles_with_one
     assert report["run"]["schedule"]["recorded_steps"] == [[0, 4], [20, 22], [38, 40]]
     assert err.count("where the time goes") == 1  # one block, not one per cycle
     assert "cycles (3;" in err and "step_22: 3 steps" in err and "step_40: 3 steps" in err
-    assert "default schedule: recorded steps 0–4, 20–22, 38–40" in err and "--all" in err
+    assert "default schedule: recorded 11 of the run's 60 steps (0–4, 20–22, 38–40)" in err and "--all" in err
 
 
 def test_a_schedule_without_repeat_stops_after_three_cycles(

@@ -108,3 +108,11 @@ def test_a_cycle_begins_with_a_schedule_that_gives_torchs_actions() -> None:
     assert [s for s in range(12) if hook._cycle_begins(s)] == [2, 7]  # each cycle's warm-up step
     hook = _StepHook(Prof(DefaultSchedule()), [], [])  # ours: the same answer
     assert [s for s in range(30) if hook._cycle_begins(s)] == [0, 19]
+
+
+def test_the_default_schedule_says_what_share_of_the_run_it_recorded() -> None:
+    from torchscope.runner.bounds import DefaultSchedule
+
+    assert "recorded 11 of the run's 3,000 steps (0–4, 20–22, 38–40)" in DefaultSchedule().describe(3000)
+    # a run that ends inside the second cycle: steps 0-4 and 20-21 were recorded
+    assert "recorded 7 of the run's 22 steps" in DefaultSchedule().describe(22)

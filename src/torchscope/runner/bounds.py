@@ -100,10 +100,17 @@ class DefaultSchedule:
             out.append((first, first + self.active - 1))
         return out
 
-    def describe(self) -> str:
+    def describe(self, steps: int | None = None) -> str:
+        """What the schedule recorded; with the run's ``steps``, what share of them (a run of
+        3,000 steps read "recorded steps 0–4, 20–22, 38–40" without saying it was 11 of them)."""
         spans = ", ".join(f"{a}–{b}" for a, b in self.recorded())
+        if steps is None:
+            what = f"recorded steps {spans}"
+        else:
+            done = sum(max(0, min(b, steps - 1) - a + 1) for a, b in self.recorded())
+            what = f"recorded {done:,} of the run's {steps:,} steps ({spans})"
         return (
-            f"default schedule: recorded steps {spans} (the first with the setup before it); "
+            f"default schedule: {what}, the first with the setup before it; "
             "choose others with --wait/--warmup/--active/--repeat, or record everything with --all"
         )
 

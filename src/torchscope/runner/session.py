@@ -642,6 +642,8 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
     # the default schedule's sentence matters once it cut something; no warmup, once a step ran
     shown_after = 0 if described == _NO_WARMUP else DefaultSchedule().head
     if described is not None and hook.count > shown_after and not rec.adopted:
+        if isinstance(schedule, DefaultSchedule):  # now that the run's length is known
+            described = schedule.describe(hook.count)
         rec.notes.insert(0, described)
     return RunResult(
         setup_s=None if hook.setup_ns is None else hook.setup_ns / 1e9,
