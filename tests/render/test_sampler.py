@@ -272,3 +272,35 @@ def test_thinning_keeps_recorded_samples_and_the_total_time() -> None:
     assert gaps[ids == 1].tolist() == [ms] * 50
     after = int(np.flatnonzero(ids == 1)[-1]) + 1
     assert gaps[after] <= 8 * ms and levels[after] <= 3
+
+
+def test_under_the_portable_collector_an_op_call_reads_as_it_does_under_kineto(tmp_path: Path) -> None:
+    """The portable collector runs every op from its dispatch mode, in Python: a sample taken
+    there held torch's plumbing (``_disable_dynamo.<locals>.inner``, ``OpOverload.__call__``),
+    which named a row at the user's line for a ``torch.randn``. Now an op call is the user's
+    line, as when it is all C; a call into torch's Python (``Tensor.backward``) keeps its name."""
+    from torchscope.capture.portable import PortableCollector
+    from torchscope.runner.target import Target, execute
+
+    script = tmp_path / "ops_at_module_level.py"
+    script.write_text(
+        "import torch\n"
+        "w = torch.randn(64, 64, requires_grad=True)\n"
+        "for _ in range(400):\n"
+        "    x = torch.randn(64, 64).mul(2).add(1).relu()\n"
+        "    (x @ w).sum().backward()\n"
+    )
+    s = Sampler(interval_s=0.0005, script_only=True)
+    collector = PortableCollector()
+    collector.start()
+    s.start()
+    try:
+        assert execute(Target(str(script), ())).exit_code == 0
+    finally:
+        hot = s.stop()
+        collector.stop()
+    rows = hot.table(limit=10_000)
+    charged = {r["function"] for r in rows if r["self_ns"] > 0}
+    assert "<module>" in charged and "Tensor.backward" in charged
+    assert charged <= {"<module>", "Tensor.backward"}, charged
+    assert {r["file"] for r in rows if r["self_ns"] > 0} == {str(script)}

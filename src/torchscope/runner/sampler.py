@@ -55,6 +55,41 @@ def _skipped(filename: str) -> bool:
     return filename.startswith(_OWN_PACKAGE) or any(part in filename for part in _SKIP_PARTS)
 
 
+# The portable collector runs each op from its dispatch mode's ``__torch_dispatch__``. A sample
+# taken there is the op call the user's line made, as under Kineto, where all of it is C: the
+# frames leafward of the collector (the op running: ``OpOverload.__call__``) and torch's
+# plumbing right rootward of it (how a C op enters a mode) are left out. They named the row of
+# every op call ("_disable_dynamo.<locals>.inner at train.py:6" for a ``torch.randn``).
+_COLLECTOR_FILES = frozenset(
+    os.path.join(_OWN_PACKAGE, "capture", name) for name in ("portable.py", "device_clock.py")
+)
+_DISPATCH_PLUMBING = frozenset(
+    {
+        (os.path.join("torch", "_compile.py"), "inner"),
+        (os.path.join("torch", "_dynamo", "eval_frame.py"), "_fn"),
+        # the rule lookup torch's C dispatcher makes for each op while a mode is on
+        (os.path.join("torch", "_library", "simple_registry.py"), "find_torch_dispatch_rule"),
+    }
+)
+
+
+def _kept_frames(codes: tuple[CodeType, ...], lines: tuple[int, ...]) -> list[tuple[CodeType, int]]:
+    """The frames a sample is charged by (leaf first): not ours (``_skipped``), for a sample
+    in the portable collector's hook only those rootward of the op call it runs, and never
+    torch's dispatch plumbing as the leaf."""
+    pairs = list(zip(codes, lines, strict=True))
+    collector = [i for i, (code, _) in enumerate(pairs) if code.co_filename in _COLLECTOR_FILES]
+    if collector:
+        pairs = pairs[collector[-1] + 1 :]
+    # the plumbing at the leaf: the mode being entered or left, or a wrapper's own time
+    while pairs and any(
+        pairs[0][0].co_filename.endswith(os.sep + path) and pairs[0][0].co_name == name
+        for path, name in _DISPATCH_PLUMBING
+    ):
+        pairs = pairs[1:]
+    return [(code, line) for code, line in pairs if not _skipped(code.co_filename)]
+
+
 def _is_library(filename: str) -> bool:
     return filename.startswith(_STDLIB) or any(p in filename for p in _LIBRARY_PARTS)
 
@@ -309,9 +344,7 @@ class HotSpots:
         entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]] = []
         for (codes, lines), sid in sampler._stacks.items():
             n = len(_user_part(codes)) if sampler.script_only else len(codes)
-            kept = [
-                (c, ln) for c, ln in zip(codes[:n], lines[:n], strict=True) if not _skipped(c.co_filename)
-            ]
+            kept = _kept_frames(codes[:n], lines[:n])
             user_codes = tuple(c for c, _ in kept)
             user = tuple((c.co_filename, c.co_name, c.co_firstlineno) for c in user_codes)
             # the runner's own work inside the script's call (a cycle stopped and saved in the
@@ -431,7 +464,11 @@ class HotSpots:
 
 
 def _charge_long_gaps(
-    times: np.ndarray, ids: np.ndarray, stacks: list[tuple[Func, ...]], nominal_ns: np.ndarray, hot: list[Func]
+    times: np.ndarray,
+    ids: np.ndarray,
+    stacks: list[tuple[Func, ...]],
+    nominal_ns: np.ndarray,
+    hot: list[Func],
 ) -> None:
     """Give a long gap (a C call that held the GIL) to the frames both neighbouring samples share.
 
