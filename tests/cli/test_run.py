@@ -404,6 +404,21 @@ def test_a_minute_of_small_ops_keeps_the_trace_and_the_report_bounded(tmp_path: 
     assert _report(out)["report"]["meta"]["events"] > 10_000
 
 
+def test_the_cycles_of_a_scripts_own_profiler_get_their_hot_spots(tmp_path: Path) -> None:
+    """The samples were placed on a script's cycle only when they began at most one cycle's
+    length before it: the report of a script with its own profiler showed the hot spots of the
+    imports and none of its steps ("no Python stacks were recorded")."""
+    out = tmp_path / "run"
+    done = _run_cli("--out", str(out), str(SCRIPTS / "own_profiler.py"), str(tmp_path / "tb"), "0", "300000")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = _report(out)
+    rows = {r["function"]: r for r in report["hotspots"]}
+    busy = rows["busy_python"]
+    assert busy["file"].endswith("own_profiler.py")
+    # the two recorded steps, nothing else: the busy function is most of them, and outside ops
+    assert busy["total_pct"] > 50 and busy["outside_ops_pct"] > 90
+
+
 def test_a_script_with_its_own_torch_profiler_keeps_its_files_and_exit_code(tmp_path: Path) -> None:
     """torch.profiler inside torchscope run ended in a segmentation fault (139) and wrote nothing.
     Now its names are ours for the script: its schedule and tensorboard_trace_handler write its

@@ -18,12 +18,17 @@ import polars as pl
 from torchscope.analysis.flame import sampled_flame_json
 from torchscope.render.text import cut_strings
 from torchscope.runner.sampler import HotSpots, covered_by
-from torchscope.runner.session import SETUP_SPAN, TAIL_SPAN, RunOptions, RunResult
+from torchscope.runner.session import SCRIPT_CYCLE, SETUP_SPAN, TAIL_SPAN, RunOptions, RunResult
 from torchscope.trace.model import Trace, TraceSet
 
 
 def _clock_offset(trace: Trace, marks: list[tuple[int, int]], samples: HotSpots) -> int | None:
-    """ns to add to a wall-clock time to get the trace's ``start_ns``; None if unknown."""
+    """ns to add to a wall-clock time to get the trace's ``start_ns``; None if unknown.
+
+    ``marks`` are the run's own step marks, for the run's own cycles only: a script's own
+    profiler numbers its steps its own way. Without them, the trace's base time places it, when
+    the samples' span meets the trace's (a script's cycle late in the run met that test only
+    when the samples began at most one trace-length before it, so its hot spots were lost)."""
     steps = trace.steps
     if marks and steps.height:
         starts = dict(zip(steps["step"].to_list(), steps["start_ns"].to_list(), strict=True))
@@ -36,7 +41,7 @@ def _clock_offset(trace: Trace, marks: list[tuple[int, int]], samples: HotSpots)
     lo, hi = int(ev["start_ns"].min()), int((ev["start_ns"] + ev["dur_ns"]).max())  # type: ignore[arg-type]
     s_lo, s_hi = int(samples.times_ns[0]), int(samples.times_ns[-1])
     for offset in (0, -(trace.meta.base_time_ns or 0)):
-        if lo - (hi - lo) <= s_lo + offset <= hi and s_hi + offset >= lo:
+        if s_lo + offset <= hi and s_hi + offset >= lo:
             return offset
     return None
 
@@ -45,19 +50,26 @@ def _clock_offset(trace: Trace, marks: list[tuple[int, int]], samples: HotSpots)
 Placed = tuple[Trace, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-def place_samples(traces: list[Trace], result: RunResult) -> list[Placed]:
-    """The run's samples on each trace's clock, once for the hot-spot table and the advice;
-    traces whose clocks the samples do not meet are left out."""
-    return [(t, placed) for t in traces if (placed := _on_trace_clock(t, result)) is not None]
+def place_samples(traces: list[Trace], result: RunResult, paths: list[Path]) -> list[Placed]:
+    """The run's samples on each trace's clock (``paths``: each trace's file), once for the
+    hot-spot table and the advice; traces whose clocks the samples do not meet are left out."""
+    return [
+        (t, placed)
+        for t, path in zip(traces, paths, strict=True)
+        if (placed := _on_trace_clock(t, result, own=SCRIPT_CYCLE not in path.name)) is not None
+    ]
 
 
-def _on_trace_clock(trace: Trace, result: RunResult) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _on_trace_clock(
+    trace: Trace, result: RunResult, *, own: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The samples' midpoints on ``trace``'s clock, whether each falls inside the trace, and
-    whether an op was running on the script's thread then; None when the clocks do not meet."""
+    whether an op was running on the script's thread then; None when the clocks do not meet.
+    ``own``: the run's own cycle, whose steps the run's step marks place."""
     hs = result.hotspots
     if hs is None or hs.samples == 0:
         return None
-    offset = _clock_offset(trace, result.step_marks, hs)
+    offset = _clock_offset(trace, result.step_marks if own else [], hs)
     if offset is None:
         return None
     ops = trace.events.filter((pl.col("kind") == "cpu_op") & (pl.col("tid") == hs.native_id))
@@ -272,7 +284,7 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
         "traces": [str(p) for p in result.trace_paths],
         "report_traces": [str(p) for p in paths],
     }
-    placed = place_samples(traces, result)
+    placed = place_samples(traces, result, paths)
     extra = {
         "run": run_info,
         "env": result.env,

@@ -509,7 +509,7 @@ class _Recording:
                 cycle._torchscope_copied = True
                 n = getattr(other, "_torchscope_copies", 0) + 1
                 other._torchscope_copies = n
-                path = self.traces_dir / f"{self.prefix}script_profiler{k}.cycle{n}.pt.trace.json"
+                path = self.traces_dir / f"{self.prefix}{SCRIPT_CYCLE}{k}.cycle{n}.pt.trace.json"
                 try:
                     cycle.export(path)  # whole or not at all
                 except Exception as exc:  # noqa: BLE001 - the script's own files are unaffected
@@ -518,6 +518,9 @@ class _Recording:
                 self.written.append(path)
                 self.keep(path)
 
+
+# the files of the cycles a script's own profiler recorded (``copy_script_cycles``) start with this
+SCRIPT_CYCLE = "script_profiler"
 
 _NO_WARMUP = (
     "no warmup step (--warmup 0): the first recorded step of each cycle also holds the profiler's "

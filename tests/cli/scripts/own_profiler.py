@@ -1,5 +1,6 @@
 """A script that profiles itself with torch.profiler (a schedule and tensorboard_trace_handler),
-as a framework would; argv: log dir, exit code."""
+as a framework would; argv: log dir, exit code, and optionally the iterations of a pure-Python
+function each step runs (0: none)."""
 
 import sys
 
@@ -7,6 +8,16 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
 log_dir, code = sys.argv[1], int(sys.argv[2])
+busy = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+
+
+def busy_python(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i * i % 7
+    return total
+
+
 model = torch.nn.Linear(16, 16)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 with profile(
@@ -16,6 +27,7 @@ with profile(
 ) as prof:
     for _ in range(6):
         with record_function("my_step"):
+            busy_python(busy)
             model(torch.randn(8, 16)).sum().backward()
             opt.step()
             opt.zero_grad()
