@@ -39,6 +39,8 @@ DATALOADER = by_name(
     )
 )
 OPTIMIZER = by_name(lambda n: n.str.starts_with("Optimizer."))
+# a node of the backward pass, as autograd's engine names it
+BACKWARD_NODE = by_name(lambda n: n.str.starts_with("autograd::engine::evaluate_function: "))
 PROFILER_STEP = by_name(lambda n: n.str.starts_with("ProfilerStep#"))
 # the spans ``torchscope run`` adds around the steps (setup, after the last step): not ops
 TORCHSCOPE_SPAN = by_name(lambda n: n.str.starts_with("torchscope#"))
