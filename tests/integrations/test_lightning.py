@@ -69,6 +69,30 @@ def test_trainer_fit_with_our_profiler_writes_rank_traces_and_prints_our_report(
     assert f"dashboard: {profiler.report_path}" in text
 
 
+def test_each_step_holds_one_whole_batch_and_the_closure_is_not_optimizer_time(tmp_path: Path) -> None:
+    """Lightning runs ``training_step`` and backward inside ``optimizer.step(closure)``. Steps were
+    marked where ``training_step`` ends, inside that optimizer step: each held one batch's
+    backward and update and the next one's forward. Now each step holds one optimizer step
+    whole, and the breakdown counts its closure as Operators, not Optimizer."""
+    import polars as pl
+
+    import torchscope
+    from torchscope.analysis.overview import overview
+
+    profiler = TorchscopeProfiler(wait=1, warmup=1, active=3, repeat=1)
+    _trainer(tmp_path, profiler).fit(TinyRegressor(), _loader())
+    (path,) = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))
+    trace = torchscope.load(path)
+    ev = trace.events.with_columns(pl.col("name").cast(pl.String))
+    opt = ev.filter(pl.col("name") == "Optimizer.step#SGD.step")
+    for start, dur in trace.steps.select("start_ns", "dur_ns").iter_rows():
+        inside = opt.filter((pl.col("start_ns") >= start) & (pl.col("start_ns") + pl.col("dur_ns") <= start + dur))
+        crossing = opt.filter((pl.col("start_ns") < start + dur) & (pl.col("start_ns") + pl.col("dur_ns") > start))
+        assert inside.height == crossing.height == 1  # one optimizer step, whole, in each step
+    hb = overview(trace).host_breakdown_ns
+    assert hb["Operators"] > hb["Optimizer"]
+
+
 def test_trainer_profiler_pytorch_is_ours_after_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,7 +1,7 @@
 """A Lightning ``Profiler``: ``Trainer(profiler=TorchscopeProfiler())``.
 
 Profiles the training steps on a schedule (``wait``/``warmup``/``active``/``repeat``, one step =
-one ``training_step``), writes each rank's traces under the trainer's log dir
+one training batch: its ``training_step``, backward and optimizer step), writes each rank's traces under the trainer's log dir
 (``LOG_DIR/torchscope/rankR.*.pt.trace.json``, the layout ``torchscope report`` reads as a job),
 and at the end of ``fit`` Lightning's ``describe()`` prints our report (the summary of
 ``torchscope report``); the dashboard is written beside the traces (``report.html``).
@@ -19,8 +19,11 @@ from typing import Any
 
 from lightning.pytorch.profilers import Profiler
 
-# Lightning's action names end with the hook's name ("[Strategy]SingleDeviceStrategy.training_step")
-STEP_ACTION = "training_step"
+# One step is one batch: Lightning's "run_training_batch" action holds the whole of it (the
+# optimizer step with its closure: forward, backward, update). Its "training_step" action ends
+# inside that optimizer step (the closure runs there), so a step marked there held one batch's
+# backward and update and the next one's forward, and the last update fell outside every step.
+STEP_ACTION = "run_training_batch"
 
 
 class TorchscopeProfiler(Profiler):
@@ -68,11 +71,11 @@ class TorchscopeProfiler(Profiler):
         self._prof = start_profiler(self.traces_dir, worker, self._schedule, self._options)
 
     def start(self, action_name: str) -> None:
-        if self._prof is None and self.traces_dir is None and action_name.endswith(STEP_ACTION):
+        if self._prof is None and self.traces_dir is None and action_name == STEP_ACTION:
             self._start_profiler()
 
     def stop(self, action_name: str) -> None:
-        if self._prof is not None and action_name.endswith(STEP_ACTION):
+        if self._prof is not None and action_name == STEP_ACTION:
             self._prof.step()
 
     def _stop_profiler(self) -> None:
