@@ -93,6 +93,32 @@ def test_each_step_holds_one_whole_batch_and_the_closure_is_not_optimizer_time(t
     assert hb["Operators"] > hb["Optimizer"]
 
 
+class FailsAtBatch3(TinyRegressor):
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if batch_idx == 3:
+            raise RuntimeError("bad batch")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_fit_that_raises_keeps_the_steps_recorded_and_reports_them(tmp_path: Path) -> None:
+    """Lightning neither describes nor tears down its profiler when ``fit`` raises: the cycle
+    being recorded was lost, no report was written, and at exit the profiler was stopped from
+    ``__del__`` after torch was gone (``KeyError: 'torch'``)."""
+    profiler = TorchscopeProfiler(wait=1, warmup=1, active=3, repeat=1)
+    said = r"(?s)fit raised RuntimeError in training batch 3; the steps recorded before it:\n.*where the time goes \(1 step"
+    with pytest.warns(UserWarning, match=said), pytest.raises(RuntimeError, match="bad batch"):
+        _trainer(tmp_path, profiler).fit(FailsAtBatch3(), _loader())
+    (path,) = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))
+    import torchscope
+
+    # batch 2 was recorded whole (batch 1 warmed up), and batch 3 up to where it raised (the
+    # profile's exit, which the report leaves out of the step times and says so)
+    assert torchscope.load(path).steps["step"].to_list() == [2, 3]
+    assert profiler.payload is not None
+    assert profiler.report_path == tmp_path / "torchscope" / "report.html" and profiler.report_path.is_file()
+    profiler.teardown(None)  # what Lightning's __del__ does later: nothing left to stop
+
+
 def test_trainer_profiler_pytorch_is_ours_after_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -640,8 +640,11 @@ class KinetoSession:
 
     def stop(self) -> Cycle:
         prof = self._profiler
+        torch = sys.modules.get("torch")
+        if torch is None:  # the interpreter is shutting down: a profile stopped from a __del__
+            return Cycle.lost_one("torchscope: the profile was stopped while Python shut down")
         # kineto_recording(), inline (torch is imported: this session made it)
-        enabled = getattr(sys.modules["torch"]._C._autograd, "_profiler_enabled", None)
+        enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
         if _STARTS[0] != self._starts_seen or (enabled is not None and not enabled()):
             return self._stopped_by_another()
         t0 = time.perf_counter()

@@ -13,6 +13,7 @@ and at the end of ``fit`` Lightning's ``describe()`` prints our report (the summ
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,33 @@ class TorchscopeProfiler(Profiler):
             self._start_profiler()
 
     def stop(self, action_name: str) -> None:
-        if self._prof is not None and action_name == STEP_ACTION:
+        if self._prof is None or action_name != STEP_ACTION:
+            return
+        # Lightning stops the action on the way out of a batch that raised (its ``profile``
+        # is a ``try/finally``), and then neither describes nor tears its profiler down: the
+        # cycle being recorded was lost, and the profiler was stopped from ``__del__`` at exit
+        failed = sys.exc_info()[1]
+        if failed is None:
             self._prof.step()
+        else:
+            self._report_after_failure(failed)
+
+    def _report_after_failure(self, failed: BaseException) -> None:
+        """Stop recording (the cycle so far is written, as a profile stopped mid-cycle writes
+        it), report what was recorded, and say so in Lightning's log."""
+        from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+        steps = self._prof.step_num if self._prof is not None else 0
+        what = f"fit raised {type(failed).__name__} in training batch {steps}"
+        try:
+            text = self.summary()
+        except Exception as exc:  # noqa: BLE001 - the training's own error is the one to see
+            rank_zero_warn(f"torchscope: {what}; its report failed: {type(exc).__name__}: {exc}")
+            return
+        if self.report_path is None:
+            rank_zero_warn(f"torchscope: {what}, before any step was recorded")
+        else:
+            rank_zero_warn(f"torchscope: {what}; the steps recorded before it:\n{text}")
 
     def _stop_profiler(self) -> None:
         if self._prof is not None:
@@ -103,5 +129,6 @@ class TorchscopeProfiler(Profiler):
         return summary_text(self.payload) + f"dashboard: {self.report_path}\n"
 
     def teardown(self, stage: str | None) -> None:
-        self._stop_profiler()
+        if not sys.is_finalizing():  # Lightning's __del__ at exit: torch is gone by then
+            self._stop_profiler()
         super().teardown(stage)
