@@ -95,3 +95,80 @@ def test_accelerate_profile_is_ours_after_install(tmp_path: Path) -> None:
         torchscope.uninstall()
     written = list((tmp_path / "acc").rglob("*.json"))
     assert written and torchscope.load(written[0]).events.height > 0
+
+
+def _args(tmp_path: Path, max_steps: int = 8) -> TrainingArguments:
+    return TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=4,
+        disable_tqdm=True,
+    )
+
+
+def test_the_same_callback_added_twice_steps_once_per_optimizer_step(tmp_path: Path) -> None:
+    """Trainer calls a callback once per time it was added: the same one added twice stepped
+    the profiler twice a step, so every other step was an empty ``ProfilerStep`` of ~50 µs."""
+    callback = TorchscopeCallback(wait=1, warmup=1, active=3, repeat=1)
+    trainer = Trainer(model=_tiny_bert(), args=_args(tmp_path), train_dataset=_dataset())
+    trainer.add_callback(callback)
+    trainer.add_callback(callback)  # transformers warns, and keeps both
+    trainer.train()
+    (path,) = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))
+    import polars as pl
+
+    import torchscope
+
+    trace = torchscope.load(path)
+    assert trace.steps["step"].to_list() == [2, 3, 4]
+    opt = trace.events.filter(pl.col("name").cast(pl.String).str.starts_with("Optimizer.step#"))
+    for start, dur in trace.steps.select("start_ns", "dur_ns").iter_rows():  # each step is a real one
+        assert opt.filter((pl.col("start_ns") >= start) & (pl.col("start_ns") < start + dur)).height == 1
+    logged = [e for e in trainer.state.log_history if "torchscope/step_time_ms" in e]
+    assert len(logged) == 1
+
+
+def test_a_train_that_raises_still_writes_its_steps_at_exit(tmp_path: Path) -> None:
+    """Trainer calls no callback when ``train()`` raises: the cycle being recorded was lost and
+    nothing said so. At exit it is written, with the report, and a warning says why."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "fails.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
+            from test_huggingface import _args, _dataset, _tiny_bert
+            from transformers import Trainer
+            from torchscope.integrations.huggingface import TorchscopeCallback
+
+            class Fails(list):
+                calls = 0
+
+                def __getitem__(self, i):
+                    Fails.calls += 1
+                    if Fails.calls == 21:  # in the 6th batch of 4: step 5, the third recorded one
+                        raise ValueError("bad sample")
+                    return list.__getitem__(self, i)
+
+            trainer = Trainer(model=_tiny_bert(), args=_args({str(tmp_path)!r}), train_dataset=Fails(_dataset()))
+            trainer.add_callback(TorchscopeCallback(wait=1, warmup=1, active=3, repeat=1))
+            trainer.train()
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1 and "ValueError: bad sample" in done.stderr
+    assert "Trainer.train ended without on_train_end (it raised?)" in done.stderr
+    (path,) = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))
+    import torchscope
+
+    assert torchscope.load(path).steps.height >= 2
+    assert (tmp_path / "torchscope" / "report.html").is_file()

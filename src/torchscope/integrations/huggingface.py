@@ -12,6 +12,8 @@ numbers (mean step time, events, the top finding) go into the trainer's ``log_hi
 
 from __future__ import annotations
 
+import atexit
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -50,19 +52,55 @@ class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
         self.summary: str | None = None
         self.headline: dict[str, Any] | None = None
         self.profiling_ended_at: float | None = None
+        self._stepped_at: int | None = None  # the global step the profiler last stepped at
+        self._at_exit: Any = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from torchscope.capture.profiler import recording_profile
         from torchscope.integrations._report import start_profiler
 
+        if self._prof is not None:  # this callback added twice: Trainer calls each entry
+            return
+        if recording_profile() is not None:
+            # another callback of ours (or a profile around train()) records: one at a time,
+            # and its report is the one (two identical log_history entries otherwise)
+            logger.warning(
+                "torchscope: another torchscope profiler is already recording; this callback stays off"
+            )
+            return
         self.traces_dir = Path(args.output_dir) / self.subdir
         worker = f"rank{args.process_index}"
         self._prof = start_profiler(self.traces_dir, worker, self._schedule, self._options)
+        self._stepped_at = state.global_step
+        # Trainer calls no callback when train() raises: the cycle being recorded, and the
+        # report, would be lost without a word; at exit they are written after all
+        self._at_exit = functools.partial(self._finish_after_failure, args, state)
+        atexit.register(self._at_exit)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._prof is not None:
+        # once per optimizer step, even for a callback added twice (each step counted twice
+        # made an empty ProfilerStep of every other one)
+        if self._prof is not None and state.global_step != self._stepped_at:
+            self._stepped_at = state.global_step
             self._prof.step()
 
+    def _finish_after_failure(self, args: Any, state: Any) -> None:
+        if self._prof is None:
+            return
+        logger.warning(
+            "torchscope: Trainer.train ended without on_train_end (it raised?) after %d steps;"
+            " writing the steps recorded so far",
+            state.global_step,
+        )
+        self._finish(args, state)
+
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._finish(args, state)
+
+    def _finish(self, args: Any, state: Any) -> None:
+        if self._at_exit is not None:
+            atexit.unregister(self._at_exit)
+            self._at_exit = None
         if self._prof is None:
             return
         prof, self._prof = self._prof, None
