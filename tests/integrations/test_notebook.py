@@ -52,3 +52,25 @@ def test_notebook_renders_reports_inline(tmp_path: Path, traces_dir: Path) -> No
     # each shown once: no terminal copy of the summary beside its HTML, one dashboard per show()
     assert len(nb.cells[1].outputs) == 1 and len(nb.cells[3].outputs) == 1
     assert len(nb.cells[6].outputs) == 1 and out[6].count("<iframe") == 1
+
+
+def test_a_magic_cell_that_raises_does_not_record_the_traceback_being_formatted() -> None:
+    """IPython formats a failing cell's traceback inside ``run_cell``: recorded with ``--stack``
+    it was 110k events of ``inspect``/``posixpath`` against the cell's 1.7k, and the report said
+    98 % "Python outside ops". The profile now stops before the traceback is shown."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("%load_ext torchscope")
+        body = "import torch\nx = torch.randn(64, 64)\nfor _ in range(5):\n    y = (x @ x).relu()\n"
+        shell.run_cell("%%torchscope --stack\n" + body)
+        whole = shell.user_ns["_torchscope"].events()
+        shell.run_cell("%%torchscope --stack\n" + body + "raise ValueError('bad cell')\n")
+        cut = shell.user_ns["_torchscope"].events()
+        assert sum(e.name == "aten::mm" for e in cut) == 5  # the cell's work, recorded
+        assert len(cut) < 1.5 * len(whole)
+        assert not [e for e in cut if "inspect.py(" in e.name or "ultratb.py(" in e.name]  # the formatting
+        assert "showtraceback" not in vars(shell)  # IPython's own again
+    finally:
+        InteractiveShell.clear_instance()

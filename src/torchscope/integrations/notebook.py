@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import io
+from collections.abc import Iterator
 from typing import Any
 
 FORMATTED_TYPES = (
@@ -119,12 +121,35 @@ def load_ipython_extension(shell: Any) -> None:
 
         flags = set(line.split())
         prof = profile(record_shapes=True, profile_memory="--memory" in flags, with_stack="--stack" in flags)
-        with prof:
+        with prof, _stopped_before_traceback(shell, prof):
             shell.run_cell(cell)
         shell.user_ns["_torchscope"] = prof
         display(HTML(summary_html(prof)))
 
     shell.register_magic_function(torchscope_magic, magic_kind="cell", magic_name="torchscope")
+
+
+@contextlib.contextmanager
+def _stopped_before_traceback(shell: Any, prof: Any) -> Iterator[None]:
+    """A cell that raises has IPython format its traceback inside ``run_cell``: recorded, that
+    was 110k events of ``inspect`` and ``posixpath`` against the cell's 1.7k, and 98 % of the
+    report "Python outside ops". The profile stops before the traceback is shown."""
+    show = shell.showtraceback
+
+    def stop_then_show(*args: Any, **kwargs: Any) -> Any:
+        if prof._started:
+            prof.stop()
+        return show(*args, **kwargs)
+
+    had_own = "showtraceback" in vars(shell)
+    shell.showtraceback = stop_then_show
+    try:
+        yield
+    finally:
+        if had_own:
+            shell.showtraceback = show
+        else:
+            del shell.showtraceback
 
 
 def register_if_in_ipython() -> None:
