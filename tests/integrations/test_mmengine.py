@@ -39,11 +39,11 @@ class TorchscopeTinyDataset(torch.utils.data.Dataset):  # type: ignore[misc]
         return {"x": self.x[i], "y": self.y[i]}
 
 
-def test_runner_from_a_config_file_that_names_our_hook(tmp_path: Path) -> None:
-    """The user's path: a config file imports the hook by module name and lists it in custom_hooks."""
+def _run_config(tmp_path: Path, max_iters: int, custom_hooks: str) -> Runner:
+    """A runner built from a config file (the user's path: the file imports our hook by module
+    name and lists it in ``custom_hooks``), trained."""
     from mmengine.config import Config
 
-    trace_path = tmp_path / "mm_trace.json"
     config = tmp_path / "tiny_config.py"
     config.write_text(
         f"""
@@ -55,11 +55,22 @@ train_dataloader = dict(
     batch_size=4,
     collate_fn=dict(type="default_collate"),
 )
-train_cfg = dict(by_epoch=False, max_iters=8)
+train_cfg = dict(by_epoch=False, max_iters={max_iters})
 optim_wrapper = dict(optimizer=dict(type="SGD", lr=0.01))
 default_hooks = dict(checkpoint=None)
 custom_imports = dict(imports=["torchscope.integrations.mmengine"], allow_failed_imports=False)
-custom_hooks = [
+custom_hooks = {custom_hooks}
+"""
+    )
+    runner = Runner.from_cfg(Config.fromfile(str(config)))
+    runner.train()
+    return runner
+
+
+def test_runner_from_a_config_file_that_names_our_hook(tmp_path: Path) -> None:
+    """The user's path: a config file imports the hook by module name and lists it in custom_hooks."""
+    trace_path = tmp_path / "mm_trace.json"
+    hooks = f"""[
     dict(
         type="TorchscopeProfilerHook",
         by_epoch=False,
@@ -67,12 +78,8 @@ custom_hooks = [
         schedule=dict(wait=1, warmup=1, active=3, repeat=1),
         json_trace_path={str(trace_path)!r},
     )
-]
-"""
-    )
-    cfg = Config.fromfile(str(config))
-    runner = Runner.from_cfg(cfg)
-    runner.train()
+]"""
+    runner = _run_config(tmp_path, 8, hooks)
     hook = next(h for h in runner.hooks if type(h).__name__ == "TorchscopeProfilerHook")
     from torchscope.capture.profiler import profile
 
@@ -86,3 +93,42 @@ custom_hooks = [
     assert hook.report_path is not None and hook.report_path.is_file()
     assert hook.report_path.parent == Path(runner.log_dir) / "torchscope"
     assert hook.summary is not None and "where the time goes (3 steps" in hook.summary
+
+
+def test_a_schedule_that_repeats_reports_every_cycle(tmp_path: Path) -> None:
+    """With ``repeat`` > 1 the report read only the last cycle (``export_chrome_trace``); each
+    cycle is now written for it, and the cycles are reported as a job. ``tb_trace`` works
+    without the deleted TensorBoard plugin installed (mmengine checked for it)."""
+    import builtins
+
+    tb = tmp_path / "tb"
+    hooks = f"""[
+    dict(
+        type="TorchscopeProfilerHook",
+        by_epoch=False,
+        profile_times=12,
+        schedule=dict(wait=1, warmup=1, active=2, repeat=3),
+        on_trace_ready=dict(type="tb_trace", dir_name={str(tb)!r}),
+    )
+]"""
+    real_import = builtins.__import__
+
+    def no_tb_plugin(name: str, *args: object, **kwargs: object) -> object:
+        if name == "torch_tb_profiler":
+            raise ImportError("No module named 'torch_tb_profiler'")
+        return real_import(name, *args, **kwargs)
+
+    builtins.__import__ = no_tb_plugin  # type: ignore[assignment]
+    try:
+        runner = _run_config(tmp_path, 12, hooks)
+    finally:
+        builtins.__import__ = real_import
+    hook = next(h for h in runner.hooks if type(h).__name__ == "TorchscopeProfilerHook")
+    assert len(list(tb.glob("*.pt.trace.json"))) == 3  # the handler's files, where it writes them
+    ours = sorted((Path(runner.log_dir) / "torchscope").glob("rank0.cycle*.pt.trace.json"))
+    assert [p.name for p in ours] == [f"rank0.cycle{n}.pt.trace.json" for n in (1, 2, 3)]
+    import torchscope
+
+    assert [torchscope.load(p).steps.height for p in ours] == [2, 2, 2]
+    assert hook.summary is not None and "cycles" in hook.summary
+    assert (Path(runner.log_dir) / "torchscope" / "report.ranks").is_dir()  # each cycle's dashboard

@@ -36,10 +36,45 @@ class TorchscopeProfilerHook(ProfilerHook):  # type: ignore[misc]
         self.profiling_ended_at: float | None = None
 
     def before_run(self, runner: Any) -> None:
+        from mmengine.dist import get_rank
+
         from torchscope.capture.redirect import redirected
 
         with redirected():  # torch.profiler.profile(...) and tensorboard_trace_handler(...) are ours
             super().before_run(runner)
+        # every cycle is written for our report too, as the other integrations lay them out
+        # (``LOG_DIR/torchscope/rankR.cycleN.pt.trace.json``): the report read only the last
+        # one (``export_chrome_trace``), so a schedule with ``repeat`` > 1 lost the others
+        self._cycles_dir = Path(runner.log_dir) / "torchscope"
+        self._rank = get_rank()
+        theirs = self.profiler.on_trace_ready
+
+        def also_ours(prof: Any) -> None:
+            self._cycles_dir.mkdir(parents=True, exist_ok=True)
+            n = len(self._written) + 1
+            path = self._cycles_dir / f"rank{self._rank}.cycle{n}.pt.trace.json"
+            prof.export_chrome_trace(str(path))
+            self._written.append(path)
+            if theirs is not None:
+                theirs(prof)
+
+        self._written: list[Path] = []
+        self.profiler.on_trace_ready = also_ours
+
+    def _parse_trace_config(self, runner: Any) -> Any:
+        """mmengine's, without its check for ``torch-tb-profiler`` before a ``tb_trace``
+        handler: the handler is torch's (ours here), not the TensorBoard plugin's, which was
+        deleted from Kineto and which this package replaces."""
+        cfg = self.on_trace_ready
+        if not (isinstance(cfg, dict) and cfg.get("type") == "tb_trace"):
+            return super()._parse_trace_config(runner)
+        from torchscope.capture.handlers import tensorboard_trace_handler
+
+        options = {k: v for k, v in cfg.items() if k != "type"}
+        where = Path(options.get("dir_name", "tf_tracing_logs"))
+        options["dir_name"] = str(where if where.is_absolute() else Path(runner.log_dir) / where)
+        runner.logger.info(f"trace_files of ProfilerHook will be saved to {options['dir_name']}.")
+        return tensorboard_trace_handler(**options)
 
     def _export_chrome_trace(self, runner: Any) -> None:
         super()._export_chrome_trace(runner)
@@ -55,16 +90,12 @@ class TorchscopeProfilerHook(ProfilerHook):  # type: ignore[misc]
         from torchscope.integrations._report import report_traces, summary_text
 
         out = Path(runner.log_dir) / "torchscope"
-        trace = (
-            Path(self.json_trace_path) if self.json_trace_path else out / f"rank{get_rank()}.pt.trace.json"
-        )
-        if not self.json_trace_path:
-            try:
-                self.profiler.export_chrome_trace(str(trace))
-            except Exception:  # noqa: BLE001 - no cycle finished (a schedule that never recorded)
-                runner.logger.warning("torchscope: the profiler recorded no cycle; no report")
-                return
+        if not self._written:  # no cycle finished (a schedule that never recorded)
+            runner.logger.warning("torchscope: the profiler recorded no cycle; no report")
+            return
+        # one cycle is a trace; several are read as a job, each cycle's dashboard in report.ranks/
+        subject = self._written[0] if len(self._written) == 1 else out
         html = out / ("report.html" if get_rank() == 0 else f"report-rank{get_rank()}.html")
-        payload, self.report_path = report_traces(trace, html, "torchscope: mmengine run")
+        payload, self.report_path = report_traces(subject, html, "torchscope: mmengine run")
         self.summary = summary_text(payload)
         runner.logger.info(f"torchscope report (dashboard {self.report_path}):\n{self.summary}")
