@@ -89,6 +89,11 @@ def test_report_of_each_real_trace(name: str, traces_dir: Path, tmp_path: Path, 
 def test_distributed_view_of_two_ranks(traces_dir: Path, tmp_path: Path, page: Any) -> None:
     html = write_html(build_payload(torchscope.load(traces_dir / "multirank")), tmp_path / "m.html")
     page.goto(html.resolve().as_uri())
+    page.wait_for_selector("#view[data-rendered=overview]")
+    # a rank's findings' evidence in that rank's units (the set's own report has none of them:
+    # the share showed as 0.2739, the time per step as a bare number)
+    overview = page.eval_on_selector("#view", "v => v.textContent")
+    assert "27.4 %" in overview and "168.465 ms" in overview and "0.2739" not in overview
     page.click("#tabs button[data-view=distributed]")
     page.wait_for_selector("[data-testid=dist-table]")
     rows = page.eval_on_selector_all(

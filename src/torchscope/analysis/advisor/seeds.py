@@ -301,9 +301,11 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
                 # meanwhile: nothing the user can move
                 continue
         label = "the steps" if region == "ProfilerStep#*" else f"'{region}'"
+        unit = "step" if region == "ProfilerStep#*" else "call"
+        over = f"{outside / 1e6:.1f} ms over {calls} {unit}{'s' if calls != 1 else ''}"
         if culprits:
             message = (
-                f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} call{'s' if calls != 1 else ''}) runs Python outside "
+                f"{share:.0%} of {label} ({over}) runs Python outside "
                 f"torch ops; most of it in {', '.join(culprits)}."
             )
             fix = (
@@ -318,7 +320,7 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
             else:
                 how = "the recorded Python stacks do not name it, so the code that ran there is unknown"
             message = (
-                f"{share:.0%} of {label} ({outside / 1e6:.1f} ms over {calls} call{'s' if calls != 1 else ''}) is outside every torch op, "
+                f"{share:.0%} of {label} ({over}) is outside every torch op, "
                 f"collective, runtime call and device kernel; {how}."
             )
             fix = (

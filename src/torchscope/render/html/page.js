@@ -25,8 +25,16 @@ const TorchscopePage = (() => {
     if (r && r.kind === "traceset") return (r.ranks || {})[run().name] || {};
     return r || {};
   }
+  // the report's units and the current run's (a set's own report has only those of its own
+  // views: a rank's findings' evidence showed bare)
+  /** @type {{ of: unknown, units: Record<string, string> }} */
+  const unitsMemo = { of: null, units: {} };  // each table cell asks: merged once per run
   /** @returns {Record<string, string>} */
-  const UNITS = () => (report() || {}).units || {};
+  function UNITS() {
+    const r = rep();
+    if (unitsMemo.of !== r) unitsMemo.units = Object.assign({}, (report() || {}).units, r.units), unitsMemo.of = r;
+    return unitsMemo.units;
+  }
   /** @returns {number} */
   const START = () => (rep().meta || {}).start_us || 0;
   // a column of a report table: its label, and its unit from report.units

@@ -15,8 +15,12 @@ const viewJob = (() => {
   function where(f, R) {
     const perRank = f.of_ranks > 1 && f.scope !== "job";
     const parts = perRank ? [`on ${f.on_ranks} of ${f.of_ranks} ranks`] : [];
-    if ((f.on_cycles || 1) > 1 && R.cycles > 1) parts.push(f.scope === "job" ? `in ${f.on_cycles} cycles` : `${f.on_cycles} rank-cycles`);
-    return parts.join(", ") + (perRank ? `; worst: rank ${f.worst_rank}` : "");
+    const severalCycles = (f.on_cycles || 1) > 1 && R.cycles > 1;
+    if (severalCycles) parts.push(f.scope === "job" || R.ranks === 1 ? `in ${f.on_cycles} cycles` : `${f.on_cycles} rank-cycles`);
+    // the message is the worst instance's: whose, so its numbers read as that one's
+    const whose = perRank ? [`rank ${f.worst_rank}`] : [];
+    if (severalCycles && f.worst_cycle != null) whose.push(`cycle ${f.worst_cycle}`);
+    return parts.join(", ") + (whose.length ? `; worst: ${whose.join(", ")}` : "");
   }
   function viewJob() {
     const J = state.payload.job || { runs: [] };

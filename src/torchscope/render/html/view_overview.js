@@ -50,7 +50,7 @@ const viewOverview = (() => {
     const recs = (set ? r.recommendations : (report() || {}).recommendations) || [];
     out.push(h("h3", {}, "Recommendations"));
     if (set) out.push(h("p", { class: "muted", "data-testid": "recommendations-of" }, `Findings of ${run().name}; those of the whole set are in the Report tab.`));
-    out.push(recs.length ? h("div", { "data-testid": "recommendations" }, recs.map(recCard)) : h("div", { class: "muted", "data-testid": "recommendations" }, "No recommendations."));
+    out.push(recs.length ? h("div", { "data-testid": "recommendations" }, recs.map((/** @type {Obj} */ r) => recCard(r))) : h("div", { class: "muted", "data-testid": "recommendations" }, "No recommendations."));
     if (P.hotspots && P.hotspots.length) {
       out.push(h("h3", {}, "Python hot spots (sampled; “outside ops” is time the op profiler does not see)"));
       out.push(table([
