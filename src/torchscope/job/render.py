@@ -165,10 +165,10 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
                 where += (", " if where else "") + cycles
             # the message is the worst instance's: say whose, so its numbers read as that one's
             several_cycles = f.get("on_cycles", 1) > 1 and run["cycles"] > 1
-            whose = [f"rank {f['worst_rank']}"] if per_rank else []
+            quoted = [f"rank {f['worst_rank']}"] if per_rank else []
             if several_cycles and f.get("worst_cycle") is not None:
-                whose.append(f"cycle {f['worst_cycle']}")
-            worst = f" (worst: {', '.join(whose)})" if whose else ""
+                quoted.append(f"cycle {f['worst_cycle']}")
+            worst = f" (worst: {', '.join(quoted)})" if quoted else ""
             lines.append(f" {i}. [{f['rule']}] {f['message']}" + (f" [{where}{worst}]" if where else ""))
             lines.append(f"    fix: {f['fix']}")
         if len(recs) > top:

@@ -67,10 +67,18 @@ _DISPATCH_PLUMBING = frozenset(
     {
         (os.path.join("torch", "_compile.py"), "inner"),
         (os.path.join("torch", "_dynamo", "eval_frame.py"), "_fn"),
-        # the rule lookup torch's C dispatcher makes for each op while a mode is on
-        (os.path.join("torch", "_library", "simple_registry.py"), "find_torch_dispatch_rule"),
     }
 )
+# and all of ``torch._library``: the rule lookup torch's C dispatcher makes for each op while a
+# mode is on (``find_torch_dispatch_rule``, the registry entry it makes for an op first seen)
+_DISPATCH_PLUMBING_DIR = os.sep + os.path.join("torch", "_library") + os.sep
+
+
+def _is_plumbing(code: CodeType) -> bool:
+    filename = code.co_filename
+    return _DISPATCH_PLUMBING_DIR in filename or any(
+        filename.endswith(os.sep + path) and code.co_name == name for path, name in _DISPATCH_PLUMBING
+    )
 
 
 def _kept_frames(codes: tuple[CodeType, ...], lines: tuple[int, ...]) -> list[tuple[CodeType, int]]:
@@ -82,10 +90,7 @@ def _kept_frames(codes: tuple[CodeType, ...], lines: tuple[int, ...]) -> list[tu
     if collector:
         pairs = pairs[collector[-1] + 1 :]
     # the plumbing at the leaf: the mode being entered or left, or a wrapper's own time
-    while pairs and any(
-        pairs[0][0].co_filename.endswith(os.sep + path) and pairs[0][0].co_name == name
-        for path, name in _DISPATCH_PLUMBING
-    ):
+    while pairs and _is_plumbing(pairs[0][0]):
         pairs = pairs[1:]
     return [(code, line) for code, line in pairs if not _skipped(code.co_filename)]
 
