@@ -263,6 +263,27 @@ def test_stop_inside_a_later_mode_is_refused_not_corrupting() -> None:
     assert doc["schemaVersion"] == 1
 
 
+def test_a_profile_stopped_inside_a_later_mode_can_stop_again_outside_it() -> None:
+    """The collector refused, but the profile had marked itself stopped first: the second
+    stop() said "not started", the cycle was lost and our mode stayed on the dispatch stack."""
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+    import torchscope
+
+    class UserMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    prof = torchscope.profile(backend="portable")
+    prof.start()
+    torch.ones(2).sum()
+    with UserMode(), pytest.raises(ProfilerStateError, match="UserMode"):
+        prof.stop()
+    prof.stop()
+    assert [e.key for e in prof.key_averages()] == ["aten::ones", "aten::sum"]
+    assert _get_current_dispatch_mode_stack() == []
+
+
 def test_a_second_session_starts_clean() -> None:
     x = torch.randn(4)
     collector = PortableCollector()

@@ -826,5 +826,8 @@ class PortableSession:
     def start(self) -> None:
         self._collector.start()
 
+    def check_stoppable(self) -> None:
+        self._collector.check_stoppable()
+
     def stop(self) -> Cycle:
         return Cycle(document=self._collector.stop())

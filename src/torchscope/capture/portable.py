@@ -192,7 +192,10 @@ class PortableCollector:
         self._mode.__enter__()
         self._running = True
 
-    def stop(self) -> dict[str, Any]:
+    def check_stoppable(self) -> None:
+        """Raise ``ProfilerStateError`` when ``stop()`` cannot run now, before anything changes:
+        the caller can leave the user's mode and stop again (the profile was marked stopped
+        first, its cycle lost and our mode left on the dispatch stack for good)."""
         if not self._running:
             raise ProfilerStateError("PortableCollector.stop() called before start()")
         top = _current_dispatch_mode()
@@ -202,6 +205,9 @@ class PortableCollector:
                 f"PortableCollector.stop() inside another dispatch mode ({type(top).__name__}) "
                 "entered after start(); stop the profiler outside it"
             )
+
+    def stop(self) -> dict[str, Any]:
+        self.check_stoppable()
         stopped = time.perf_counter_ns()  # where labels still open end
         self._mode.__exit__(None, None, None)
         self._mode = None

@@ -397,6 +397,9 @@ class profile:
             raise ProfilerStateError(
                 "profile.stop() called without a running profiler (not started, or stopped twice)"
             )
+        check = getattr(self._session, "check_stoppable", None)  # the portable collector's
+        if check is not None:
+            check()  # raises before anything changes: leave the user's mode, then stop again
         if self.step_rec_fn is not None:  # _exit_step, inline: Kineto records each call of ours
             rec, self.step_rec_fn = self.step_rec_fn, None
             rec.__exit__(None, None, None)
