@@ -570,3 +570,29 @@ def test_a_nul_and_a_bad_byte_in_the_middle_of_a_real_trace_fail_in_one_line(
     path.write_bytes(text[:mid] + b"\x00\xff garbage {{{" + text[mid + 50 :])
     with pytest.raises(TraceError, match=r"not valid JSON \(JSON is malformed: object keys must be strings"):
         read_chrome(path)
+
+
+def test_a_step_name_without_a_step_number_is_no_step(tmp_path: Path) -> None:
+    """``ProfilerStep#3000000000`` wrapped to step -1294967296 without a word, and
+    ``ProfilerStep#-5``/``#x`` ended ``torchscope report`` in a cast error (exit 0, no
+    summary). Such annotations are no steps now, and the reader says which."""
+    from torchscope.analysis.report import build_report
+
+    def annotation(name: str, ts: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 90}
+
+    def op(ts: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts, "dur": 50}
+
+    events = [annotation("ProfilerStep#7", 0), op(10), annotation("ProfilerStep#3000000000", 100), op(110)]
+    events += [annotation("ProfilerStep#-5", 200), op(210), annotation("ProfilerStep#x", 300), op(310)]
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = torchscope.load(path)
+    assert trace.steps["step"].to_list() == [7]
+    assert sorted(trace.events.filter(pl.col("name") == "aten::mm")["step"].to_list()) == [-1, -1, -1, 7]
+    (said,) = [w for w in trace.meta.warnings if "ProfilerStep" in w]
+    assert said.startswith("3 ProfilerStep annotations ('ProfilerStep#3000000000', 'ProfilerStep#-5',")
+    assert said.endswith("have no step number in 0..2147483647, so they are not steps")
+    report = build_report(trace)
+    assert [s["step"] for s in report["steps"]] == [7]

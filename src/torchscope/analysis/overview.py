@@ -25,6 +25,7 @@ from torchscope.analysis.outside import accounted_spans
 from torchscope.trace.cut import complete_steps
 from torchscope.trace.dialect import CYCLE_CUT, CYCLE_ENDED_BY_KEY
 from torchscope.trace.model import Trace
+from torchscope.trace.schema import step_number
 
 BREAKDOWN_CATEGORIES: tuple[str, ...] = (
     "Kernel",
@@ -101,10 +102,11 @@ def _profiler_steps(trace: Trace) -> pl.DataFrame:
     ann = kinds(trace, "user_annotation", "cpu_op").filter(names.PROFILER_STEP)
     return (
         ann.select(
-            pl.col("name").cast(pl.String).str.extract(r"#(\d+)", 1).cast(pl.Int32).alias("step"),
+            step_number(pl.col("name")).alias("step"),
             pl.col("start_ns"),
             (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
         )
+        .drop_nulls("step")
         .sort("start_ns")
         .unique("step", keep="first", maintain_order=True)
     )

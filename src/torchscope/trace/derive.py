@@ -26,7 +26,7 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.trace.model import Later
-from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND
+from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND, step_number
 from torchscope.trace.tree import climb, depths, nearest_ancestor
 
 try:  # our C extension (optional: NumPy computes the same without it)
@@ -393,7 +393,7 @@ def _steps(ev: pl.DataFrame, start: I64, launcher: I64, op: I64, device: Mask) -
             & pl.col("name").cast(pl.String).str.starts_with("ProfilerStep#")
         )
         .select(
-            pl.col("name").cast(pl.String).str.extract(r"#(\d+)", 1).cast(pl.Int64, strict=False).alias("n"),
+            step_number(pl.col("name")).alias("n"),
             "start_ns",
             (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
         )

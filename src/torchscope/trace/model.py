@@ -21,6 +21,7 @@ from torchscope.trace.schema import (
     MEMORY_SCHEMA,
     THREADS_SCHEMA,
     empty,
+    step_number,
 )
 
 
@@ -150,11 +151,12 @@ class Trace:
         )
         return (
             ann.select(
-                pl.col("name").cast(pl.String).str.extract(r"#(\d+)", 1).cast(pl.Int32).alias("step"),
+                step_number(pl.col("name")).alias("step"),
                 pl.col("start_ns"),
                 (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
                 pl.col("dur_ns"),
             )
+            .drop_nulls("step")
             .sort("start_ns")
             .unique("step", keep="first", maintain_order=True)
         )

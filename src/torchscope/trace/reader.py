@@ -65,6 +65,7 @@ from torchscope.trace.schema import (
     MEMORY_SCHEMA,
     THREADS_SCHEMA,
     conform,
+    step_number,
 )
 from torchscope.trace.short import (
     BYTE,
@@ -273,7 +274,12 @@ def _head_keys(data: Text, layout: Layout) -> Document | None | Literal[False]:
 
 
 def _decode_tail(
-    data: Text, layout: Layout, head_doc: Document | None, source: str, warnings: list[str], top: dict[str, Any]
+    data: Text,
+    layout: Layout,
+    head_doc: Document | None,
+    source: str,
+    warnings: list[str],
+    top: dict[str, Any],
 ) -> list[Event]:
     """The events of the last piece, decoded with the rest of the document (its keys after the
     list go to ``top``, with ``head_doc``'s), repaired as a whole document is: a file cut short
@@ -461,7 +467,11 @@ def _scanned_batches(
         if whole is None:
             # a file cut short is scanned up to its last complete event; anything else is
             # msgspec's, with its repairs, or it says what is wrong (done already: "cut short")
-            got = done if kind == "cut short" else scan_cut_short(_as_bytes(data), Place(0, len(data)), refused=True)
+            got = (
+                done
+                if kind == "cut short"
+                else scan_cut_short(_as_bytes(data), Place(0, len(data)), refused=True)
+            )
             if got is None:
                 return None
             whole, text, note = got
@@ -502,7 +512,9 @@ def _damaged_pieces(
         yield from _scan_pieces(data, _pieces(start + 1, cuts, len(data))[:-1], source, warnings, finish)
         scanned = _scanned_tail(data, layout, head_doc, source, warnings, top, finish)
         if scanned is None:
-            scanned = finish(raw.from_events(_decode_tail(data, layout, head_doc, source, warnings, top), warnings))
+            scanned = finish(
+                raw.from_events(_decode_tail(data, layout, head_doc, source, warnings, top), warnings)
+            )
         yield scanned
 
     return parts()
@@ -970,6 +982,7 @@ def _build(
     del flow_df
     return_free_memory()  # derive's temporaries (24 MB of 366k events' RSS after the read)
     _check_clocks(ev, warnings)
+    _check_step_names(ev, warnings)
     if said_cut(warnings):
         cut_before_device_work(ev, meta, warnings)
     timings.mark("derive")
@@ -987,6 +1000,24 @@ def _build(
 def _conformed(later: Later) -> Later:
     """The flows ``derive`` left to bind when first read, in their schema."""
     return lambda events: conform(later(events), FLOWS_SCHEMA)
+
+
+def _check_step_names(ev: pl.DataFrame, warnings: list[str]) -> None:
+    """Say which ``ProfilerStep#`` annotations are no steps (``schema.step_number``): their
+    number is not a whole number 0..2^31-1. They were read as step -1294967296, or ended the
+    report with a cast error."""
+    steps = ev.filter(
+        pl.col("kind").is_in(["user_annotation", "cpu_op"])
+        & pl.col("name").cast(pl.String).str.starts_with("ProfilerStep#")
+    )
+    bad = steps.filter(step_number(pl.col("name")).is_null())["name"].cast(pl.String)
+    if bad.len():
+        names = ", ".join(repr(n) for n in bad.unique(maintain_order=True).head(3).to_list())
+        warnings.append(
+            f"{bad.len():,} ProfilerStep annotation{'s' if bad.len() != 1 else ''} ({names})"
+            f" {'have' if bad.len() != 1 else 'has'} no step number in 0..2147483647, so"
+            f" {'they are not steps' if bad.len() != 1 else 'it is not a step'}"
+        )
 
 
 def _check_clocks(ev: pl.DataFrame, warnings: list[str]) -> None:

@@ -98,6 +98,15 @@ THREADS_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+def step_number(name: pl.Expr) -> pl.Expr:
+    """The N of a ``ProfilerStep#N`` name as the ``step`` column holds it (Int32), null for a
+    name that is not one with a whole N in 0..2^31-1 (``ProfilerStep#-5``, ``#x``, ``#3e9``):
+    such an annotation is no step. One reading for every reader of steps: a number past Int32
+    wrapped silently in one and failed the report's cast in another."""
+    number = name.cast(pl.String).str.extract(r"^ProfilerStep#(\d{1,10})\b", 1).cast(pl.Int64, strict=False)
+    return pl.when(number <= 2**31 - 1).then(number).cast(pl.Int32)
+
+
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """An empty frame with the given schema."""
     return pl.DataFrame(schema=schema)
