@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from torchscope.accuracy.dump_format import ABSENT, FORMAT, TABLES
+from torchscope.accuracy.dump_format import ABSENT, FORMAT, TABLES, VERSION
 from torchscope.accuracy.metrics import TensorMetrics, compare_arrays
 from torchscope.accuracy.result import DIVERGED, OK, RANDOM, SKIPPED, AccuracyResult, OpResult
 from torchscope.accuracy.stats import SKETCH
@@ -150,6 +150,12 @@ def _read_meta(path: Path) -> dict[str, Any]:
         )
     if meta.get("format") != FORMAT:
         raise TraceError(str(path), f"not a torchscope accuracy dump (format {meta.get('format')!r})")
+    version = meta.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= VERSION:
+        # a later format may record what this reader would misread: say so, not compare
+        raise TraceError(
+            str(path), f"dump format version {version!r}: this torchscope reads versions 1 to {VERSION}; upgrade it"
+        )
     return meta
 
 
