@@ -98,6 +98,20 @@ def test_table_matches_torch_layout(traces_dir: Path, capsys: pytest.CaptureFixt
     assert len(rows) == 3 and rows[0]["self_cpu_time_total"] >= rows[1]["self_cpu_time_total"]
 
 
+def test_a_table_of_a_trace_without_ops_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A browser's DevTools trace is Chrome-format but holds no operators: ``table`` printed
+    nothing at all (torch's table of no events is an empty string) and exited 0."""
+    path = tmp_path / "devtools.json"
+    task = {"ph": "X", "cat": "devtools.timeline", "name": "RunTask", "pid": 1, "tid": 2, "ts": 1000, "dur": 50}
+    path.write_text(json.dumps({"traceEvents": [task, {**task, "ts": 2000}]}))
+    assert main(["table", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip() == (
+        f"torchscope table: warning: {path}: no operator events to tabulate (the trace holds 2 'other' events)"
+    )
+
+
 def test_diff_names_the_changed_ops(
     traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -78,7 +78,13 @@ class TableCommand:
             frame = sorted_rows(ka.to_polars(), options)
             print_json(frame.to_dicts())
         else:
-            print(ka.render(options))  # an unknown --sort-by is a UsageError: one line, exit 2
+            table = ka.render(options)  # an unknown --sort-by is a UsageError: one line, exit 2
+            if len(ka) == 0:  # torch's table of no events is "": say why nothing is printed
+                kinds = trace.events["kind"].value_counts(sort=True).head(3)
+                held = ", ".join(f"{n:,} '{k}' events" for k, n in kinds.iter_rows()) or "no events"
+                warn_on_stderr(self.name, [f"{args.path}: no operator events to tabulate (the trace holds {held})"])
+            else:
+                print(table)
         return EXIT_OK
 
 
