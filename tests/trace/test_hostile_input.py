@@ -596,3 +596,16 @@ def test_a_step_name_without_a_step_number_is_no_step(tmp_path: Path) -> None:
     assert said.endswith("have no step number in 0..2147483647, so they are not steps")
     report = build_report(trace)
     assert [s["step"] for s in report["steps"]] == [7]
+
+
+def test_a_symbolic_link_that_loops_or_points_nowhere_is_said_as_such(tmp_path: Path) -> None:
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop.name)
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "gone.json")
+    with pytest.raises(TraceError, match=r"loop\.json: a symbolic link loop$"):
+        torchscope.load(loop)
+    with pytest.raises(TraceError, match=r"dangling\.json: a symbolic link to .*gone\.json, which does not exist$"):
+        torchscope.load(dangling)
+    with pytest.raises(TraceError, match=r"absent\.json: no such file or directory$"):
+        torchscope.load(tmp_path / "absent.json")

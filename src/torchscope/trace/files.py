@@ -10,6 +10,7 @@ standard library, our error type and the scanner.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import mmap
 import os
@@ -204,6 +205,22 @@ class OwnedMap(mmap.mmap):
     results are still in memory. A page read again comes back from the page cache with the
     same bytes. Any other map (a user's, possibly a private copy they changed) is left alone.
     """
+
+
+def why_missing(p: Path) -> str | None:
+    """Why ``p`` cannot be opened as a path at all, or None when it exists: a symbolic link
+    that loops, or points nowhere, is said as such (both read "no such file or directory")."""
+    try:
+        os.stat(p)
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        if os.path.islink(p):
+            return f"a symbolic link to {os.readlink(p)}, which does not exist"
+        if exc.errno == errno.ENOENT:
+            return "no such file or directory"
+        return exc.strerror or str(exc)
 
 
 def prefetch(path: str | Path) -> Prefetch | None:

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from torchscope.errors import TraceError
-from torchscope.trace.files import Prefetch
+from torchscope.trace.files import Prefetch, why_missing
 from torchscope.trace.model import Trace, TraceSet
 from torchscope.trace.progress import LoadProgress
 from torchscope.trace.reader import read_chrome
@@ -42,8 +42,9 @@ def load(
     (``torchscope.load`` starts that before importing this module).
     """
     p = Path(path).expanduser()
-    if not p.exists():
-        raise TraceError(str(p), "no such file or directory")
+    missing = why_missing(p)
+    if missing is not None:
+        raise TraceError(str(p), missing)
     if p.is_dir():
         if is_store(p):
             from torchscope.trace.store import load_trace
