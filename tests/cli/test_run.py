@@ -739,10 +739,53 @@ def test_a_stop_signal_saves_what_was_recorded_as_ctrl_c_does(tmp_path: Path, si
     returncode, err = _stopped_when_ready(["--all", "--out", str(out), str(script)], sig)
     assert returncode == 128 + sig
     assert f"torchscope run: {signame} received: saving what was recorded and writing the report" in err
+    # the traceback ends at the script's line the signal came at, not in our handler
+    assert "raise_terminated" not in err, err
     facts = json.loads((out / "run.json").read_text())
     assert facts["exit_code"] == 128 + sig and facts["error"] == signame
     assert facts["optimizer_steps"] >= 4 and Path(facts["traces"][0]).is_file()
     assert (out / "report.html").is_file()
+
+
+def test_a_stop_signal_while_saving_after_the_script_failed_lets_the_save_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rank whose peer failed under torchrun fails too, and torchrun then sends it SIGTERM
+    while it saves: it stopped at once, with no report, and run.json said "exit 143,
+    interrupted: stopped saving", the script's own error lost. The first signal while saving
+    after the script ended on its own is now said and the save goes on; the second stops."""
+    import os
+    import signal
+
+    from torchscope.cli.run import RunCommand
+
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(8, 8)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for i in range(6):\n"
+        "    model(torch.randn(4, 8)).sum().backward()\n"
+        "    opt.step()\n"
+        "raise RuntimeError('Connection closed by peer')\n"
+    )
+    report = RunCommand._report
+
+    def terminated_while_saving(self: RunCommand, *args: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # torchrun's, as the report is being built
+        report(self, *args)
+
+    monkeypatch.setattr(RunCommand, "_report", terminated_while_saving)
+    out = tmp_path / "run"
+    assert main(["run", "--out", str(out), "--sample-ms", "0", str(script)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "SIGTERM received while saving: finishing the traces and the report" in err
+    facts = json.loads((out / "run.json").read_text())
+    assert facts["exit_code"] == 1 and facts["error"].startswith("RuntimeError: Connection closed by peer")
+    assert facts["signals_while_saving"] == ["SIGTERM"]
+    assert (out / "report.html").is_file()
+    # the handlers are ours no more: a later SIGTERM is the default's again
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_a_second_ctrl_c_while_saving_says_what_is_on_disk(

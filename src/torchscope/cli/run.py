@@ -201,6 +201,10 @@ notes:
             "notes": list(result.notes),
             **files,
         }
+        from torchscope.runner.target import SIGNALS_WHILE_SAVING
+
+        if SIGNALS_WHILE_SAVING:  # saved through it: the script's exit code and error stand
+            facts["signals_while_saving"] = list(SIGNALS_WHILE_SAVING)
         _write_record(options.out, facts, say_failure=True)
         launch = options.launch
         if args.json:

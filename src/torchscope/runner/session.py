@@ -35,7 +35,7 @@ from torchscope.runner.bounds import (
 )
 from torchscope.runner.launch import LaunchRank
 from torchscope.runner.sampler import HotSpots, Sampler
-from torchscope.runner.target import STOP_SIGNALS, Target, execute
+from torchscope.runner.target import SAVING_THROUGH_ONE_SIGNAL, STOP_SIGNALS, Target, execute
 from torchscope.trace.dialect import RUN_KEY
 
 ACTIVITIES = ("cpu", "cuda", "xpu", "mtia")
@@ -611,6 +611,8 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         outcome = execute(target)
     finally:
         RUN_PHASE[0] = "saving"
+        interrupted = outcome is None or outcome.error == "KeyboardInterrupt" or outcome.error in STOP_SIGNALS
+        SAVING_THROUGH_ONE_SIGNAL[0] = not interrupted  # the script ended on its own: save through one
         if outcome is not None and (outcome.error == "KeyboardInterrupt" or outcome.error in STOP_SIGNALS):
             # saving a long cycle takes a while (29 s for 6 s of --all --memory --stack) and
             # said nothing, so a second Ctrl-C came and lost everything without a word

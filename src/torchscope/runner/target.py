@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import CodeType, TracebackType
 from typing import Any
 
 
@@ -61,28 +61,64 @@ def interrupt_exit_code(exc: KeyboardInterrupt) -> int:
     return 128 + exc.signum if isinstance(exc, Terminated) else 130
 
 
+# Set while the run saves after the script ended on its own (its end, an error, sys.exit):
+# the first stop signal then is said and saving goes on; the one after it stops at once. A
+# job whose other rank failed gets torchrun's SIGTERM here: it stopped saving at once, and the
+# rank lost its report and the script's own error. The signals received meanwhile are listed.
+SAVING_THROUGH_ONE_SIGNAL = [False]
+_HANDLER_CODES: set[CodeType] = set()  # our signal handlers' code: no frame of a script's traceback
+SIGNALS_WHILE_SAVING: list[str] = []
+
+
+def _deferred(signum: int) -> bool:
+    """Whether this signal is the one saving goes on through (then said on stderr)."""
+    if not SAVING_THROUGH_ONE_SIGNAL[0]:
+        return False
+    SAVING_THROUGH_ONE_SIGNAL[0] = False
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    SIGNALS_WHILE_SAVING.append(name)
+    print(
+        f"torchscope run: {name} received while saving: finishing the traces and the report"
+        " (a stop signal or Ctrl-C again to stop now, keeping only the traces already written)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return True
+
+
 @contextmanager
 def stop_signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP raise ``Terminated`` in the main thread inside the block, where their
     handler is the default one (a handler someone else set is left alone, and a script that
-    sets its own replaces ours)."""
+    sets its own replaces ours); Ctrl-C raises ``KeyboardInterrupt`` as by default. While
+    ``SAVING_THROUGH_ONE_SIGNAL`` is set, the first of them does neither (``_deferred``)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def raise_terminated(signum: int, frame: object) -> None:
-        raise Terminated(signum)
+        if not _deferred(signum):
+            raise Terminated(signum)
+
+    def raise_interrupt(signum: int, frame: object) -> None:
+        if not _deferred(signum):
+            raise KeyboardInterrupt
+
+    _HANDLER_CODES.update((raise_terminated.__code__, raise_interrupt.__code__))
 
     present = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]  # no SIGHUP on Windows
-    ours = [s for s in present if signal.getsignal(s) is signal.SIG_DFL]
-    for s in ours:
-        signal.signal(s, raise_terminated)
+    ours = [(s, raise_terminated) for s in present if signal.getsignal(s) is signal.SIG_DFL]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        ours.append((signal.SIGINT, raise_interrupt))
+    for s, handler in ours:
+        signal.signal(s, handler)
     try:
         yield
     finally:
-        for s in ours:
-            if signal.getsignal(s) is raise_terminated:
-                signal.signal(s, signal.SIG_DFL)
+        SAVING_THROUGH_ONE_SIGNAL[0] = False
+        for s, handler in ours:
+            if signal.getsignal(s) is handler:
+                signal.signal(s, signal.SIG_DFL if handler is raise_terminated else signal.default_int_handler)
 
 
 def _exit_code(code: object) -> int:
@@ -108,10 +144,17 @@ _SCRIPT_GLOBALS: list[dict[str, Any]] = []
 
 
 def _script_traceback(exc: BaseException) -> TracebackType | None:
-    """``exc``'s traceback from the script's first frame (ours and runpy's cut off)."""
+    """``exc``'s traceback from the script's first frame (ours and runpy's cut off) to the
+    script's line the signal came at (our signal handler's frame, where a stop signal or
+    Ctrl-C raises, cut off too: the traceback ended in ``raise_terminated``)."""
     tb = exc.__traceback__
     while tb is not None and _is_runner_frame(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
+    node, before = tb, None
+    while node is not None and node.tb_next is not None:
+        node, before = node.tb_next, node
+    if before is not None and node is not None and node.tb_frame.f_code in _HANDLER_CODES:
+        before.tb_next = None
     return tb
 
 
