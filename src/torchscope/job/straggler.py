@@ -21,6 +21,10 @@ import numpy as np
 # the straggler must arrive last at least this share of the collectives, and the wait it causes
 # must be at least this share of the median step: otherwise arrival order is noise
 MIN_LAST_SHARE = 0.5
+# In a job of many ranks chance makes each last 1/N of the time: a rank last at three times
+# chance, and twice as often as any other, is named too (8 ranks: rank 5 last at 10 of 26
+# collectives, no other at more than 4, was "no straggler")
+CHANCE_MULTIPLE = 3.0
 MIN_WAIT_SHARE = 0.02
 TOP_CAUSES = 5
 
@@ -101,7 +105,8 @@ def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: flo
     """The rank the others wait for, the wait it costs per step, and what it does more of.
 
     ``None`` when fewer than two ranks share collectives, or when no rank arrives last clearly
-    more often than chance (``MIN_LAST_SHARE``) with a wait worth naming (``MIN_WAIT_SHARE``).
+    more often than chance (``MIN_LAST_SHARE``, or ``CHANCE_MULTIPLE`` times chance and twice
+    any other rank) with a wait worth naming (``MIN_WAIT_SHARE``).
     """
     if aligned["matched"] == 0 or len(ranks) < 2:
         return None
@@ -110,7 +115,11 @@ def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: flo
     steps = median([sum(c["steps"] for c in r["cycles"]) or 1 for r in ranks]) or 1
     # the job's cost: every collective waits on average this long, summed, per step
     cost = sum(c["mean_wait_ns"] for c in aligned["collectives"]) / steps
-    if worst["last_share"] < MIN_LAST_SHARE or cost < MIN_WAIT_SHARE * step_ns:
+    runner_up = max((r["last"] for r in rows if r["rank"] != worst["rank"]), default=0)
+    clearly_last = worst["last_share"] >= MIN_LAST_SHARE or (
+        worst["last_share"] >= CHANCE_MULTIPLE / len(rows) and worst["last"] >= 2 * runner_up
+    )
+    if not clearly_last or cost < MIN_WAIT_SHARE * step_ns:
         return None
     mine = next(r for r in ranks if r["rank"] == worst["rank"])
     # other ranks that are late too: their mean lag is at least half the straggler's. Not in a
