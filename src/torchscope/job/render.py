@@ -166,7 +166,7 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
             # the message is the worst instance's: say whose, so its numbers read as that one's
             several_cycles = f.get("on_cycles", 1) > 1 and run["cycles"] > 1
             quoted = [f"rank {f['worst_rank']}"] if per_rank else []
-            if several_cycles and f.get("worst_cycle") is not None:
+            if several_cycles and f.get("scope") != "job" and f.get("worst_cycle") is not None:
                 quoted.append(f"cycle {f['worst_cycle']}")
             worst = f" (worst: {', '.join(quoted)})" if quoted else ""
             lines.append(f" {i}. [{f['rule']}] {f['message']}" + (f" [{where}{worst}]" if where else ""))

@@ -19,7 +19,7 @@ const viewJob = (() => {
     if (severalCycles) parts.push(f.scope === "job" || R.ranks === 1 ? `in ${f.on_cycles} cycles` : `${f.on_cycles} rank-cycles`);
     // the message is the worst instance's: whose, so its numbers read as that one's
     const whose = perRank ? [`rank ${f.worst_rank}`] : [];
-    if (severalCycles && f.worst_cycle != null) whose.push(`cycle ${f.worst_cycle}`);
+    if (severalCycles && f.scope !== "job" && f.worst_cycle != null) whose.push(`cycle ${f.worst_cycle}`);
     return parts.join(", ") + (whose.length ? `; worst: ${whose.join(", ")}` : "");
   }
   function viewJob() {
