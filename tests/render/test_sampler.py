@@ -304,3 +304,22 @@ def test_under_the_portable_collector_an_op_call_reads_as_it_does_under_kineto(t
     assert "<module>" in charged and "Tensor.backward" in charged
     assert charged <= {"<module>", "Tensor.backward"}, charged
     assert {r["file"] for r in rows if r["self_ns"] > 0} == {str(script)}
+
+
+def test_a_call_through_a_decorators_inner_function_is_named_by_its_implementation(tmp_path: Path) -> None:
+    """``F.max_pool2d`` is ``boolean_dispatch``'s inner ``fn`` around ``_max_pool2d``: its row
+    was named ``annotate`` (the few samples inside the ``torch.jit.annotate`` it calls) or
+    ``boolean_dispatch.<locals>.fn``, from one run to the next."""
+    from torchscope.runner.target import Target, execute
+
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import torch\nimport torch.nn.functional as F\nx = torch.randn(8, 16, 64, 64)\n"
+        "for _ in range(40):\n    y = F.max_pool2d(x, 2)\n"
+    )
+    s = Sampler(interval_s=0.0005, script_only=True)
+    s.start()
+    assert execute(Target(str(script), ())).exit_code == 0
+    rows = [r for r in s.stop().table(limit=10_000) if r["self_ns"] > 0 and r["file"] == str(script)]
+    pool = [r for r in rows if r["line"] == 5]
+    assert [r["function"] for r in pool] == ["max_pool2d"]

@@ -197,7 +197,9 @@ def _torch_calls(entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]
         user = next((i for i, c in enumerate(codes) if not _is_library(c.co_filename)), len(codes))
         if 0 < user < len(codes) and _TORCH_PART in codes[user - 1].co_filename:
             key = (codes[user].co_filename, lines[user], codes[user - 1])
-            groups.setdefault(key, []).append((sid, _call_label(codes[:user])))
+            groups.setdefault(key, []).append(
+                (sid, _call_label(codes[:user]) or _implementation_label(codes[:user]))
+            )
     calls: dict[int, Func] = {}
     for (filename, line, entry), members in groups.items():
         labels = [label for _, label in members if label is not None]
@@ -209,6 +211,20 @@ def _torch_calls(entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]
         for sid, _ in members:
             calls[sid] = (filename, name, line)
     return calls
+
+
+def _implementation_label(codes: tuple[CodeType, ...]) -> str | None:
+    """A call's name when ``_call_label`` finds no public frame: the outermost function that is
+    no decorator's inner one, without its leading underscores (``F.max_pool2d`` is
+    ``boolean_dispatch``'s inner ``fn`` around ``_max_pool2d``: "max_pool2d"). Every sample of
+    a call votes with a name now: the few inside a helper it calls (``torch.jit.annotate``)
+    named the row when the rest, in C, gave none."""
+    for code in reversed(codes):  # outermost first
+        qualname = str(getattr(code, "co_qualname", code.co_name))
+        if "<locals>" not in qualname and not _is_plumbing(code) and code.co_name not in _MACHINERY_DUNDERS:
+            head, _, last = qualname.rpartition(".")
+            return (head + "." if head else "") + (last.lstrip("_") or last)
+    return None
 
 
 def _hot_or_ours(stack: tuple[Func, ...]) -> Func:
