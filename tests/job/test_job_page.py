@@ -26,6 +26,9 @@ def test_job_view_opens_first_and_names_the_straggler(
         cards = page.locator(".card").all_inner_texts()
         assert any(c.startswith("straggler") and c.endswith("rank 1") for c in cards)
         assert page.locator("[data-testid=job-ranks] tbody tr").count() == 2
+        # ranks in their order (they came last first: 127 down to 0 in a job of 128)
+        ranks = page.eval_on_selector_all("[data-testid=job-ranks] tbody tr td:first-child", "t => t.map(x => x.textContent)")
+        assert ranks == ["0", "1"]
         first = page.locator("[data-testid=job-recommendations] .rec .t").first.inner_text()
         assert first == "straggler"  # a finding of the job as a whole: no "on N of M ranks", as the terminal
         # the page holds the job summary only: no per-trace tab saying "no steps" about a job

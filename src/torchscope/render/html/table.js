@@ -5,7 +5,7 @@
 
 /** @typedef {Record<string, any>} Row a table row (a report record) */
 /** @typedef {{key: string, label: string, num?: boolean, cls?: string | null, fmt?: (v: any, row: Row) => any}} Col */
-/** @typedef {{id?: string, sort?: string, limit?: number, onRow?: (row: Row) => void}} TableOpts */
+/** @typedef {{id?: string, sort?: string, asc?: boolean, limit?: number, onRow?: (row: Row) => void}} TableOpts */
 
 const TorchscopeTable = (() => {
   const { h } = TorchscopeDom;
@@ -32,7 +32,7 @@ const TorchscopeTable = (() => {
    * @param {Col[]} cols @param {Row[]} rows @param {TableOpts} [opts] @returns {HTMLElement} */
   function table(cols, rows, opts) {
     const o = opts || {};
-    let sortKey = o.sort || null, desc = true, filter = "";
+    let sortKey = o.sort || null, desc = !o.asc, filter = "";
     /** @type {Row | null} */
     let picked = null;
     const box = h("div", { class: "tablebox" });

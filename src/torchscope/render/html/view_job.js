@@ -67,7 +67,18 @@ const viewJob = (() => {
         { key: "last", label: "arrived last", num: true }, { key: "wait_ns", label: "waited", num: true, fmt: fmtNs },
         { key: "findings", label: "findings", cls: "name" }, { key: "view", label: "full view", cls: "name" }],
         (R.per_rank || []).map((/** @type {Obj} */ p) => ({ ...p, last: (waits[p.rank] || {}).last, wait_ns: (waits[p.rank] || {}).wait_ns, findings: (p.findings || []).join(", "),
-          view: (p.views || []).length ? h("span", {}, p.views.map((/** @type {any} */ v) => h("a", { href: v }, v + " "))) : "" })), { id: "job-ranks", sort: "rank" }));
+          view: (p.views || []).length ? h("span", {}, p.views.map((/** @type {any} */ v) => h("a", { href: v }, v + " "))) : "" })), { id: "job-ranks", sort: "rank", asc: true }));
+      // the ranks whose median step is far from the job's median, as the terminal lists them
+      if ((R.outliers || []).length) {
+        out.push(h("h4", {}, "Outlier ranks"));
+        out.push(table([{ key: "rank", label: "rank", num: true }, { key: "step_ns", label: "median step", num: true, fmt: fmtNs },
+          { key: "vs_median_pct", label: "vs the median rank", num: true, fmt: (/** @type {number} */ v) => `${v >= 0 ? "+" : ""}${v.toFixed(0)}%` },
+          { key: "differs", label: "differs most in", cls: "name" }],
+          R.outliers.map((/** @type {Obj} */ o) => ({ ...o, differs: Object.entries(o.by_category_ns || {})
+            .sort((a, b) => Math.abs(/** @type {number} */ (b[1])) - Math.abs(/** @type {number} */ (a[1]))).slice(0, 3)
+            .map(([c, v]) => `${c} ${/** @type {number} */ (v) >= 0 ? "+" : "-"}${fmtNs(Math.abs(/** @type {number} */ (v)))}`).join(", ") })),
+          { id: "job-outliers", sort: "rank", asc: true }));
+      }
       if ((R.cycle_table || []).length > 1) {
         out.push(h("h4", {}, "Cycles"));
         out.push(table([{ key: "cycle", label: "cycle", num: true }, { key: "ranks", label: "ranks", num: true }, { key: "steps", label: "steps", num: true },
