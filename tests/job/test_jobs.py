@@ -926,3 +926,16 @@ def test_a_cut_rank_keeps_its_per_step_op_times(
     out = capsys.readouterr().out
     assert "  op aten::_foreach_mul_: 133.428 ms/step vs 120.477 ms on the others" in out
     assert "warning: rank-1.json.gz: the file ends mid-event (truncated?)" in out
+
+
+def test_a_run_that_wrote_no_trace_is_not_said_to_have_traces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "traces").mkdir()
+    facts = {"exit_code": 130, "state": "ended", "error": "interrupted again: stopped saving", "traces": []}
+    (tmp_path / "run.json").write_text(json.dumps(facts))
+    assert main(["report", str(tmp_path), "--no-html"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith(
+        "run.json: the script exited 130 (interrupted again: stopped saving): it wrote no trace"
+    )

@@ -233,7 +233,9 @@ def _how_the_run_ended(path: Path, directory: Path) -> list[str]:
     if code == 0:
         return []
     why = f" ({error})" if error else ""
-    return [f"{path.relative_to(directory)}: the script exited {code}{why}: its traces end where it stopped"]
+    traces = facts.get("traces")
+    kept = "it wrote no trace" if isinstance(traces, list) and not traces else "its traces end where it stopped"
+    return [f"{path.relative_to(directory)}: the script exited {code}{why}: {kept}"]
 
 
 # where ``torchscope run`` has Python's faulthandler write the stacks of a crash (a segfault in
