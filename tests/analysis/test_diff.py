@@ -199,6 +199,32 @@ def test_differently_numbered_runs_compare_their_first_steps(load_trace: Callabl
     assert d.a.steps == d.b.steps == 3
 
 
+def test_runs_that_share_a_step_number_by_chance_compare_their_first_steps(tmp_path: Path) -> None:
+    """A default ``torchscope run`` schedule (steps 0-4, 20-22, 38-40) against ``--wait 5
+    --active 3 --repeat 0`` (steps 5-7, 13-15, ...) met at step 38 alone: the headline ratio came
+    from one step of 11 and 28. Under half of the fewer kept steps shared is chance."""
+    import json
+
+    def run(steps: list[int], name: str) -> Trace:
+        events = []
+        for k, n in enumerate(steps):
+            t = k * 1000
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": t, "dur": 900})
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 10, "dur": 500})
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"traceEvents": events}))
+        return torchscope.load(path)  # type: ignore[return-value]
+
+    default = [*range(0, 5), 20, 21, 22, 38, 39, 40]
+    own = [s for s in range(5, 70) if s % 8 in (5, 6, 7)][:28]
+    a, b = run(default, "a"), run(own, "b")
+    common = sorted(set(default) & set(own))
+    assert len(common) * 2 < len(default)
+    assert choose_steps(a, b) == (tuple(default), tuple(own[: len(default)]))
+    # runs of one schedule still compare step for step
+    assert choose_steps(a, run(default[:8] + [41], "c")) == (tuple(default[:8]), tuple(default[:8]))
+
+
 def test_an_op_calling_itself_is_one_call_in_a_diff() -> None:
     """``aten::log_softmax`` -> ``aten::log_softmax`` on an H200 MLP step: torch's table, ours and
     the report count 2 calls on each side; the diff counted 4 on one side and ranked a false
