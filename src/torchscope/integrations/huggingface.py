@@ -24,6 +24,20 @@ from transformers.utils import logging
 logger = logging.get_logger("transformers.trainer")
 
 
+def _at_interpreter_exit(call: Any) -> None:
+    """Run ``call`` as the interpreter exits, while thread pools still take work: the report
+    reads the trace and builds its sections on threads, and an ``atexit`` callback runs after
+    ``concurrent.futures`` stopped taking any ("cannot schedule new futures after interpreter
+    shutdown": the report at exit was empty). ``threading._register_atexit`` runs its callbacks
+    last registered first, before those of ``atexit``; concurrent.futures registers its own on
+    import, so it is imported first."""
+    import concurrent.futures.thread  # noqa: F401 - its exit hook, registered before ours
+    import threading
+
+    register = getattr(threading, "_register_atexit", None)
+    (register or atexit.register)(call)
+
+
 class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
     """Profile steps of ``Trainer.train`` with ``torchscope.profile``; report when training ends."""
 
@@ -75,7 +89,7 @@ class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
         # Trainer calls no callback when train() raises: the cycle being recorded, and the
         # report, would be lost without a word; at exit they are written after all
         self._at_exit = functools.partial(self._finish_after_failure, args, state)
-        atexit.register(self._at_exit)
+        _at_interpreter_exit(self._at_exit)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # once per optimizer step, even for a callback added twice (each step counted twice
@@ -85,7 +99,7 @@ class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
             self._prof.step()
 
     def _finish_after_failure(self, args: Any, state: Any) -> None:
-        if self._prof is None:
+        if self._prof is None or self._at_exit is None:
             return
         logger.warning(
             "torchscope: Trainer.train ended without on_train_end (it raised?) after %d steps;"
@@ -98,9 +112,7 @@ class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
         self._finish(args, state)
 
     def _finish(self, args: Any, state: Any) -> None:
-        if self._at_exit is not None:
-            atexit.unregister(self._at_exit)
-            self._at_exit = None
+        self._at_exit = None  # (a call registered at exit then does nothing: no cycle is left)
         if self._prof is None:
             return
         prof, self._prof = self._prof, None
