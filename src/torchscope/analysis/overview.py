@@ -346,29 +346,80 @@ def _host_roles(trace: Trace, communication: iv.Spans) -> dict[str, iv.Spans]:
 
 
 def _optimizer_spans(host: pl.DataFrame) -> iv.Spans:
-    """The optimizer annotations' time, less the closure an ``Optimizer.step`` runs.
+    """The optimizer annotations' time, less the closures an ``Optimizer.step`` runs.
 
     Lightning (and LBFGS) call ``optimizer.step(closure)`` with the forward and the backward in
     the closure, so the whole step read as Optimizer: 67 % of a Lightning MLP's step, whose
-    update took a few ``add_`` calls. A step that runs backward nodes (on any thread: CUDA's
-    backward runs on the device's) counts as Optimizer only from the end of its last one; the
-    closure's time goes to the categories below (Operators, mostly)."""
+    update took a few ``add_`` calls. Inside a step that runs backward nodes, each closure call
+    is a window from its forward's first op that autograd records (an op with a sequence
+    number: the optimizer's own math runs without grad and has none) to the end of the backward
+    nodes that follow it, on any thread (CUDA's backward runs on the device's); an op of the
+    optimizer's own outside them ends the window. The windows' time goes to the categories below
+    (Operators, mostly), and LBFGS's math between its closure calls stays Optimizer."""
     opt = host.filter(names.OPTIMIZER & (pl.col("kind") != "python_function"))
     starts = opt["start_ns"].to_numpy().astype(np.int64)
     ends = starts + opt["dur_ns"].to_numpy().astype(np.int64)
-    backward = host.filter(names.BACKWARD_NODE & (pl.col("kind") == "cpu_op")).sort("start_ns")
-    if opt.height and backward.height:
-        b_starts = backward["start_ns"].to_numpy().astype(np.int64)
-        b_ends = b_starts + backward["dur_ns"].to_numpy().astype(np.int64)
-        first = np.searchsorted(b_starts, starts, side="left")
-        past = np.searchsorted(b_starts, ends, side="left")
-        runs = past > first  # the steps with backward nodes inside
-        if runs.any():
-            # the last end among each step's backward nodes (a sentinel keeps ``past`` in range)
-            bounds = np.column_stack([first[runs], past[runs]]).ravel()
-            last_end = np.maximum.reduceat(np.append(b_ends, 0), bounds)[::2]
-            starts[runs] = np.minimum(np.maximum(starts[runs], last_end), ends[runs])
-    return iv.merge(starts, ends)
+    spans = iv.merge(starts, ends)
+    backward = host.filter(names.BACKWARD_NODE & (pl.col("kind") == "cpu_op"))
+    if not opt.height or not backward.height:
+        return spans
+    b_starts = np.sort(backward["start_ns"].to_numpy().astype(np.int64))
+    inside = np.searchsorted(b_starts, ends, side="left") > np.searchsorted(b_starts, starts, side="left")
+    if not inside.any():  # no closure: the common case costs two searches
+        return spans
+    # each op as forward (0: autograd records it), backward node (1) or other (2: the optimizer's
+    # own math, run without grad)
+    ops = (
+        host.filter(pl.col("kind") == "cpu_op")
+        .select(
+            "start_ns",
+            "dur_ns",
+            pl.when(names.BACKWARD_NODE)
+            .then(1)
+            .when(pl.col("seq") >= 0)
+            .then(0)
+            .otherwise(2)
+            .cast(pl.Int8)
+            .alias("what"),
+        )
+        .sort("start_ns")
+    )
+    m_start = ops["start_ns"].to_numpy().astype(np.int64)
+    m_end = m_start + ops["dur_ns"].to_numpy().astype(np.int64)
+    what = ops["what"].to_numpy()
+    windows: list[tuple[int, int]] = []
+    for s, e in zip(starts[inside].tolist(), ends[inside].tolist(), strict=True):
+        lo, hi = np.searchsorted(m_start, [s, e], side="left").tolist()
+        opened: int | None = None  # the start of the closure call being read
+        last_backward: int | None = None
+        tail = False  # opened by ops right after a backward (``loss.detach()``), not a forward
+        covered = s  # the end of the forward and backward ops so far: ops inside them are theirs
+        for t0, t1, kind in zip(
+            m_start[lo:hi].tolist(), m_end[lo:hi].tolist(), what[lo:hi].tolist(), strict=True
+        ):
+            if kind == 2:
+                # an op of the optimizer's own after a backward, or after a closure's tail, ends
+                # the call; one inside a forward (``zero_grad``'s, before the backward) does not
+                if t0 >= covered and opened is not None and (last_backward is not None or tail):
+                    if last_backward is not None:
+                        windows.append((opened, last_backward))
+                    opened, last_backward = None, None
+                continue
+            covered = max(covered, t1)
+            if kind == 1:
+                opened = t0 if opened is None else opened
+                last_backward = t1 if last_backward is None else max(last_backward, t1)
+            elif opened is None:
+                opened, tail = t0, False
+            elif last_backward is not None:  # after a backward: the closure's tail, or the next call
+                windows.append((opened, last_backward))
+                opened, last_backward, tail = t0, None, True
+        if opened is not None and last_backward is not None:
+            windows.append((opened, last_backward))
+    if not windows:
+        return spans
+    w = np.array(windows, dtype=np.int64)
+    return iv.subtract(spans, iv.merge(w[:, 0], w[:, 1]))
 
 
 def _device_metrics(trace: Trace, lo: int, hi: int) -> tuple[DeviceMetrics, ...]:
