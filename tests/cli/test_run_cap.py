@@ -115,4 +115,5 @@ def test_the_default_schedule_says_what_share_of_the_run_it_recorded() -> None:
 
     assert "recorded 11 of the run's 3,000 steps (0–4, 20–22, 38–40)" in DefaultSchedule().describe(3000)
     # a run that ends inside the second cycle: steps 0-4 and 20-21 were recorded
-    assert "recorded 7 of the run's 22 steps" in DefaultSchedule().describe(22)
+    assert "recorded 7 of the run's 22 steps (0–4, 20–21)" in DefaultSchedule().describe(22)
+    assert "recorded 5 of the run's 8 steps (0–4)," in DefaultSchedule().describe(8)  # no span it never reached

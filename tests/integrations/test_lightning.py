@@ -115,6 +115,7 @@ def test_a_fit_that_raises_keeps_the_steps_recorded_and_reports_them(tmp_path: P
     # profile's exit, which the report leaves out of the step times and says so)
     assert torchscope.load(path).steps["step"].to_list() == [2, 3]
     assert profiler.payload is not None
+    assert '"torchscope_cycle_ended_by": "error"' in path.read_text()  # the error cut that step
     assert profiler.report_path == tmp_path / "torchscope" / "report.html" and profiler.report_path.is_file()
     profiler.teardown(None)  # what Lightning's __del__ does later: nothing left to stop
 

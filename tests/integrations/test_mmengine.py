@@ -126,7 +126,7 @@ def test_a_schedule_that_repeats_reports_every_cycle(tmp_path: Path) -> None:
     hook = next(h for h in runner.hooks if type(h).__name__ == "TorchscopeProfilerHook")
     assert len(list(tb.glob("*.pt.trace.json"))) == 3  # the handler's files, where it writes them
     ours = sorted((Path(runner.log_dir) / "torchscope").glob("rank0.cycle*.pt.trace.json"))
-    assert [p.name for p in ours] == [f"rank0.cycle{n}.pt.trace.json" for n in (1, 2, 3)]
+    assert [p.name for p in ours] == [f"rank0.cycle{n}.pt.trace.json" for n in (0, 1, 2)]
     import torchscope
 
     assert [torchscope.load(p).steps.height for p in ours] == [2, 2, 2]

@@ -51,7 +51,7 @@ class TorchscopeProfilerHook(ProfilerHook):  # type: ignore[misc]
 
         def also_ours(prof: Any) -> None:
             self._cycles_dir.mkdir(parents=True, exist_ok=True)
-            n = len(self._written) + 1
+            n = len(self._written)  # numbered from 0, as the report numbers the cycles
             path = self._cycles_dir / f"rank{self._rank}.cycle{n}.pt.trace.json"
             prof.export_chrome_trace(str(path))
             self._written.append(path)

@@ -106,8 +106,10 @@ class DefaultSchedule:
         spans = ", ".join(f"{a}–{b}" for a, b in self.recorded())
         if steps is None:
             what = f"recorded steps {spans}"
-        else:
-            done = sum(max(0, min(b, steps - 1) - a + 1) for a, b in self.recorded())
+        else:  # the spans the run reached, as far as it went
+            reached = [(a, min(b, steps - 1)) for a, b in self.recorded() if a < steps]
+            done = sum(b - a + 1 for a, b in reached)
+            spans = ", ".join(f"{a}–{b}" if b > a else f"{a}" for a, b in reached)
             what = f"recorded {done:,} of the run's {steps:,} steps ({spans})"
         return (
             f"default schedule: {what}, the first with the setup before it; "
