@@ -417,6 +417,9 @@ def test_the_cycles_of_a_scripts_own_profiler_get_their_hot_spots(tmp_path: Path
     assert busy["file"].endswith("own_profiler.py")
     # the two recorded steps, nothing else: the busy function is most of them, and outside ops
     assert busy["total_pct"] > 50 and busy["outside_ops_pct"] > 90
+    # printed under the last cycle's summary, the table says it covers every recorded cycle
+    cycles = len(report["runs"])
+    assert cycles == 2 and f"Python hot spots over all {cycles} recorded cycles" in " ".join(done.stderr.split())
 
 
 def test_a_script_with_its_own_torch_profiler_keeps_its_files_and_exit_code(tmp_path: Path) -> None:

@@ -351,7 +351,8 @@ def _print_summary(payload: dict | None, result: object, options: object, files:
     if payload is not None and len(cycles) > 1:
         # the report of a run with several cycles is a set of them: one in full here
         run = runs[shown] if shown < len(runs) else {}
-        print_summary({**payload, "report": cycles[names[shown]], "runs": [{**run, "name": names[shown]}]}, console)
+        one = {"report": cycles[names[shown]], "runs": [{**run, "name": names[shown]}], "hotspots_cycles": len(cycles)}
+        print_summary({**payload, **one}, console)
     elif payload is not None:
         print_summary(payload, console)
     if len(cycles) > 1:

@@ -198,7 +198,9 @@ def print_summary(payload: dict[str, Any], console: Console, *, top: int = 10) -
     elif report:
         runs = payload.get("runs") or [{}]
         print_report(report, console, name=runs[0].get("name", ""), top=top)
-    _print_hotspots(payload.get("hotspots") or [], console, top)
+    # the cycles the samples were placed on: a run's summary shows one cycle of several in full
+    cycles = int(payload.get("hotspots_cycles") or len(payload.get("runs") or []))
+    _print_hotspots(payload.get("hotspots") or [], console, top, cycles=cycles)
     recs = report.get(K.RECOMMENDATIONS) or []
     if recs:
         console.print("[bold]recommendations[/bold]")
@@ -208,11 +210,14 @@ def print_summary(payload: dict[str, Any], console: Console, *, top: int = 10) -
         console.print(f"[yellow]warning[/yellow] {_esc(w)}")
 
 
-def _print_hotspots(hot: list[dict[str, Any]], console: Console, top: int) -> None:
+def _print_hotspots(hot: list[dict[str, Any]], console: Console, top: int, cycles: int = 1) -> None:
+    """The run's sampled hot spots: over every recorded cycle, said when there are several (they
+    were printed under the last cycle's summary as if they were its own)."""
     if not hot:
         return
+    over = f" over all {cycles} recorded cycles" if cycles > 1 else ""
     t = Table(
-        title="Python hot spots (sampled; 'outside ops' = time the op profiler does not see)",
+        title=f"Python hot spots{over} (sampled; 'outside ops' = time the op profiler does not see)",
         title_justify="left",
     )
     for col, just in (

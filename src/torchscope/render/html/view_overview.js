@@ -52,7 +52,8 @@ const viewOverview = (() => {
     if (set) out.push(h("p", { class: "muted", "data-testid": "recommendations-of" }, `Findings of ${run().name}; those of the whole set are in the Report tab.`));
     out.push(recs.length ? h("div", { "data-testid": "recommendations" }, recs.map((/** @type {Obj} */ r) => recCard(r))) : h("div", { class: "muted", "data-testid": "recommendations" }, "No recommendations."));
     if (P.hotspots && P.hotspots.length) {
-      out.push(h("h3", {}, "Python hot spots (sampled; “outside ops” is time the op profiler does not see)"));
+      const cycles = (state.payload.runs || []).length;
+      out.push(h("h3", {}, `Python hot spots${cycles > 1 ? ` over all ${cycles} recorded cycles` : ""} (sampled; “outside ops” is time the op profiler does not see)`));
       out.push(table([
         { key: "function", label: "function", cls: "name" }, { key: "location", label: "location", cls: "name" },
         { key: "self_ns", label: "self", num: true, fmt: fmtNs }, { key: "total_ns", label: "total", num: true, fmt: fmtNs },
