@@ -22,13 +22,15 @@ from torchscope.runner.session import SCRIPT_CYCLE, SETUP_SPAN, TAIL_SPAN, RunOp
 from torchscope.trace.model import Trace, TraceSet
 
 
-def _clock_offset(trace: Trace, marks: list[tuple[int, int]], samples: HotSpots) -> int | None:
+def _clock_offset(
+    trace: Trace, marks: list[tuple[int, int]], samples: HotSpots, *, anywhere: bool = False
+) -> int | None:
     """ns to add to a wall-clock time to get the trace's ``start_ns``; None if unknown.
 
     ``marks`` are the run's own step marks, for the run's own cycles only: a script's own
-    profiler numbers its steps its own way. Without them, the trace's base time places it, when
-    the samples' span meets the trace's (a script's cycle late in the run met that test only
-    when the samples began at most one trace-length before it, so its hot spots were lost)."""
+    profiler numbers its steps its own way. Without them, the trace's base time places it when
+    the samples begin at most one trace-length before it, or (``anywhere``: a script's own cycle,
+    which may come late in the run, and whose hot spots were lost) when their span meets it."""
     steps = trace.steps
     if marks and steps.height:
         starts = dict(zip(steps["step"].to_list(), steps["start_ns"].to_list(), strict=True))
@@ -41,7 +43,8 @@ def _clock_offset(trace: Trace, marks: list[tuple[int, int]], samples: HotSpots)
     lo, hi = int(ev["start_ns"].min()), int((ev["start_ns"] + ev["dur_ns"]).max())  # type: ignore[arg-type]
     s_lo, s_hi = int(samples.times_ns[0]), int(samples.times_ns[-1])
     for offset in (0, -(trace.meta.base_time_ns or 0)):
-        if s_lo + offset <= hi and s_hi + offset >= lo:
+        begins = anywhere or lo - (hi - lo) <= s_lo + offset
+        if begins and s_lo + offset <= hi and s_hi + offset >= lo:
             return offset
     return None
 
@@ -69,7 +72,7 @@ def _on_trace_clock(
     hs = result.hotspots
     if hs is None or hs.samples == 0:
         return None
-    offset = _clock_offset(trace, result.step_marks if own else [], hs)
+    offset = _clock_offset(trace, result.step_marks if own else [], hs, anywhere=not own)
     if offset is None:
         return None
     ops = trace.events.filter((pl.col("kind") == "cpu_op") & (pl.col("tid") == hs.native_id))
