@@ -3,6 +3,7 @@ forward and backward inside it are not Optimizer time in the host breakdown."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,13 +19,14 @@ from torchscope.trace.model import Trace
 ACTIVE = 3
 
 
-def _record(path: Path) -> Trace:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(64, 256), torch.randn(64, 1)
+def _record(path: Path, model: nn.Module, make_optimizer: Callable[..., torch.optim.Optimizer], batch: int) -> Trace:
+    """``ACTIVE`` recorded steps (after one warm-up) of ``optimizer.step(closure)``, with the
+    forward and backward in the closure, as Lightning's automatic optimization runs a step."""
+    opt = make_optimizer(model.parameters())
+    width = next(model.parameters()).shape[1]
+    x, y = torch.randn(batch, width), torch.randn(batch, 1)
 
-    def closure() -> torch.Tensor:  # as Lightning's automatic optimization runs a step
+    def closure() -> torch.Tensor:
         opt.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
@@ -42,7 +44,9 @@ def _record(path: Path) -> Trace:
 
 
 def test_the_closure_inside_an_optimizer_step_is_not_optimizer_time(tmp_path: Path) -> None:
-    trace = _record(tmp_path / "closure.pt.trace.json")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1))
+    trace = _record(tmp_path / "closure.pt.trace.json", model, lambda p: torch.optim.SGD(p, lr=0.01), 64)
     hb = overview(trace).host_breakdown_ns
     ev = trace.events.with_columns(pl.col("name").cast(pl.String))
     steps = ev.filter(pl.col("name") == "Optimizer.step#SGD.step")
@@ -70,27 +74,9 @@ def test_lbfgs_math_between_its_closure_calls_stays_optimizer_time(tmp_path: Pat
     are not (counting from the last backward node on made LBFGS's math Operators)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
-    opt = torch.optim.LBFGS(model.parameters(), max_iter=5)
-    x, y = torch.randn(32, 64), torch.randn(32, 1)
-
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        return loss
-
-    path = tmp_path / "lbfgs.pt.trace.json"
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(wait=0, warmup=1, active=ACTIVE),
-        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
-    ) as prof:
-        for _ in range(1 + ACTIVE):
-            opt.step(closure)
-            prof.step()
-    trace = load(path)
-    hb = overview(trace).host_breakdown_ns  # type: ignore[arg-type]
-    ev = trace.events.with_columns(pl.col("name").cast(pl.String))  # type: ignore[union-attr]
+    trace = _record(tmp_path / "lbfgs.pt.trace.json", model, lambda p: torch.optim.LBFGS(p, max_iter=5), 32)
+    hb = overview(trace).host_breakdown_ns
+    ev = trace.events.with_columns(pl.col("name").cast(pl.String))
     # the optimizer's own ops at the top of its step (their children are theirs): no grad, so no
     # sequence number
     step_ids = ev.filter(pl.col("name") == "Optimizer.step#LBFGS.step")["id"]

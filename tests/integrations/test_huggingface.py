@@ -42,9 +42,8 @@ def _tiny_bert() -> BertForSequenceClassification:
     return BertForSequenceClassification(config)
 
 
-def test_trainer_train_with_the_callback_writes_traces_dashboard_and_logs(tmp_path: Path) -> None:
-    callback = TorchscopeCallback(wait=1, warmup=1, active=3, repeat=1)
-    args = TrainingArguments(
+def _args(tmp_path: Path) -> TrainingArguments:
+    return TrainingArguments(
         output_dir=str(tmp_path),
         max_steps=8,
         per_device_train_batch_size=4,
@@ -54,7 +53,11 @@ def test_trainer_train_with_the_callback_writes_traces_dashboard_and_logs(tmp_pa
         logging_steps=4,
         disable_tqdm=True,
     )
-    trainer = Trainer(model=_tiny_bert(), args=args, train_dataset=_dataset())
+
+
+def test_trainer_train_with_the_callback_writes_traces_dashboard_and_logs(tmp_path: Path) -> None:
+    callback = TorchscopeCallback(wait=1, warmup=1, active=3, repeat=1)
+    trainer = Trainer(model=_tiny_bert(), args=_args(tmp_path), train_dataset=_dataset())
     trainer.add_callback(callback)
     trainer.train()
     traces = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))
@@ -95,19 +98,6 @@ def test_accelerate_profile_is_ours_after_install(tmp_path: Path) -> None:
         torchscope.uninstall()
     written = list((tmp_path / "acc").rglob("*.json"))
     assert written and torchscope.load(written[0]).events.height > 0
-
-
-def _args(tmp_path: Path, max_steps: int = 8) -> TrainingArguments:
-    return TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=max_steps,
-        per_device_train_batch_size=4,
-        use_cpu=True,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=4,
-        disable_tqdm=True,
-    )
 
 
 def test_the_same_callback_added_twice_steps_once_per_optimizer_step(tmp_path: Path) -> None:

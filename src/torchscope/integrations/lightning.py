@@ -92,10 +92,8 @@ class TorchscopeProfiler(Profiler):
         it), report what was recorded, and say so in Lightning's log."""
         from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-        steps = self._prof.step_num if self._prof is not None else 0
-        what = f"fit raised {type(failed).__name__} in training batch {steps}"
-        if self._prof is not None:
-            self._prof._ending_on_error = True  # its trace says the error cut its last step
+        what = f"fit raised {type(failed).__name__} in training batch {self._prof.step_num}"
+        self._prof._ending_on_error = True  # its trace says the error cut its last step
         try:
             text = self.summary()
         except Exception as exc:  # noqa: BLE001 - the training's own error is the one to see

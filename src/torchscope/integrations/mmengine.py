@@ -45,20 +45,19 @@ class TorchscopeProfilerHook(ProfilerHook):  # type: ignore[misc]
         # every cycle is written for our report too, as the other integrations lay them out
         # (``LOG_DIR/torchscope/rankR.cycleN.pt.trace.json``): the report read only the last
         # one (``export_chrome_trace``), so a schedule with ``repeat`` > 1 lost the others
-        self._cycles_dir = Path(runner.log_dir) / "torchscope"
-        self._rank = get_rank()
+        cycles_dir, rank = Path(runner.log_dir) / "torchscope", get_rank()
         theirs = self.profiler.on_trace_ready
+        self._written: list[Path] = []
 
         def also_ours(prof: Any) -> None:
-            self._cycles_dir.mkdir(parents=True, exist_ok=True)
+            cycles_dir.mkdir(parents=True, exist_ok=True)
             n = len(self._written)  # numbered from 0, as the report numbers the cycles
-            path = self._cycles_dir / f"rank{self._rank}.cycle{n}.pt.trace.json"
+            path = cycles_dir / f"rank{rank}.cycle{n}.pt.trace.json"
             prof.export_chrome_trace(str(path))
             self._written.append(path)
             if theirs is not None:
                 theirs(prof)
 
-        self._written: list[Path] = []
         self.profiler.on_trace_ready = also_ours
 
     def _parse_trace_config(self, runner: Any) -> Any:

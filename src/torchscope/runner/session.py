@@ -611,14 +611,17 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         outcome = execute(target)
     finally:
         RUN_PHASE[0] = "saving"
-        interrupted = outcome is None or outcome.error == "KeyboardInterrupt" or outcome.error in STOP_SIGNALS
-        SAVING_THROUGH_ONE_SIGNAL[0] = not interrupted  # the script ended on its own: save through one
-        if outcome is not None and (outcome.error == "KeyboardInterrupt" or outcome.error in STOP_SIGNALS):
+        # the interruption that ended the script, if one did (None: ``execute`` did not return)
+        stop = outcome.error if outcome is not None else None
+        interrupted = stop == "KeyboardInterrupt" or stop in STOP_SIGNALS
+        # the script ended on its own: the save goes on through the first stop signal
+        SAVING_THROUGH_ONE_SIGNAL[0] = outcome is not None and not interrupted
+        if interrupted:
             # saving a long cycle takes a while (29 s for 6 s of --all --memory --stack) and
             # said nothing, so a second Ctrl-C came and lost everything without a word
             RUN_PHASE[0] = "saving after Ctrl-C"
-            how = "interrupted" if outcome.error == "KeyboardInterrupt" else f"{outcome.error} received"
-            again = "Ctrl-C" if outcome.error == "KeyboardInterrupt" else f"{outcome.error} or Ctrl-C"
+            how = "interrupted" if stop == "KeyboardInterrupt" else f"{stop} received"
+            again = "Ctrl-C" if stop == "KeyboardInterrupt" else f"{stop} or Ctrl-C"
             print(
                 f"torchscope run: {how}: saving what was recorded and writing the report"
                 f" ({again} again to stop now, keeping only the traces already written)",

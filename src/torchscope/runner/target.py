@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import CodeType, TracebackType
+from types import TracebackType
 from typing import Any
 
 
@@ -66,7 +66,6 @@ def interrupt_exit_code(exc: KeyboardInterrupt) -> int:
 # job whose other rank failed gets torchrun's SIGTERM here: it stopped saving at once, and the
 # rank lost its report and the script's own error. The signals received meanwhile are listed.
 SAVING_THROUGH_ONE_SIGNAL = [False]
-_HANDLER_CODES: set[CodeType] = set()  # our signal handlers' code: no frame of a script's traceback
 SIGNALS_WHILE_SAVING: list[str] = []
 
 
@@ -86,6 +85,20 @@ def _deferred(signum: int) -> bool:
     return True
 
 
+def _raise_terminated(signum: int, frame: object) -> None:
+    if not _deferred(signum):
+        raise Terminated(signum)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    if not _deferred(signum):
+        raise KeyboardInterrupt
+
+
+# our signal handlers' code: no frame of a script's traceback (``_script_traceback``)
+_HANDLER_CODES = frozenset({_raise_terminated.__code__, _raise_interrupt.__code__})
+
+
 @contextmanager
 def stop_signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP raise ``Terminated`` in the main thread inside the block, where their
@@ -96,20 +109,10 @@ def stop_signals_interrupt() -> Iterator[None]:
         yield
         return
 
-    def raise_terminated(signum: int, frame: object) -> None:
-        if not _deferred(signum):
-            raise Terminated(signum)
-
-    def raise_interrupt(signum: int, frame: object) -> None:
-        if not _deferred(signum):
-            raise KeyboardInterrupt
-
-    _HANDLER_CODES.update((raise_terminated.__code__, raise_interrupt.__code__))
-
     present = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]  # no SIGHUP on Windows
-    ours = [(s, raise_terminated) for s in present if signal.getsignal(s) is signal.SIG_DFL]
+    ours = [(s, _raise_terminated) for s in present if signal.getsignal(s) is signal.SIG_DFL]
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        ours.append((signal.SIGINT, raise_interrupt))
+        ours.append((signal.SIGINT, _raise_interrupt))
     for s, handler in ours:
         signal.signal(s, handler)
     try:
@@ -118,7 +121,7 @@ def stop_signals_interrupt() -> Iterator[None]:
         SAVING_THROUGH_ONE_SIGNAL[0] = False
         for s, handler in ours:
             if signal.getsignal(s) is handler:
-                signal.signal(s, signal.SIG_DFL if handler is raise_terminated else signal.default_int_handler)
+                signal.signal(s, signal.SIG_DFL if handler is _raise_terminated else signal.default_int_handler)
 
 
 def _exit_code(code: object) -> int:
@@ -146,7 +149,7 @@ _SCRIPT_GLOBALS: list[dict[str, Any]] = []
 def _script_traceback(exc: BaseException) -> TracebackType | None:
     """``exc``'s traceback from the script's first frame (ours and runpy's cut off) to the
     script's line the signal came at (our signal handler's frame, where a stop signal or
-    Ctrl-C raises, cut off too: the traceback ended in ``raise_terminated``)."""
+    Ctrl-C raises, cut off too: the traceback ended in ``_raise_terminated``)."""
     tb = exc.__traceback__
     while tb is not None and _is_runner_frame(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
