@@ -183,7 +183,7 @@ def comm_comp_overlap(trace: Trace) -> float | None:
     dev = _typed(trace)
 
     def spans(t: str) -> iv.Spans:
-        d = dev.filter(pl.col("ktype") == t)
+        d = dev.select("ktype", "start_ns", "dur_ns").filter(pl.col("ktype") == t)
         return iv.merge(d["start_ns"].to_numpy(), (d["start_ns"] + d["dur_ns"]).to_numpy())
 
     comm = spans("COMMUNICATION")

@@ -262,7 +262,7 @@ def outstanding_allocations(trace: Trace) -> pl.DataFrame:
     if ev.height == 0:
         return ev.select(cols)
     nxt = pl.col("bytes").shift(-1).over("device", "addr", order_by="_order")
-    return ev.filter((pl.col("bytes") > 0) & nxt.is_null()).select(cols)
+    return ev.lazy().filter((pl.col("bytes") > 0) & nxt.is_null()).select(cols).collect()
 
 
 def leak_candidates(trace: Trace) -> pl.DataFrame:

@@ -100,7 +100,7 @@ def _meta(trace: Trace, ov: Overview, notes: list[str] | None = None) -> M.Meta:
         backend=m.backend,
         torch_version=m.torch_version,
         devices=[p.get("name") for p in m.device_properties],
-        device_ids=sorted(int(d) for d in ev.filter(pl.col("device") >= 0)["device"].unique().to_list()),
+        device_ids=sorted(int(d) for d in ev["device"].filter(ev["device"] >= 0).unique().to_list()),
         warnings=list(m.warnings),
         notes=notes or [],
         steps_from_trace=ov.steps_from_trace,

@@ -72,9 +72,10 @@ class Ids:
 
     def column(self, ints: pl.Series, text: pl.Series) -> I64:
         """An id column from a batch's int column and the text of its string values."""
-        arr = ints.fill_null(0).to_numpy().astype(np.int64, copy=True)
-        has_text = text.is_not_null()
-        if has_text.any():
+        arr = ints.fill_null(0).to_numpy().astype(np.int64, copy=False)
+        if text.null_count() < text.len():  # (counted already: no pass over the rows)
+            has_text = text.is_not_null()
+            arr = arr.copy() if not arr.flags.writeable else arr
             idx = np.flatnonzero(has_text.to_numpy())
             texts = text.gather(idx)
             unique = texts.unique(maintain_order=True).to_list()
@@ -95,6 +96,12 @@ def us_to_ns(
     holds epoch microseconds only to 0.25 us). A finite number with neither is one whose ns do
     not fit int64; NaN, Infinity and absent values are not valid.
     """
+    if exact.len() and not exact.null_count():  # all written with decimals, as Kineto writes ns
+        return exact.to_numpy(), np.ones(exact.len(), bool), np.zeros(exact.len(), bool)
+    if ints.len() and not ints.null_count():  # all integers, as older traces write microseconds
+        whole = ints.to_numpy().astype(np.int64, copy=False)
+        if whole.max() <= _LIMIT and whole.min() >= -_LIMIT:
+            return whole * 1000, np.ones(whole.size, bool), np.zeros(whole.size, bool)
     f = floats.fill_null(np.nan).to_numpy().astype(np.float64, copy=False)
     is_int = ints.is_not_null().to_numpy()
     i = ints.fill_null(0).to_numpy().astype(np.int64, copy=False)
@@ -119,7 +126,10 @@ def _ids(batch: pl.DataFrame, column: str, ids: Ids) -> I64:
 
 
 def _missing(batch: pl.DataFrame, column: str) -> int:
-    return int((batch[column].is_null() & batch[f"{column}_text"].is_null()).sum())
+    ints, text = batch[column], batch[f"{column}_text"]
+    if not ints.null_count() or not text.null_count():  # (counted already: no pass over the rows)
+        return 0
+    return int((ints.is_null() & text.is_null()).sum())
 
 
 def span_frames(

@@ -13,6 +13,7 @@ import numpy.typing as npt
 import polars as pl
 
 from torchscope.trace.model import TraceMeta
+from torchscope.trace.schema import step_annotations
 from torchscope.trace.short import said_cut
 
 
@@ -70,7 +71,6 @@ def cut_before_device_work(ev: pl.DataFrame, meta: TraceMeta, warnings: list[str
         )
 
 
-_STEP_NAME = r"^ProfilerStep#\d+$"
 # runtime calls that put work on a device: kernels, graphs, copies, memsets (CUDA and HIP)
 _LAUNCHES = r"(?i)launch|memcpy|memset"
 
@@ -79,9 +79,7 @@ def steps_without_device_side(ev: pl.DataFrame, device: pl.DataFrame) -> list[in
     """The ``ProfilerStep#N`` numbers whose span holds under a fifth of the median step's
     runtime calls (none, in a cut file), or launches a tenth of which have no device work in
     what was read; None without steps or without runtime calls."""
-    steps = ev.filter(
-        pl.col("kind").is_in(["user_annotation", "cpu_op"]) & pl.col("name").cast(pl.String).str.contains(_STEP_NAME)
-    ).sort("start_ns")
+    steps = step_annotations(ev).drop_nulls("step").sort("start_ns")
     runtime = device.filter(pl.col("kind") == "runtime")["start_ns"].sort().to_numpy()
     if steps.height < 2 or runtime.size == 0:
         return None
@@ -104,7 +102,7 @@ def steps_without_device_side(ev: pl.DataFrame, device: pl.DataFrame) -> list[in
     served = device.filter(pl.col("kind") != "runtime")["launcher"].drop_nulls().unique().implode()
     unserved = per_step(launches.filter(~pl.col("id").is_in(served))["start_ns"].sort().to_numpy())
     launched = per_step(launches["start_ns"].sort().to_numpy())
-    names = steps["name"].cast(pl.String).to_list()
+    numbers = steps["step"].to_list()
     lacking = ((calls < typical_calls / 5) | (unserved > launched // 10)) & (ops >= typical_ops / 2)
     # the last step cut in part: the overview drops a last step with under 80 % of the previous
     # one's device work, and said nothing of it (nccl_rank0_of_2 cut at 90 % kept 1,437 of the
@@ -112,7 +110,7 @@ def steps_without_device_side(ev: pl.DataFrame, device: pl.DataFrame) -> list[in
     last = calls.size - 1
     if calls[last] < 0.8 * calls[last - 1] and ops[last] >= typical_ops / 2:
         lacking[last] = True
-    return [int(names[k].rsplit("#", 1)[1]) for k in np.flatnonzero(lacking)]
+    return [numbers[k] for k in np.flatnonzero(lacking)]
 
 
 def complete_steps(trace_events: pl.DataFrame, meta: TraceMeta, steps: list[int]) -> list[int] | None:

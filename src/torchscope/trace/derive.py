@@ -25,8 +25,9 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from torchscope.trace.keys import lookup
 from torchscope.trace.model import Later
-from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND, step_number
+from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND, step_annotations
 from torchscope.trace.tree import climb, depths, nearest_ancestor
 
 try:  # our C extension (optional: NumPy computes the same without it)
@@ -68,7 +69,7 @@ def derive(
 
     is_op = np.isin(kind, _codes(OP_KINDS))
     device = np.isin(kind, _codes(DEVICE_KINDS))
-    launcher = _launchers(ev, device)
+    launcher = _launchers(ev, kind, device)
     bound: pl.DataFrame | Later
     if _flows_launch(flows, device, launcher):
         bound = _bind_flows(flows, ev, parent, start, end)
@@ -322,20 +323,19 @@ def _by_correlation(flows: pl.DataFrame, ev: pl.DataFrame, bound: I64) -> None:
 
 
 # -- launches and ops ---------------------------------------------------------------------------
-def _launchers(ev: pl.DataFrame, device: Mask) -> I64:
-    """The runtime call that launched each device event, by correlation id (-1: none found)."""
-    n = ev.height
-    launcher = np.full(n, -1, np.int64)
+def _launchers(ev: pl.DataFrame, kind: npt.NDArray[np.int8], device: Mask) -> I64:
+    """The runtime call that launched each device event, by correlation id (-1: none found);
+    of two runtime calls with one id, the first."""
+    launcher = np.full(ev.height, -1, np.int64)
     if not device.any():
         return launcher
-    runtime = (
-        ev.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-        .select("correlation", pl.col("id").alias("rt"))
-        .unique("correlation", keep="first")
-    )
-    dev = ev.filter(pl.col("kind").is_in(list(DEVICE_KINDS)) & pl.col("correlation").is_not_null())
-    linked = dev.select("id", "correlation").join(runtime, on="correlation", how="inner")
-    launcher[linked["id"].to_numpy()] = linked["rt"].to_numpy()
+    correlation = ev["correlation"]
+    known = correlation.is_not_null().to_numpy()
+    corr = correlation.fill_null(0).to_numpy()
+    (rt_code,) = _codes(("runtime",))
+    runtime = np.flatnonzero((kind == rt_code) & known)
+    dev = np.flatnonzero(device & known)
+    launcher[dev] = lookup(corr[runtime], runtime, corr[dev], keep="first")
     return launcher
 
 
@@ -370,41 +370,25 @@ def _ops(
     # External id: the op whose External id the runtime call / device event carries
     missing = (needs | device) & (op < 0)
     if missing.any():
-        ext_col = ev["external_id"]
-        by_ext = (
-            ev.filter(pl.Series(is_op) & ext_col.is_not_null())
-            .select("external_id", pl.col("id").alias("owner"))
-            .unique("external_id", keep="last")
-        )
-        want = pl.DataFrame(
-            {"row": np.flatnonzero(missing), "external_id": ext_col.filter(pl.Series(missing))}
-        )
-        got = want.join(by_ext, on="external_id", how="inner")
-        op[got["row"].to_numpy()] = got["owner"].to_numpy()
+        external = ev["external_id"]
+        known = external.is_not_null().to_numpy()
+        ext = external.fill_null(0).to_numpy()
+        owners = np.flatnonzero(is_op & known)
+        want = np.flatnonzero(missing & known)
+        # of two ops with one External id, the last (the innermost: ids are in start order)
+        op[want] = lookup(ext[owners], owners, ext[want], keep="last")
     return op
 
 
 def _steps(ev: pl.DataFrame, start: I64, launcher: I64, op: I64, device: Mask) -> I64:
     n = ev.height
     step = np.full(n, -1, np.int64)
-    steps = (
-        ev.filter(
-            (pl.col("kind") == "user_annotation")
-            & pl.col("name").cast(pl.String).str.starts_with("ProfilerStep#")
-        )
-        .select(
-            step_number(pl.col("name")).alias("n"),
-            "start_ns",
-            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-        )
-        .drop_nulls()
-        .sort("start_ns")
-    )
+    steps = step_annotations(ev).drop_nulls("step").sort("start_ns")
     if steps.height == 0:
         return step
     s0 = steps["start_ns"].to_numpy()
-    s1 = steps["end_ns"].to_numpy()
-    num = steps["n"].to_numpy()
+    s1 = s0 + steps["dur_ns"].to_numpy()
+    num = steps["step"].to_numpy()
     idx = np.searchsorted(s0, start, side="right") - 1
     inside = (idx >= 0) & (start <= s1[np.maximum(idx, 0)])
     step[inside] = num[idx[inside]]

@@ -21,7 +21,7 @@ from torchscope.trace.schema import (
     MEMORY_SCHEMA,
     THREADS_SCHEMA,
     empty,
-    step_number,
+    step_annotations,
 )
 
 
@@ -145,17 +145,9 @@ class Trace:
     @property
     def steps(self) -> pl.DataFrame:
         """One row per ``ProfilerStep#N``: step, start_ns, end_ns, dur_ns (empty when none)."""
-        ann = self.events.filter(
-            (pl.col("kind") == "user_annotation")
-            & pl.col("name").cast(pl.String).str.starts_with("ProfilerStep#")
-        )
         return (
-            ann.select(
-                step_number(pl.col("name")).alias("step"),
-                pl.col("start_ns"),
-                (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-                pl.col("dur_ns"),
-            )
+            step_annotations(self.events)
+            .select("step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "dur_ns")
             .drop_nulls("step")
             .sort("start_ns")
             .unique("step", keep="first", maintain_order=True)

@@ -65,7 +65,7 @@ from torchscope.trace.schema import (
     MEMORY_SCHEMA,
     THREADS_SCHEMA,
     conform,
-    step_number,
+    step_annotations,
 )
 from torchscope.trace.short import (
     BYTE,
@@ -995,11 +995,7 @@ def _check_step_names(ev: pl.DataFrame, warnings: list[str]) -> None:
     """Say which ``ProfilerStep#`` annotations are no steps (``schema.step_number``): their
     number is not a whole number 0..2^31-1. They were read as step -1294967296, or ended the
     report with a cast error."""
-    steps = ev.filter(
-        pl.col("kind").is_in(["user_annotation", "cpu_op"])
-        & pl.col("name").cast(pl.String).str.starts_with("ProfilerStep#")
-    )
-    bad = steps.filter(step_number(pl.col("name")).is_null())["name"].cast(pl.String)
+    bad = step_annotations(ev).filter(pl.col("step").is_null())["name"].cast(pl.String)
     if bad.len():
         names = ", ".join(repr(n) for n in bad.unique(maintain_order=True).head(3).to_list())
         warnings.append(
@@ -1011,15 +1007,16 @@ def _check_step_names(ev: pl.DataFrame, warnings: list[str]) -> None:
 
 def _check_clocks(ev: pl.DataFrame, warnings: list[str]) -> None:
     """Warn when device timestamps look offset from host ones (work starting before its launch)."""
-    dev = ev.filter(pl.col("launcher") >= 0)
-    if dev.height == 0:
+    launcher = ev["launcher"].to_numpy()
+    dev = np.flatnonzero(launcher >= 0)
+    if dev.size == 0:
         return
-    launch = ev["start_ns"].to_numpy()[dev["launcher"].to_numpy()]
-    early = launch - dev["start_ns"].to_numpy()
+    start = ev["start_ns"].to_numpy()
+    early = start[launcher[dev]] - start[dev]
     bad = early > 0
-    if bad.sum() > max(1, dev.height // 100):
+    if bad.sum() > max(1, dev.size // 100):
         warnings.append(
-            f"{int(bad.sum())} of {dev.height} device events start before the call that launched them"
+            f"{int(bad.sum())} of {dev.size} device events start before the call that launched them"
             f" (median {int(np.median(early[bad])) / 1e3:.1f} us early): host and device clocks disagree"
         )
 
