@@ -781,6 +781,8 @@ def test_files_of_different_jobs_in_one_folder_are_said(tmp_path: Path) -> None:
     assert analyse_job(root)["warnings"] == [
         "ws: its traces name different world sizes (2, 128): files of different jobs in one folder?"
         " They are read as one job",
+        "ws: 1 file is named for another rank than its distributedInfo says (rank-2.json.gz: named rank 2,"
+        " says rank 0); read as the rank the trace says",
         # the stranger file sorts as rank 0's second cycle
         "ws: its ranks wrote different numbers of cycles (rank 0: 2, rank 1: 1); cycles are paired by"
         " their order, so a cycle's ranks may come from different steps",
@@ -939,3 +941,77 @@ def test_a_run_that_wrote_no_trace_is_not_said_to_have_traces(
     assert err.strip().endswith(
         "run.json: the script exited 130 (interrupted again: stopped saving): it wrote no trace"
     )
+
+
+def _multirank_copies(traces_dir: Path, out: Path, ranks: int, edit: Any = None) -> None:
+    """``ranks`` copies of the two real multirank traces (even ranks rank 0's, odd rank 1's),
+    each with its own rank in ``distributedInfo``; ``edit(rank, doc)`` changes a copy."""
+    out.mkdir()
+    for r in range(ranks):
+        with gzip.open(traces_dir / "multirank" / f"rank-{r % 2}.json.gz") as fh:
+            doc = json.load(fh)
+        doc["distributedInfo"] = {**doc["distributedInfo"], "rank": r, "world_size": ranks}
+        if edit is not None:
+            edit(r, doc)
+        (out / f"rank-{r}.json").write_text(json.dumps(doc))
+
+
+def test_a_rank_with_other_stream_ids_is_matched_and_said(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # stream ids are numbered per process: one rank whose NCCL streams were 1084/1203 where the
+    # others had 84/203 shared no group with them, and the collectives and straggler vanished
+    def renumber(rank: int, doc: dict[str, Any]) -> None:
+        if rank != 3:
+            return
+        for e in doc["traceEvents"]:
+            args = e.get("args") or {}
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and args.get("stream") in (84, 203):
+                args["stream"] += 1000
+                e["tid"] = args["stream"]
+
+    plain, renumbered = tmp_path / "plain", tmp_path / "renumbered"
+    _multirank_copies(traces_dir, plain, 4)
+    _multirank_copies(traces_dir, renumbered, 4, renumber)
+    want, got = (analyse_job(d, engine="local:1") for d in (plain, renumbered))
+    run = got["runs"][0]
+    assert [c["count"] for c in run["collectives"]] == [c["count"] for c in want["runs"][0]["collectives"]]
+    assert sum(c["count"] for c in run["collectives"]) == 10
+    assert run["notes"] == [
+        "renumbered: the ranks' communication groups differ (rank 0: stream 203, stream 84; rank 3: stream"
+        " 1084, stream 1203): paired by the order of their first collective, and named as rank 0's"
+    ]
+    assert run["notes"][0] in got["warnings"]
+    assert want["runs"][0]["notes"] == []
+
+
+def test_ranks_last_together_are_no_straggler(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the odd ranks are copies of one trace: they arrive last together at 7 of the 10
+    # collectives. Credited to the lowest of them only, rank 1 was "the straggler" the other
+    # odd ranks (as late as it, to the nanosecond) were "also late" behind
+    _multirank_copies(traces_dir, tmp_path / "copies", 8)
+    assert main(["report", str(tmp_path / "copies"), "--no-html"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "straggler: none (ranks 1, 3, 5, 7 (4 ranks) arrive last together, at 7 of 10 collectives each)" in lines
+    job = analyse_job(tmp_path / "copies", engine="local:1")
+    run = job["runs"][0]
+    assert run["straggler"] is None
+    assert [w["last"] for w in run["rank_waits"]] == [3, 7] * 4
+
+
+def test_ranks_that_could_not_be_read_are_not_counted_as_read(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # half the ranks' files damaged: the header said "4 ranks" and the findings "of 2 ranks"
+    _multirank_copies(traces_dir, tmp_path / "half", 4)
+    for r in (0, 2):
+        path = tmp_path / "half" / f"rank-{r}.json"
+        text = path.read_text()
+        path.write_text(text[:3000] + "@" + text[3000:])  # not JSON from its 3,000th byte on
+    assert main(["report", str(tmp_path / "half"), "--no-html"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "== half: 2 ranks read (2 more could not be: see the warnings), 1 cycle, nccl"
+    run = analyse_job(tmp_path / "half", engine="local:1")["runs"][0]
+    assert (run["ranks"], run["ranks_unread"]) == (2, [0, 2])

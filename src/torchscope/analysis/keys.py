@@ -118,6 +118,7 @@ DIFF_KEYS: tuple[str, ...] = (
 JOB_RUNS = "runs"
 JOB_RUN = "run"  # the run's name (its folder)
 JOB_RANKS = "ranks"  # how many ranks were read
+JOB_RANKS_UNREAD = "ranks_unread"  # the ranks none of whose files could be read (warnings say why)
 JOB_WORLD_SIZE = "world_size"
 JOB_BACKEND = "backend"
 JOB_CYCLES = "cycles"  # most cycles any rank has
@@ -136,9 +137,11 @@ JOB_CYCLE_TABLE = "cycle_table"  # one row per cycle
 JOB_PER_RANK = "per_rank"  # per-rank detail (--json only in the terminal's sense)
 JOB_UNITS = "units"  # {evidence key: unit} of the run's recommendations
 JOB_SKIPPED = "skipped"
+JOB_NOTES = "notes"  # what limits the run's analyses (collectives that could not be matched)
 JOB_RUN_KEYS: tuple[str, ...] = (
     JOB_RUN,
     JOB_RANKS,
+    JOB_RANKS_UNREAD,
     JOB_WORLD_SIZE,
     JOB_BACKEND,
     JOB_CYCLES,
@@ -156,4 +159,5 @@ JOB_RUN_KEYS: tuple[str, ...] = (
     JOB_UNITS,
     JOB_PER_RANK,
     JOB_SKIPPED,
+    JOB_NOTES,
 )

@@ -101,6 +101,29 @@ def mixed_world_sizes(found: Discovery) -> list[str]:
     ]
 
 
+def ranks_named_otherwise(found: Discovery) -> list[str]:
+    """A warning per run with files whose name says another rank than their ``distributedInfo``
+    (which wins): 128 copies of one rank's trace named ``rank-0`` .. ``rank-127`` were read,
+    without a word, as 128 cycles of the one rank they all say they are."""
+    out = []
+    for run in found.runs:
+        odd = [
+            (f, named, rf.rank)
+            for rf in run.ranks
+            if rf.rank_from == "distributedInfo"
+            for f in rf.files
+            if (named := rank_in_name(f, found.root)) is not None and named != rf.rank
+        ]
+        if odd:
+            f, named, rank = odd[0]
+            out.append(
+                f"{run.name}: {len(odd)} file{'s are' if len(odd) > 1 else ' is'} named for another rank than"
+                f" {'their' if len(odd) > 1 else 'its'} distributedInfo says ({f.relative_to(found.root)}: named rank {named}, says rank {rank});"
+                " read as the rank the trace says"
+            )
+    return out
+
+
 @dataclass(frozen=True)
 class Head:
     rank: int | None = None

@@ -8,7 +8,7 @@ from typing import Any
 
 from torchscope.analysis import keys as K
 from torchscope.errors import TraceError
-from torchscope.job.discover import Discovery, discover, mixed_world_sizes
+from torchscope.job.discover import Discovery, discover, mixed_world_sizes, ranks_named_otherwise
 from torchscope.job.engine import run_tasks, within_cores
 from torchscope.job.reduce import reduce_run
 from torchscope.trace.progress import LoadProgress
@@ -68,8 +68,10 @@ def analyse_job(
     warnings += [
         *found.skipped,
         *mixed_world_sizes(found),
+        *ranks_named_otherwise(found),
         *_uneven_cycles(found),
         *(s for run in every for s in run["skipped"]),
+        *(n for run in runs for n in run["notes"]),
         *([engine_note] if engine_note else []),
     ]
     return {

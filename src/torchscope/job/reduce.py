@@ -304,7 +304,10 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         findings.insert(0, _straggler_finding(strag, med_step, len(live)))
     return {
         "run": name,
-        "ranks": len(ranks),
+        # the ranks read; those none of whose files could be read are named apart (a folder of 64
+        # ranks, half of them damaged, was "64 ranks" while every finding said "of 32 ranks")
+        "ranks": len(live),
+        "ranks_unread": [r["rank"] for r in ranks if not r["cycles"]],
         "world_size": max([r.get("world_size") or 0 for r in ranks] + [len(ranks)]),
         "backend": next((r["backend"] for r in ranks if r.get("backend")), None),
         "cycles": max((len(r["cycles"]) for r in ranks), default=0),
@@ -359,4 +362,5 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
             for r in ranks
         ],
         "skipped": [s for r in ranks for s in r["skipped"]],
+        "notes": [f"{name}: {note}" for note in aligned["notes"]],
     }

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
+from torchscope.job.straggler import tied_last
 from torchscope.render.console import fmt_ns
 
 MAX_LINES = 80
@@ -62,7 +63,10 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
     """The terminal block of one run (about 20-40 lines at any rank count)."""
     st = run["step_ns"]
     head = f"== {run['run']}: {_plural(run['ranks'], 'rank')}"
-    if run["world_size"] and run["world_size"] != run["ranks"]:
+    unread = len(run.get("ranks_unread", []))
+    if unread:
+        head += f" read ({unread} more could not be: see the warnings)"
+    elif run["world_size"] and run["world_size"] != run["ranks"]:
         head += f" of {run['world_size']}"
     head += f", {_plural(run['cycles'], 'cycle')}" + (f", {run['backend']}" if run["backend"] else "")
     lines = [head]
@@ -146,9 +150,18 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
                 )
             )
     elif run["ranks"] > 1 and run["collectives"]:
-        lines.append(
-            "straggler: none (no rank arrives last at the collectives clearly more often than the others)"
-        )
+        tied, last = tied_last(run["rank_waits"])
+        if tied:
+            shown = ", ".join(map(str, tied[:6])) + (", ..." if len(tied) > 6 else "")
+            matched = sum(c["count"] for c in run["collectives"])
+            lines.append(
+                f"straggler: none (ranks {shown} ({len(tied)} ranks) arrive last together, at {last} of"
+                f" {matched} collectives each)"
+            )
+        else:
+            lines.append(
+                "straggler: none (no rank arrives last at the collectives clearly more often than the others)"
+            )
     lines.extend(_cycles(run["cycle_table"]))
     recs = run["recommendations"]
     if recs:

@@ -34,7 +34,12 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 
     Returns ``collectives`` (one row per matched collective: cycle, group, index, name, skew,
     last rank, mean wait), ``ranks`` (per rank: times last, mean lag behind the first arrival,
-    total wait, clock offset), and ``matched`` (collectives aligned).
+    total wait, clock offset), ``matched`` (collectives aligned) and ``notes`` (why some or all
+    collectives could not be matched, for the job's warnings).
+
+    A collective where several ranks arrive last together (to the nanosecond: copies of one
+    rank's trace, or a microsecond clock) counts as last for each of them: credited to the
+    lowest rank only, one of 64 identical ranks was named the straggler of the other 63.
     """
     rank_ids = [r["rank"] for r in ranks]
     cycles = sorted({c["cycle"] for r in ranks for c in r["cycles"]})
@@ -43,6 +48,7 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     wait_total = dict.fromkeys(rank_ids, 0.0)
     lag_total = dict.fromkeys(rank_ids, 0.0)
     offsets: dict[int, list[float]] = {r: [] for r in rank_ids}
+    notes: dict[str, None] = {}  # in order, once each
     for cyc in cycles:
         per_rank = {}
         for r in ranks:
@@ -51,6 +57,9 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
                 per_rank[r["rank"]] = c["collectives"]
         if len(per_rank) < 2:
             continue
+        per_rank, note = _shared_groups(per_rank)
+        if note:
+            notes[note] = None
         groups = set.intersection(*(set(cols) for cols in per_rank.values()))
         for group in sorted(groups):
             ids = sorted(per_rank)
@@ -67,7 +76,8 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
             last = arrive.max(axis=0)
             wait = last - arrive  # ranks x collectives, >= 0
             lag = arrive - arrive.min(axis=0)
-            last_rank = np.argmax(arrive, axis=0)
+            last_rank = np.argmax(arrive, axis=0)  # of ranks arriving last together, the lowest
+            is_last = arrive >= last[None, :]
             for j in range(n):
                 coll_rows.append(
                     {
@@ -82,7 +92,7 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
                     }
                 )
             for i, rk in enumerate(ids):
-                last_count[rk] += int((last_rank == i).sum())
+                last_count[rk] += int(is_last[i].sum())
                 wait_total[rk] += float(wait[i].sum())
                 lag_total[rk] += float(lag[i].sum())
                 offsets[rk].append(float(offset[i]))
@@ -98,7 +108,49 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         }
         for rk in rank_ids
     ]
-    return {"matched": matched, "collectives": coll_rows, "ranks": waits}
+    if not matched and sum(bool(r["cycles"]) and any(c["collectives"] for c in r["cycles"]) for r in ranks) > 1:
+        notes["no collective could be matched across ranks (no communication group is on every rank), so no straggler can be named"] = None
+    return {"matched": matched, "collectives": coll_rows, "ranks": waits, "notes": list(notes)}
+
+
+def _shared_groups(per_rank: dict[int, dict[str, Any]]) -> tuple[dict[int, dict[str, Any]], str | None]:
+    """Each rank's collective groups under names every rank shares, and a note when they differ.
+
+    A group is a communication stream, and stream ids are numbered per process: one rank whose
+    NCCL streams were 1084 and 1203 where the others had 84 and 203 shared no group, and the
+    collectives and the straggler vanished without a word. Ranks with as many groups as each
+    other are paired by each group's order of first use (the order the program issued them);
+    otherwise only the groups every rank has are matched, and the note says which were not.
+    """
+    names = {rk: set(groups) for rk, groups in per_rank.items()}
+    lowest = min(per_rank)
+    if all(n == names[lowest] for n in names.values()):
+        return per_rank, None
+    differ = next(rk for rk in sorted(names) if names[rk] != names[lowest])
+
+    def listed(rk: int) -> str:
+        return ", ".join(sorted(names[rk]))
+
+    seen = f"rank {lowest}: {listed(lowest)}; rank {differ}: {listed(differ)}"
+    if len({len(n) for n in names.values()}) == 1:
+
+        def by_first_use(groups: dict[str, Any]) -> list[str]:
+            return sorted(groups, key=lambda g: (float(groups[g]["start_ns"][0]) if len(groups[g]["start_ns"]) else np.inf, g))
+
+        labels = by_first_use(per_rank[lowest])
+        paired = {
+            rk: {label: groups[g] for label, g in zip(labels, by_first_use(groups), strict=True)}
+            for rk, groups in per_rank.items()
+        }
+        return paired, (
+            f"the ranks' communication groups differ ({seen}): paired by the order of their first"
+            f" collective, and named as rank {lowest}'s"
+        )
+    unshared = names[lowest].union(*names.values()) - names[lowest].intersection(*names.values())
+    return per_rank, (
+        f"collectives on {', '.join(sorted(unshared)[:4])}{', ...' if len(unshared) > 4 else ''} are not"
+        f" matched across ranks: not every rank has that communication group ({seen})"
+    )
 
 
 def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: float) -> dict[str, Any] | None:
@@ -116,8 +168,10 @@ def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: flo
     # the job's cost: every collective waits on average this long, summed, per step
     cost = sum(c["mean_wait_ns"] for c in aligned["collectives"]) / steps
     runner_up = max((r["last"] for r in rows if r["rank"] != worst["rank"]), default=0)
-    clearly_last = worst["last_share"] >= MIN_LAST_SHARE or (
-        worst["last_share"] >= CHANCE_MULTIPLE / len(rows) and worst["last"] >= 2 * runner_up
+    # ranks last as often as each other are no one straggler (``tied_last`` names them)
+    clearly_last = worst["last"] > runner_up and (
+        worst["last_share"] >= MIN_LAST_SHARE
+        or (worst["last_share"] >= CHANCE_MULTIPLE / len(rows) and worst["last"] >= 2 * runner_up)
     )
     if not clearly_last or cost < MIN_WAIT_SHARE * step_ns:
         return None
@@ -153,6 +207,14 @@ def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: flo
         "kernels": _excess(mine, others, "kernels_ns"),
         "categories": _excess(mine, others, "breakdown_ns", skip=("Total", "Communication")),
     }
+
+
+def tied_last(rank_waits: list[dict[str, Any]]) -> tuple[list[int], int]:
+    """The ranks last at the most collectives when more than one is (the ranks, that count);
+    ([], 0) when one rank is last most often or none ever is."""
+    top = max((int(r["last"]) for r in rank_waits), default=0)
+    tied = [int(r["rank"]) for r in rank_waits if r["last"] == top]
+    return (tied, top) if top and len(tied) > 1 else ([], 0)
 
 
 def per_step(rank: dict[str, Any], key: str) -> dict[str, float]:

@@ -17,7 +17,7 @@ import polars as pl
 
 from torchscope.trace import dialect
 from torchscope.trace.batch import COMMON_ARGS, DEVICE_ARGS, MEMORY_ARGS, device_rows, is_i64, memory_rows
-from torchscope.trace.schema import MEMORY_SCHEMA, THREADS_SCHEMA, conform
+from torchscope.trace.schema import KIND, MEMORY_SCHEMA, THREADS_SCHEMA, conform
 
 I64 = npt.NDArray[np.int64]
 _LIMIT = np.iinfo(np.int64).max // 1000  # microseconds beyond this overflow int64 nanoseconds
@@ -246,19 +246,24 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     cats = df["cat"].unique().to_list()
     kind_of = {c: dialect.CATEGORY_KIND.get(c.lower(), "other") for c in cats}
     on_device = [c for c in cats if c.lower() in dialect.DEVICE_CATEGORIES]
-    # mapped once, as a Series: inside the expression below it would be mapped twice (8 ms of 16)
-    by_cat = df["cat"].replace_strict(kind_of, default="other", return_dtype=pl.String)
+    # mapped once, as a Series: inside the expression below it would be mapped twice (8 ms of
+    # 16); into the kinds' Enum, so that the choices below compare and copy small integers
+    by_cat = df["cat"].replace_strict(kind_of, default="other", return_dtype=KIND)
+
+    def lit(kind: str) -> pl.Expr:
+        return pl.lit(kind, dtype=KIND)
+
     kind = (
         pl.when(pl.col("cat") == "")
-        .then(pl.when(pl.col("ph") == "X").then(pl.lit("other")).otherwise(pl.lit("instant")))
+        .then(pl.when(pl.col("ph") == "X").then(lit("other")).otherwise(lit("instant")))
         .otherwise(by_cat)
     )
     kind = (
         pl.when(pl.col("name").is_in(list(dialect.COLLECTIVE_NAMES)))
-        .then(pl.lit("collective"))
+        .then(lit("collective"))
         # 2021 traces file ProfilerStep#N under "Operator"; it is a record_function label
         .when((by_cat == "cpu_op") & pl.col("name").cat.starts_with("ProfilerStep#"))
-        .then(pl.lit("user_annotation"))
+        .then(lit("user_annotation"))
         .otherwise(kind)
     )
     is_dev = pl.col("cat").is_in(on_device)
