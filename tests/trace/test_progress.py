@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +32,32 @@ def test_no_bar_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -
     with progress.LoadProgress("x.json") as bar:
         time.sleep(0.05)
     assert not bar.enabled and not bar.shown
+
+
+def test_a_large_file_reports_its_pieces(traces_dir: Path) -> None:
+    # a 2.5 GB trace showed only "linking events", "building columns", "linking events", ... for
+    # its 20 s: a file read in pieces says how many of them are read
+    from torchscope.trace.reader import read_chrome
+
+    seen: list[tuple[int, int]] = []
+    large = traces_dir / "other_devices" / "mtia_training_large.json.gz"
+    read_chrome(large, on_piece=lambda d, t: seen.append((d, t)))
+    total = seen[0][1]
+    assert total > 1 and seen == [(k, total) for k in range(1, total + 1)]
+    seen.clear()
+    read_chrome(traces_dir / "cuda" / "backward_thread_small.json", on_piece=lambda d, t: seen.append((d, t)))
+    assert seen == []  # read whole: no pieces to count
+
+
+def test_pieces_make_a_bar_and_hold_the_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress, "DELAY_S", 30.0)
+    with progress.LoadProgress("big.json", enabled=True) as bar:
+        bar.phase("inflate")
+        assert bar._description() == "big.json: decoding JSON"
+        bar.piece(1, 3)
+        bar.phase("decode")
+        bar.phase("columns")  # a piece's own phases: the display stays on the pieces
+        assert (bar._description(), bar.total) == ("big.json: reading its pieces", 3)
+        bar.piece(3, 3)
+        bar.phase("columns")  # the last piece's: linking comes next
+        assert bar._description() == "big.json: linking events"

@@ -52,7 +52,7 @@ def load(
             return load_trace(p)
         return load_dir(p, progress=progress)
     with LoadProgress(p.name, enabled=progress) as bar:
-        return read_chrome(p, on_phase=bar.phase, early=early)
+        return read_chrome(p, on_phase=bar.phase, early=early, on_piece=bar.piece)
 
 
 def is_store(path: Path) -> bool:

@@ -103,10 +103,14 @@ _ANY_DECODER = msgspec.json.Decoder()
 class Timings:
     """Wall time per phase of one read (for ``benchmarks/load.py``), and progress callbacks."""
 
-    def __init__(self, on_phase: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, on_phase: Callable[[str], None] | None = None, on_piece: Callable[[int, int], None] | None = None
+    ) -> None:
         self.phases: dict[str, float] = {}
         self._t = time.perf_counter()
         self._on_phase = on_phase
+        self._on_piece = on_piece
+        self.pieces = 0  # how many pieces a large file is read in (0: read whole)
 
     def mark(self, phase: str) -> None:
         now = time.perf_counter()
@@ -114,6 +118,11 @@ class Timings:
         self._t = now
         if self._on_phase is not None:
             self._on_phase(phase)
+
+    def piece(self, done: int) -> None:
+        """``done`` of the file's ``pieces`` are read (a large file's progress, piece by piece)."""
+        if self._on_piece is not None and self.pieces > 1:
+            self._on_piece(done, self.pieces)
 
 
 LAST_TIMINGS: dict[str, float] = {}
@@ -126,15 +135,20 @@ Text: TypeAlias = bytes | mmap.mmap
 
 # -- public API ------------------------------------------------------------------------------
 def read_chrome(
-    path: str | Path, on_phase: Callable[[str], None] | None = None, *, early: Prefetch | None = None
+    path: str | Path,
+    on_phase: Callable[[str], None] | None = None,
+    *,
+    early: Prefetch | None = None,
+    on_piece: Callable[[int, int], None] | None = None,
 ) -> Trace:
     """Read a Kineto/Chrome trace file (``.json`` or ``.json.gz``) into a Trace.
 
     ``on_phase`` is called with the name of each finished phase (inflate, decode, columns,
-    derive), for progress displays. ``early``: the file's bytes, already being read
+    derive), for progress displays; ``on_piece(done, total)`` after each piece of a file large
+    enough to be read in pieces. ``early``: the file's bytes, already being read
     (``files.prefetch``); its wait is the "inflate" phase.
     """
-    timings = Timings(on_phase)
+    timings = Timings(on_phase, on_piece)
     warnings: list[str] = []
     scanned = None
     if early is not None:
@@ -431,6 +445,7 @@ def _scanned_batches(
     top: dict[str, Any],
     scanned: tuple[str, Any] | None,
     finish: Callable[[pl.DataFrame], _Part],
+    timings: Timings,
 ) -> Iterator[pl.DataFrame | _Part] | None:
     """What our C scanner reads, or None when it is not built or declines the document.
 
@@ -477,14 +492,21 @@ def _scanned_batches(
     if doc is None or doc[0] < 0:
         # not a trace, or JSON the scanner does not take as a whole (a file cut short, one bad
         # value): its pieces are scanned all the same, the last decoded with its repairs
-        return _damaged_pieces(data, source, warnings, top, finish)
+        return _damaged_pieces(data, source, warnings, top, finish, timings)
     lo, hi, keys = doc
     _top_values(data, keys, top, source, warnings)
-    return _scan_pieces(data, _pieces(lo, _cut_points(data, lo, hi), hi), source, warnings, finish)
+    pieces = _pieces(lo, _cut_points(data, lo, hi), hi)
+    timings.pieces = len(pieces)
+    return _scan_pieces(data, pieces, source, warnings, finish)
 
 
 def _damaged_pieces(
-    data: Text, source: str, warnings: list[str], top: dict[str, Any], finish: Callable[[pl.DataFrame], _Part]
+    data: Text,
+    source: str,
+    warnings: list[str],
+    top: dict[str, Any],
+    finish: Callable[[pl.DataFrame], _Part],
+    timings: Timings,
 ) -> Iterator[_Part] | None:
     """A large file the scanner does not take whole, read in Kineto's pieces all the same: every
     piece but the last by the scanner (a piece it declines, by msgspec with its repairs), the
@@ -498,9 +520,11 @@ def _damaged_pieces(
     if layout is None or head_doc is False:
         return None
     start, cuts, _ = layout
+    pieces = _pieces(start + 1, cuts, len(data))[:-1]
+    timings.pieces = len(pieces) + 1  # and the tail
 
     def parts() -> Iterator[_Part]:
-        yield from _scan_pieces(data, _pieces(start + 1, cuts, len(data))[:-1], source, warnings, finish)
+        yield from _scan_pieces(data, pieces, source, warnings, finish)
         scanned = _scanned_tail(data, layout, head_doc, source, warnings, top, finish)
         if scanned is None:
             scanned = finish(raw.from_events(_decode_tail(data, layout, head_doc, source, warnings, top), warnings))
@@ -909,7 +933,7 @@ def _build(
     ids = Ids()
     finish = functools.partial(_part, ids=ids)
     chunks: Iterator[pl.DataFrame | _Part] | None = _scanned_batches(
-        data, source, warnings, top, scanned, finish
+        data, source, warnings, top, scanned, finish, timings
     )
     if chunks is None:
         data = _as_bytes(data)
@@ -940,6 +964,7 @@ def _build(
         del chunk
         warnings.extend(part.warnings)
         ev_parts.append(part.events.with_columns(pl.col("raw_row") + n_spans))
+        timings.piece(len(ev_parts))
         mem_parts.append(part.memory)
         flow_parts.append(part.flows)
         meta_parts.append(part.meta)
