@@ -1015,3 +1015,19 @@ def test_ranks_that_could_not_be_read_are_not_counted_as_read(
     assert out.splitlines()[0] == "== half: 2 ranks read (2 more could not be: see the warnings), 1 cycle, nccl"
     run = analyse_job(tmp_path / "half", engine="local:1")["runs"][0]
     assert (run["ranks"], run["ranks_unread"]) == (2, [0, 2])
+
+
+def test_ranks_on_different_devices_are_said(traces_dir: Path, tmp_path: Path) -> None:
+    # the two nccl traces are ranks 0 and 1 of two different jobs (A100s, V100s): read as one
+    # job, their collectives were paired without a word about it
+    root = tmp_path / "mixed"
+    root.mkdir()
+    shutil.copy(traces_dir / "cuda" / "nccl_rank0_of_2.json.gz", root / "rank-0.json.gz")
+    shutil.copy(traces_dir / "cuda" / "nccl_rank1_of_2_profile_memory.json.gz", root / "rank-1.json.gz")
+    run = analyse_job(root, engine="local:1")["runs"][0]
+    assert run["notes"] == [
+        "mixed: its ranks ran on different devices (NVIDIA A100-PG509-200 on rank 0; Tesla V100-SXM2-32GB on"
+        " rank 1): traces of different jobs? They are read as one job",
+        "mixed: the ranks' communication groups differ (rank 0: stream 40; rank 1: stream 14): paired by the"
+        " order of their first collective, and named as rank 0's",
+    ]

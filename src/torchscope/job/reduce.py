@@ -278,6 +278,25 @@ def one_category_system(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def mixed_devices(ranks: list[dict[str, Any]]) -> list[str]:
+    """A note when the ranks' traces name different device models: one job's ranks run on one
+    kind of machine, so these are likely traces of several jobs (an A100 job's ranks beside a
+    V100 job's were compared, their collectives paired, without a word)."""
+    by_model: dict[tuple[str, ...], list[int]] = {}
+    for r in ranks:
+        named = {d for c in r["cycles"] for d in c.get("devices", [])}
+        if named:
+            by_model.setdefault(tuple(sorted(named)), []).append(r["rank"])
+    if len(by_model) < 2:
+        return []
+    said = "; ".join(
+        f"{' and '.join(models)} on rank{'s' if len(rks) > 1 else ''} {', '.join(map(str, rks[:4]))}"
+        + (", ..." if len(rks) > 4 else "")
+        for models, rks in sorted(by_model.items(), key=lambda kv: kv[1][0])
+    )
+    return [f"its ranks ran on different devices ({said}): traces of different jobs? They are read as one job"]
+
+
 def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """The job summary of one run from its rank summaries."""
     ranks = one_category_system(sorted(ranks, key=lambda r: r["rank"]))
@@ -362,5 +381,5 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
             for r in ranks
         ],
         "skipped": [s for r in ranks for s in r["skipped"]],
-        "notes": [f"{name}: {note}" for note in aligned["notes"]],
+        "notes": [f"{name}: {note}" for note in (*mixed_devices(live), *aligned["notes"])],
     }
