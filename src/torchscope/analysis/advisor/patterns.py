@@ -71,7 +71,7 @@ def optimizer_foreach(ctx: Context) -> list[Finding]:
 
 def zero_grad_set_to_none(ctx: Context) -> list[Finding]:
     ev = ctx.trace.events
-    zg = ev.filter(
+    zg = ev.select("id", "kind").filter(
         ctx.names.str.contains(r"zero_grad") & pl.col("kind").is_in(["user_annotation", "python_function"])
     )
     if zg.height == 0:

@@ -134,9 +134,10 @@ def memory_near_capacity(ctx: Context) -> list[Finding]:
 
 def use_ddp(ctx: Context) -> list[Finding]:
     ev = ctx.trace.events
-    uses_dp = bool((ctx.names == "DataParallel.forward").any())
-    devices = ev.filter(pl.col("device") >= 0)["device"].n_unique()
-    if not uses_dp or devices < 2:
+    if not (ctx.names == "DataParallel.forward").any():
+        return []
+    devices = ev["device"].filter(ev["device"] >= 0).n_unique()
+    if devices < 2:
         return []
     return [
         Finding(
