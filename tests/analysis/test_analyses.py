@@ -86,7 +86,9 @@ def test_host_breakdown_and_stacks_of_a_cpu_run(mlp_run: Trace) -> None:
     assert not ov.steps_from_trace and ov.devices == ()
     hb = ov.host_breakdown_ns
     assert sum(hb[c] for c in HOST_CATEGORIES) == pytest.approx(hb["Total"])
-    assert hb["Operators"] > hb["Python outside ops"] > 0
+    # both are there; which is larger is the machine's (one forward of a few ms: a busy machine
+    # made the Python between the ops, 4.9 ms, longer than the ops, 2.8 ms, and failed CI)
+    assert hb["Operators"] > 0 and hb["Python outside ops"] > 0
     stacks = call_stacks(mlp_run, "aten::addmm")
     assert stacks["calls"].sum() == 3 and stacks["stack"].str.contains("forward").all()
     ops = operators(mlp_run)

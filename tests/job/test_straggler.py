@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchscope.job.straggler import straggler
+from torchscope.job.straggler import align, straggler, wait_per_step
 
 
 def _rank(rank: int) -> dict[str, Any]:
@@ -18,7 +18,13 @@ def _aligned(lags: dict[int, float], last: dict[int, int]) -> dict[str, Any]:
         "matched": matched,
         "collectives": [{"cycle": 0, "mean_wait_ns": 50_000.0}] * matched,
         "ranks": [
-            {"rank": r, "last": last.get(r, 0), "last_share": last.get(r, 0) / matched, "mean_lag_ns": lag}
+            {
+                "rank": r,
+                "last": last.get(r, 0),
+                "last_share": last.get(r, 0) / matched,
+                "mean_lag_ns": lag,
+                "wait_ns": 50_000.0 * matched,  # each rank waits 50 us a collective
+            }
             for r, lag in lags.items()
         ],
     }
@@ -49,3 +55,48 @@ def test_in_a_job_of_eight_a_rank_last_at_three_times_chance_and_twice_any_other
     assert s is not None and s["rank"] == 5
     # a leader only a little ahead of the next is chance
     assert straggler([_rank(r) for r in range(8)], _aligned(lags, last | {0: 6}), 1e6) is None
+
+
+def _with_collectives(rank: int, groups: dict[str, list[tuple[int, int]]]) -> dict[str, Any]:
+    """A rank summary whose cycle 0 holds these collectives: group -> [(start_ns, end_ns)]."""
+    import numpy as np
+
+    summary = _rank(rank)
+    summary["cycles"][0]["collectives"] = {
+        g: {
+            "start_ns": np.array([s for s, _ in spans], np.int64),
+            "end_ns": np.array([e for _, e in spans], np.int64),
+            "name_code": np.zeros(len(spans), np.uint16),
+            "names": ["allreduce"],
+        }
+        for g, spans in groups.items()
+    }
+    return summary
+
+
+def test_collectives_at_the_same_time_are_waited_for_once() -> None:
+    # DDP's two gradient buckets all-reduce at once on gloo's two threads: rank 0 waits in one
+    # or the other from 0 to 11 ms, 11 ms, not the 10 + 10 of their sum (summed, a real job's
+    # rank waited 180 ms in 172 ms of steps)
+    ms = 1_000_000
+    early = {"thread a": [(0, 12 * ms)], "thread b": [(1 * ms, 12 * ms)]}
+    late = {"thread a": [(10 * ms, 12 * ms)], "thread b": [(11 * ms, 12 * ms)]}
+    aligned = align([_with_collectives(0, early), _with_collectives(1, late)])
+    assert [(r["rank"], r["wait_ns"], r["last"]) for r in aligned["ranks"]] == [(0, 11 * ms, 0), (1, 0.0, 2)]
+    assert wait_per_step(aligned, 1) == 5.5 * ms  # the mean over the two ranks
+
+
+def test_a_collective_every_rank_reaches_together_has_no_last_rank() -> None:
+    ms = 1_000_000
+    same = {"stream 7": [(0, 5 * ms), (6 * ms, 8 * ms)]}
+    later = {"stream 7": [(0, 5 * ms), (7 * ms, 8 * ms)]}
+    aligned = align([_with_collectives(0, same), _with_collectives(1, same), _with_collectives(2, later)])
+    # the first collective: all three together (no one is last); the second: rank 2
+    assert [r["last"] for r in aligned["ranks"]] == [0, 0, 1]
+
+
+def test_a_wait_longer_than_a_step_names_no_straggler() -> None:
+    # two different jobs' traces in one folder: "the job waits 424 ms per step (150 % of a step)"
+    aligned = _aligned({0: 0.0, 1: 60_000.0}, {1: 9, 0: 1})
+    assert straggler([_rank(0), _rank(1)], aligned, step_ns=1e6) is not None  # 50 us a step of 1 ms
+    assert straggler([_rank(0), _rank(1)], aligned, step_ns=40_000.0) is None  # more than the step

@@ -14,7 +14,8 @@ from typing import Any
 
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES
 from torchscope.analysis.report_model import units_of
-from torchscope.job.straggler import align, per_step, straggler
+from torchscope.job.straggler import align, implausible, per_step, run_steps, straggler, wait_per_step
+from torchscope.render.units import fmt_ns
 
 OUTLIER_MADS = 3.0  # a rank is an outlier when its step is this many MADs from the median
 OUTLIER_MIN_SHARE = 0.05  # ... and at least 5% away from it (a tight job has a tiny MAD)
@@ -316,6 +317,12 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     )
     aligned = align(live)
     strag = straggler(live, aligned, med_step)
+    if aligned["matched"] and implausible(cost := wait_per_step(aligned, run_steps(live)), med_step):
+        aligned["notes"].append(
+            f"the ranks wait in the collectives {fmt_ns(cost)} per step, longer than the median step"
+            f" ({fmt_ns(med_step)}): their collectives do not line up (traces of different jobs or"
+            " steps?), so no straggler is named"
+        )
     findings = dedupe_findings(list(kept.values()))
     if strag is not None:
         findings = [_waiting_for(strag, f, aligned, live) for f in findings]

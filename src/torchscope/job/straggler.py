@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from torchscope.analysis import intervals as iv
+
 # the straggler must arrive last at least this share of the collectives, and the wait it causes
 # must be at least this share of the median step: otherwise arrival order is noise
 MIN_LAST_SHARE = 0.5
@@ -39,7 +41,14 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 
     A collective where several ranks arrive last together (to the nanosecond: copies of one
     rank's trace, or a microsecond clock) counts as last for each of them: credited to the
-    lowest rank only, one of 64 identical ranks was named the straggler of the other 63.
+    lowest rank only, one of 64 identical ranks was named the straggler of the other 63. One
+    where every rank arrives together has no last rank.
+
+    A rank's wait is the time it spends waiting in any collective (the union of its waits):
+    DDP's gradient buckets all-reduce at the same time on gloo's threads, and the sum of their
+    waits said a rank waited 180 ms in 172 ms of steps. A cycle the reader had to cut
+    (``cut``: a damaged file) is left out, with a note: its collectives end early, and matched
+    by order they made the cut rank "the straggler" at 174 % of a step.
     """
     rank_ids = [r["rank"] for r in ranks]
     cycles = sorted({c["cycle"] for r in ranks for c in r["cycles"]})
@@ -48,12 +57,18 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     wait_total = dict.fromkeys(rank_ids, 0.0)
     lag_total = dict.fromkeys(rank_ids, 0.0)
     offsets: dict[int, list[float]] = {r: [] for r in rank_ids}
+    waits: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {r: [] for r in rank_ids}
     notes: dict[str, None] = {}  # in order, once each
     for cyc in cycles:
         per_rank = {}
         for r in ranks:
             c = next((c for c in r["cycles"] if c["cycle"] == cyc), None)
-            if c is not None and c["collectives"]:
+            if c is not None and c.get("cut") and c["collectives"]:
+                notes[
+                    f"rank {r['rank']}'s cycle {cyc} was cut short (a damaged file): left out of the"
+                    " collectives' matching and the straggler"
+                ] = None
+            elif c is not None and c["collectives"]:
                 per_rank[r["rank"]] = c["collectives"]
         if len(per_rank) < 2:
             continue
@@ -77,7 +92,7 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
             wait = last - arrive  # ranks x collectives, >= 0
             lag = arrive - arrive.min(axis=0)
             last_rank = np.argmax(arrive, axis=0)  # of ranks arriving last together, the lowest
-            is_last = arrive >= last[None, :]
+            is_last = (arrive >= last[None, :]) & (arrive.min(axis=0) < last)[None, :]
             for j in range(n):
                 coll_rows.append(
                     {
@@ -93,11 +108,16 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
                 )
             for i, rk in enumerate(ids):
                 last_count[rk] += int(is_last[i].sum())
-                wait_total[rk] += float(wait[i].sum())
+                waits[rk].append((arrive[i], np.broadcast_to(last, arrive[i].shape)))
                 lag_total[rk] += float(lag[i].sum())
                 offsets[rk].append(float(offset[i]))
     matched = len(coll_rows)
-    waits = [
+    for rk, spans in waits.items():
+        if spans:  # nanoseconds on the common clock: the union of the rank's waits
+            starts = np.concatenate([s for s, _ in spans])
+            ends = np.concatenate([e for _, e in spans])
+            wait_total[rk] = float(iv.total(iv.merge(np.round(starts), np.round(ends))))
+    rows = [
         {
             "rank": rk,
             "last": last_count[rk],
@@ -108,9 +128,9 @@ def align(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         }
         for rk in rank_ids
     ]
-    if not matched and sum(bool(r["cycles"]) and any(c["collectives"] for c in r["cycles"]) for r in ranks) > 1:
+    if not matched and sum(any(c["collectives"] and not c.get("cut") for c in r["cycles"]) for r in ranks) > 1:
         notes["no collective could be matched across ranks (no communication group is on every rank), so no straggler can be named"] = None
-    return {"matched": matched, "collectives": coll_rows, "ranks": waits, "notes": list(notes)}
+    return {"matched": matched, "collectives": coll_rows, "ranks": rows, "notes": list(notes)}
 
 
 def _shared_groups(per_rank: dict[int, dict[str, Any]]) -> tuple[dict[int, dict[str, Any]], str | None]:
@@ -153,6 +173,24 @@ def _shared_groups(per_rank: dict[int, dict[str, Any]]) -> tuple[dict[int, dict[
     )
 
 
+def run_steps(ranks: list[dict[str, Any]]) -> float:
+    """The steps a rank of the run recorded (the median over its ranks; at least 1)."""
+    return float(median([sum(c["steps"] for c in r["cycles"]) or 1 for r in ranks] or [1])) or 1.0
+
+
+def implausible(cost_ns: float, step_ns: float) -> bool:
+    """Whether a wait per step is no wait at all: the ranks wait in collectives for longer than
+    a step lasts (two different jobs' traces in one folder said 150 % of a step)."""
+    return step_ns > 0 and cost_ns >= step_ns
+
+
+def wait_per_step(aligned: dict[str, Any], steps: float) -> float:
+    """The job's cost of waiting: each rank's time waiting in collectives (``align``: the union
+    of its waits, so overlapping collectives count once), averaged over the ranks, per step."""
+    rows = aligned["ranks"]
+    return sum(float(r["wait_ns"]) for r in rows) / max(len(rows), 1) / max(steps, 1)
+
+
 def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: float) -> dict[str, Any] | None:
     """The rank the others wait for, the wait it costs per step, and what it does more of.
 
@@ -164,16 +202,15 @@ def straggler(ranks: list[dict[str, Any]], aligned: dict[str, Any], step_ns: flo
         return None
     rows = aligned["ranks"]
     worst = max(rows, key=lambda r: (r["last"], r["mean_lag_ns"], -r["rank"]))
-    steps = median([sum(c["steps"] for c in r["cycles"]) or 1 for r in ranks]) or 1
-    # the job's cost: every collective waits on average this long, summed, per step
-    cost = sum(c["mean_wait_ns"] for c in aligned["collectives"]) / steps
+    steps = run_steps(ranks)
+    cost = wait_per_step(aligned, steps)
     runner_up = max((r["last"] for r in rows if r["rank"] != worst["rank"]), default=0)
     # ranks last as often as each other are no one straggler (``tied_last`` names them)
     clearly_last = worst["last"] > runner_up and (
         worst["last_share"] >= MIN_LAST_SHARE
         or (worst["last_share"] >= CHANCE_MULTIPLE / len(rows) and worst["last"] >= 2 * runner_up)
     )
-    if not clearly_last or cost < MIN_WAIT_SHARE * step_ns:
+    if not clearly_last or cost < MIN_WAIT_SHARE * step_ns or implausible(cost, step_ns):
         return None
     mine = next(r for r in ranks if r["rank"] == worst["rank"])
     # other ranks that are late too: their mean lag is at least half the straggler's. Not in a

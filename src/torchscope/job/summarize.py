@@ -172,6 +172,7 @@ def summarize_cycle(trace: Trace, *, last: bool = True) -> dict[str, Any]:
         "kernels_ns": (kernels_ns := _per_step(kernels, "name", "total_ns", steps, TOP_KERNELS)),
         "kernels_floor_ns": _floor(kernels_ns, TOP_KERNELS),
         "collectives": compact(collectives(trace)),
+        "cut": was_cut(trace.meta),  # a damaged file the reader cut: its collectives end early
         # the device models the trace names (``reduce.mixed_devices``: traces of other jobs)
         "devices": sorted({str(p["name"]) for p in trace.meta.device_properties if p.get("name")}),
         "findings": findings,
