@@ -136,3 +136,29 @@ def test_a_left_out_cycle_has_no_step_times_and_evidence_has_units(
         share = foreach.locator("dd").last.inner_text()
         assert share.endswith("%") and not share.startswith("0.")
     assert errors == []
+
+
+def test_the_job_page_opens_on_the_warnings_and_the_ranks_read(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a job with a rank that could not be read: the terminal said so, the Job tab (where the page
+    # opens) showed "3 rank(s)" and no warning; they were on the Report tab only
+    import gzip
+    import json
+
+    root = tmp_path / "three"
+    root.mkdir()
+    for r in range(3):
+        with gzip.open(traces_dir / "multirank" / f"rank-{r % 2}.json.gz") as fh:
+            doc = json.load(fh)
+        doc["distributedInfo"] = {**doc["distributedInfo"], "rank": r, "world_size": 3}
+        text = json.dumps(doc)
+        (root / f"rank-{r}.json").write_text(text if r != 2 else text[:3000] + "@" + text[3000:])
+    with _job_page(root, tmp_path, capsys) as (page, errors):
+        head = page.locator("[data-testid=job-run]").inner_text()
+        assert head == "three: 2 rank(s) read (1 more could not be: see the warnings), 1 cycle(s), nccl"
+        box = page.locator("[data-testid=job-warnings]")
+        assert box.locator("summary").inner_text() == "1 warning"
+        box.locator("summary").click()
+        assert box.locator("li").first.inner_text().startswith("skipped ")
+    assert errors == []

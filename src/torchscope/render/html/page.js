@@ -60,7 +60,7 @@ const TorchscopePage = (() => {
     const out = [];
     if (notes.length) out.push(h("div", { class: "rec", "data-testid": "report-notes" }, h("div", { class: "t" }, "Left out"), h("ul", {}, notes.map((/** @type {string} */ w) => h("li", {}, w)))));
     if (input.length) out.push(h("div", { class: "rec warnbox", "data-testid": "input-warnings" }, h("div", { class: "t" }, "The input needed repair"), h("ul", {}, input.map((/** @type {string} */ w) => h("li", {}, w)))));
-    if (other.length) out.push(h("details", { "data-testid": "warnings" }, h("summary", { class: "warn" }, `${other.length} warnings`), h("ul", {}, other.map((w) => h("li", {}, w)))));
+    if (other.length) out.push(h("details", { "data-testid": "warnings" }, h("summary", { class: "warn" }, `${other.length} warning${other.length === 1 ? "" : "s"}`), h("ul", {}, other.map((w) => h("li", {}, w)))));
     return out;
   }
   /** Anything in the report: objects as key/value lists, lists of objects as tables, numbers in

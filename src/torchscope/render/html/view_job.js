@@ -26,9 +26,16 @@ const viewJob = (() => {
     const J = state.payload.job || { runs: [] };
     /** @type {Node[]} */
     const out = [h("h2", {}, "Job")];
+    // what the terminal prints after the runs (files skipped, collectives not matched, ranks of
+    // different jobs): here first, where the page opens, not only on the Report tab
+    const warnings = /** @type {string[]} */ (state.payload.warnings || []);
+    if (warnings.length) out.push(h("details", { "data-testid": "job-warnings" }, h("summary", { class: "warn" }, `${warnings.length} warning${warnings.length === 1 ? "" : "s"}`), h("ul", {}, warnings.map((w) => h("li", {}, w)))));
     J.runs.forEach((/** @type {Obj} */ R) => {
       const st = R.step_ns || {};
-      out.push(h("h3", { "data-testid": "job-run" }, `${R.run}: ${R.ranks} rank(s), ${R.cycles} cycle(s)` + (R.backend ? `, ${R.backend}` : "")));
+      // as the terminal's header (job.render.run_lines): ranks read, and those that could not be
+      const unread = (R.ranks_unread || []).length;
+      const ranks = `${R.ranks} rank(s)` + (unread ? ` read (${unread} more could not be: see the warnings)` : R.world_size && R.world_size !== R.ranks ? ` of ${R.world_size}` : "");
+      out.push(h("h3", { "data-testid": "job-run" }, `${R.run}: ${ranks}, ${R.cycles} cycle(s)` + (R.backend ? `, ${R.backend}` : "")));
       // the steps themselves (over every rank and cycle): the longest step is the real one, never a median
       const ev = R.steps_ns || { count: 0 };
       const at = [R.ranks > 1 && ev.max_rank !== null ? `rank ${ev.max_rank}` : "", R.cycles > 1 && ev.max_cycle !== null ? `cycle ${ev.max_cycle}` : ""].filter(Boolean).join(", ");
