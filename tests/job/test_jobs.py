@@ -1038,3 +1038,25 @@ def test_ranks_on_different_devices_are_said(traces_dir: Path, tmp_path: Path) -
         "mixed: the ranks' communication groups differ (rank 0: stream 40; rank 1: stream 14): paired by the"
         " order of their first collective, and named as rank 0's",
     ]
+
+
+def test_a_plain_trace_named_gz_and_a_rank_outside_the_world_are_read_and_said(
+    traces_dir: Path, tmp_path: Path
+) -> None:
+    # `torchscope report FILE` reads a plain JSON trace named .json.gz (gzip is told by its
+    # magic number); in a folder it was skipped as "not a readable gzip file". A rank numbered
+    # past the world size its trace names was accepted without a word.
+    def renumber(rank: int, doc: dict[str, Any]) -> None:
+        if rank == 2:
+            doc["distributedInfo"]["rank"] = 99
+
+    _multirank_copies(traces_dir, tmp_path / "odd", 4, renumber)
+    (tmp_path / "odd" / "rank-1.json").rename(tmp_path / "odd" / "rank-1.json.gz")
+    job = analyse_job(tmp_path / "odd", engine="local:1")
+    assert [p["rank"] for p in job["runs"][0]["per_rank"]] == [0, 1, 3, 99]
+    assert job["warnings"] == [
+        "odd: 1 file is named for another rank than its distributedInfo says (rank-2.json: named rank 2,"
+        " says rank 99); read as the rank the trace says (a rank with several files reads them as its cycles)",
+        "odd: rank 99 is outside the world size its traces name (ranks 0 to world size - 1): a trace of"
+        " another job?",
+    ]

@@ -115,11 +115,18 @@ def ranks_named_otherwise(found: Discovery) -> list[str]:
             if (named := rank_in_name(f, found.root)) is not None and named != rf.rank
         ]
         if odd:
-            f, named, rank = odd[0]
+            said = "; ".join(f"{f.relative_to(found.root)}: named rank {n}, says rank {r}" for f, n, r in odd[:3])
             out.append(
                 f"{run.name}: {len(odd)} file{'s are' if len(odd) > 1 else ' is'} named for another rank than"
-                f" {'their' if len(odd) > 1 else 'its'} distributedInfo says ({f.relative_to(found.root)}: named rank {named}, says rank {rank});"
-                " read as the rank the trace says"
+                f" {'their' if len(odd) > 1 else 'its'} distributedInfo says ({said}{'; ...' if len(odd) > 3 else ''});"
+                " read as the rank the trace says (a rank with several files reads them as its cycles)"
+            )
+        outside = [rf.rank for rf in run.ranks if rf.world_size and not 0 <= rf.rank < rf.world_size]
+        if outside:
+            shown = ", ".join(map(str, outside[:5])) + (", ..." if len(outside) > 5 else "")
+            out.append(
+                f"{run.name}: rank{'s' if len(outside) > 1 else ''} {shown} {'are' if len(outside) > 1 else 'is'}"
+                " outside the world size its traces name (ranks 0 to world size - 1): a trace of another job?"
             )
     return out
 
@@ -174,12 +181,14 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
     ``traceEvents`` key, or it is our own output. A large file whose ``traceEvents`` come after
     the head stays a candidate (the reader says why when it is not one).
     """
-    if path.name.endswith(".gz"):
+    with path.open("rb") as fh:
+        magic = fh.read(2)
+    if magic == b"\x1f\x8b":  # gzip by its magic number, as the reader decides, not by its name
         try:
             raw = _inflated_head(path, size)
         except zlib.error as exc:
             raise ValueError(f"not a readable gzip file ({exc})") from exc
-    else:
+    else:  # plain JSON, whatever it is named (a trace named .json.gz was skipped here, read alone)
         with path.open("rb") as fh:
             raw = fh.read(size)
     text = raw.decode("utf-8", errors="replace")
