@@ -782,7 +782,7 @@ def test_files_of_different_jobs_in_one_folder_are_said(tmp_path: Path) -> None:
         "ws: its traces name different world sizes (2, 128): files of different jobs in one folder?"
         " They are read as one job",
         "ws: 1 file is named for another rank than its distributedInfo says (rank-2.json.gz: named rank 2,"
-        " says rank 0); read as the rank the trace says",
+        " says rank 0); read as the rank the trace says (a rank with several files reads them as its cycles)",
         # the stranger file sorts as rank 0's second cycle
         "ws: its ranks wrote different numbers of cycles (rank 0: 2, rank 1: 1); cycles are paired by"
         " their order, so a cycle's ranks may come from different steps",
