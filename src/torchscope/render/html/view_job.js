@@ -71,7 +71,7 @@ const viewJob = (() => {
       const waits = Object.fromEntries((R.rank_waits || []).map((/** @type {Obj} */ w) => [w.rank, w]));
       out.push(h("h4", {}, "Ranks"));
       out.push(table([{ key: "rank", label: "rank", num: true }, { key: "steps", label: "steps", num: true }, { key: "step_ns", label: "median step", num: true, fmt: fmtNs },
-        { key: "last", label: "arrived last", num: true }, { key: "wait_ns", label: "waited", num: true, fmt: fmtNs },
+        { key: "last", label: "arrived last", num: true }, { key: "wait_ns", label: "waited (all its steps)", num: true, fmt: fmtNs },
         { key: "findings", label: "findings", cls: "name" }, { key: "view", label: "full view", cls: "name" }],
         (R.per_rank || []).map((/** @type {Obj} */ p) => ({ ...p, last: (waits[p.rank] || {}).last, wait_ns: (waits[p.rank] || {}).wait_ns, findings: (p.findings || []).join(", "),
           view: (p.views || []).length ? h("span", {}, p.views.map((/** @type {any} */ v) => h("a", { href: v }, v + " "))) : "" })), { id: "job-ranks", sort: "rank", asc: true }));
