@@ -127,11 +127,9 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
         )
         if s["also_late"]:
             lines.append(
-                f"  also late ({_plural(s['also_late_count'], 'rank')}): "
-                + ", ".join(
-                    f"rank {a['rank']} ({fmt_ns(a['mean_lag_ns'])} behind)" for a in s["also_late"][:5]
-                )
-                + f"; the straggler is {fmt_ns(s['mean_lag_ns'])} behind the first arrival on average"
+                f"  also late ({_plural(s['also_late_count'], 'rank')}; behind the first arrival on average): "
+                + ", ".join(f"rank {a['rank']} {fmt_ns(a['mean_lag_ns'])}" for a in s["also_late"][:5])
+                + f"; the straggler {fmt_ns(s['mean_lag_ns'])}"
             )
         # the largest of each kind: the first four of ops + kernels + categories were ops only,
         # and hid a straggler whose excess is a kernel or its device time (the JSON has them all)
