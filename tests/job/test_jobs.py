@@ -1060,3 +1060,20 @@ def test_a_plain_trace_named_gz_and_a_rank_outside_the_world_are_read_and_said(
         "odd: rank 99 is outside the world size its traces name (ranks 0 to world size - 1): a trace of"
         " another job?",
     ]
+
+
+def test_ranks_that_arrive_together_everywhere_are_said_so(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # three copies of one rank: no collective has a last rank (each counted last for every rank
+    # once, and "16 ranks arrive last together" was said of ranks that are never late)
+    root = tmp_path / "same"
+    root.mkdir()
+    with gzip.open(traces_dir / "multirank" / "rank-0.json.gz") as fh:
+        doc = json.load(fh)
+    for r in range(3):
+        doc["distributedInfo"] = {**doc["distributedInfo"], "rank": r, "world_size": 3}
+        (root / f"rank-{r}.json").write_text(json.dumps(doc))
+    assert main(["report", str(root), "--no-html"]) == 0
+    assert "straggler: none (the ranks arrive together at every collective)" in capsys.readouterr().out.splitlines()
+    assert [w["last"] for w in analyse_job(root, engine="local:1")["runs"][0]["rank_waits"]] == [0, 0, 0]

@@ -156,6 +156,8 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
                 f"straggler: none (ranks {shown} ({len(tied)} ranks) arrive last together, at {last} of"
                 f" {matched} collectives each)"
             )
+        elif not any(r["last"] for r in run["rank_waits"]):
+            lines.append("straggler: none (the ranks arrive together at every collective)")
         else:
             lines.append(
                 "straggler: none (no rank arrives last at the collectives clearly more often than the others)"
