@@ -484,3 +484,43 @@ def test_an_output_that_cancels_to_zero_is_not_a_divergence(tmp_path: Path, head
     assert r.first_divergence is None, r.summary()
     # the forward, whose values do not cancel, is within tolerance op by op
     assert not [o for o in r.compared if o.direction == "forward" and o.diverged]
+
+
+class _ScaledGelu(torch.nn.Module):
+    """A GELU whose forward a user's Python got slightly wrong in one variant (``* 1.001``)."""
+
+    def __init__(self, wrong: bool) -> None:
+        super().__init__()
+        self.wrong = wrong
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.gelu(x)
+        return y * 1.001 if self.wrong else y
+
+
+def _dump_block(out: Path, dtype: torch.dtype, wrong: bool) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), _ScaledGelu(wrong), torch.nn.Linear(32, 16), torch.nn.LayerNorm(16)
+    ).to(dtype)
+    x = torch.randn(4, 16).to(dtype)
+    with dump(out, model):
+        (model(x).double() * torch.linspace(-1, 1, 16, dtype=torch.float64)).sum().backward()
+
+
+def test_a_module_that_diverges_fails_the_check_and_its_extra_op_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a float32 run whose GELU module scales its output by 1.001 against a correct float64 one:
+    # the tool named the module ("first divergent module: #1 ... nn._ScaledGelu") and yet
+    # `--check` exited 0, a CI gate passing a model 0.1 % off; the target's extra mul (its
+    # only trace in the ops) went unsaid, the two sides having as many unaligned ops each
+    _dump_block(tmp_path / "wrong", torch.float32, wrong=True)
+    _dump_block(tmp_path / "ref", torch.float64, wrong=False)
+    r = compare_dumps(tmp_path / "wrong", tmp_path / "ref")
+    assert r.first_module_divergence is not None and r.first_module_divergence.module == "1"
+    assert any("only in the target: aten::mul" in w for w in r.warnings)
+    assert cli(["accuracy", "compare", str(tmp_path / "wrong"), str(tmp_path / "ref"), "--check"]) == 1
+    capsys.readouterr()
+    _dump_block(tmp_path / "right", torch.float32, wrong=False)
+    assert cli(["accuracy", "compare", str(tmp_path / "right"), str(tmp_path / "ref"), "--check"]) == 0
