@@ -936,3 +936,40 @@ def test_steps_after_the_last_cycle_keep_no_marks(tmp_path: Path) -> None:
     assert len(result.trace_paths) == 1
     # the first iteration, the warm-up step and the two recorded steps: not 300
     assert [n for n, _ in result.step_marks] == [0, 1, 2, 3]
+
+
+def test_each_optimizer_step_ends_inside_its_profiler_step(tmp_path: Path) -> None:
+    """The runner stepped the profiler from torch's post-hook, inside the ``Optimizer.step#``
+    range torch opens around ``step()``: each one ended 30-170 us into the next
+    ``ProfilerStep`` (overlapping instead of nesting), and the cycle's last one held the
+    profiler's own stop, 1,000 us where its ops took 180 (a new user's 8-step MLP)."""
+    import polars as pl
+
+    import torchscope
+
+    script = tmp_path / "mlp.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "sched = torch.optim.lr_scheduler.StepLR(opt, 2)\n"
+        "for i in range(8):\n"
+        "    opt.zero_grad()\n"
+        "    model(torch.randn(16, 64)).sum().backward()\n"
+        "    opt.step()\n"
+        "    sched.step()\n"
+    )
+    out = tmp_path / "run"
+    assert main(["run", "--out", str(out), str(script)]) == 0
+    (cycle,) = (out / "traces").iterdir()
+    ev = torchscope.load(cycle).events.with_columns(pl.col("name").cast(pl.String))
+    steps = ev.filter(pl.col("name").str.starts_with("ProfilerStep#")).sort("start_ns")
+    opts = ev.filter(pl.col("name").str.starts_with("Optimizer.step#")).sort("start_ns")
+    # the first step is taken from inside the first step() (the wrapper is set up there)
+    assert opts.height == steps.height >= 4
+    ends = (steps["start_ns"] + steps["dur_ns"]).to_list()[1:]
+    opt_ends = (opts["start_ns"] + opts["dur_ns"]).to_list()[1:]
+    assert all(o <= s for o, s in zip(opt_ends, ends, strict=True))
+    # the last one is an optimizer step like the others, not the profiler's stop
+    durs = opts["dur_ns"].to_list()[1:]
+    assert durs[-1] < 3 * sorted(durs)[len(durs) // 2]

@@ -26,6 +26,7 @@ from typing import Any
 
 from torchscope.capture.schedule import schedule as make_schedule
 from torchscope.errors import CycleLostError
+from torchscope.runner.after_step import wrap_step
 from torchscope.runner.bounds import (
     DEFAULT_CAP_MB,
     DEFAULT_REPEAT,
@@ -156,6 +157,8 @@ class _StepHook:
         # the action of a cycle whose start waits for the next module call (``_step_deferring_start``)
         self._deferred: Any = None
         self._deferred_handle: Any = None
+        self.inside_wrapped = False  # in the owner's step() through ``after_step.wrap_step``
+        self._pending = False  # its post-hook ran: the profiler steps when it returns
 
     def start(self) -> None:
         """Start ``prof`` with the setup span open instead of ``ProfilerStep#0``."""
@@ -251,11 +254,32 @@ class _StepHook:
             self.setup_ns = self.marks[0][1] - self.t0_ns if self.marks else None
 
     def __call__(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """torch's optimizer step post-hook: it runs inside the ``Optimizer.step#...`` range
+        torch opens around ``step()``. The owner's later steps go through ``_step_after``, which
+        steps the profiler once that range is closed."""
         if self.owner is None:
             self.owner = id(optimizer)
             self._disarm()
+            # the owner's later steps step the profiler once torch's range around step() is
+            # closed: stepped here, inside it, each ``Optimizer.step`` ended 30-170 us into the
+            # next ``ProfilerStep`` (they overlapped instead of nesting), and a cycle's last one
+            # held the profiler's own stop (1,000 us where its ops took 180)
+            wrap_step(optimizer, self)
         elif id(optimizer) != self.owner:
             return
+        if self.inside_wrapped:
+            self._pending = True  # the profiler steps when the optimizer's step() returns
+            return
+        self._on_step()
+
+    def step_returned(self) -> None:
+        """The owner's ``step()`` returned (``after_step``): the profiler's step, if its
+        post-hook ran (a step that raised has none)."""
+        if self._pending:
+            self._pending = False
+            self._on_step()
+
+    def _on_step(self) -> None:
         self.count += 1
         if self.count == 1 and self.cap is not None:
             self.cap.first_step()
