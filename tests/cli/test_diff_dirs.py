@@ -86,3 +86,23 @@ def test_files_numbered_differently_say_that_a_is_cut_to_bs_count(
     out = capsys.readouterr().out
     assert "only the first 2 of each (their step numbers differ) compared: A kept 3, 1 left out" in out
     assert "cycles" not in out  # two single files: no cycle line
+
+
+def test_a_portable_trace_against_a_kineto_one_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same model under the two collectors: the portable collector's own cost per op read as
+    the program's ("Python outside ops +2.7 ms") without a word about the collectors."""
+    import torch
+
+    import torchscope
+
+    model, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
+    for backend in ("kineto", "portable"):
+        with torchscope.profile(backend=backend) as prof:
+            model(x).sum().backward()
+        prof.export_chrome_trace(str(tmp_path / f"{backend}.json"))
+    kineto, portable = str(tmp_path / "kineto.json"), str(tmp_path / "portable.json")
+    assert main(["diff", kineto, portable, "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "A was recorded by Kineto, B by the portable collector" in err
+    assert main(["diff", kineto, kineto, "--json"]) == 0
+    assert "collector" not in capsys.readouterr().err

@@ -17,6 +17,8 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from torchscope.trace.dialect import PORTABLE_TRACE_NAME
+
 if TYPE_CHECKING:
     from torchscope.capture.portable import PortableCollector
 
@@ -463,7 +465,7 @@ def build_document(c: PortableCollector) -> dict[str, Any]:
         "host_name": socket.gethostname(),
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": base,
-        "traceName": "torchscope portable collector",
+        "traceName": PORTABLE_TRACE_NAME,
         "torch_version": torch_version,
         "portable": {
             "collector": "torchscope.capture.portable",

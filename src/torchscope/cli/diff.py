@@ -63,7 +63,7 @@ class DiffCommand:
         a, b = (
             _side_of(path, seen, early) for path, seen, early in zip((args.a, args.b), found, (early_a, early_b), strict=True)
         )
-        said = [*_warnings_of(a), *_warnings_of(b)]  # repaired or skipped files
+        said = [*_warnings_of(a), *_warnings_of(b), *_collectors_differ(a, b)]  # repaired or skipped files
         warn_on_stderr(self.name, said)
         one_a, one_b = _one(a), _one(b)
         if args.html and (one_a is None or one_b is None):
@@ -237,6 +237,32 @@ def _side_of(path: str, found: Discovery | None, early: Prefetch | None) -> Trac
     from torchscope.analysis.diff import JobDir
 
     return JobDir.of(path, found)  # not discovered twice
+
+
+def _collector(side: Trace | TraceSet | JobDir) -> str | None:
+    """Which collector recorded a side: "the portable collector", "Kineto", or None (a
+    directory read file by file: not looked at)."""
+    from torchscope.trace.dialect import PORTABLE_TRACE_NAME
+    from torchscope.trace.model import Trace, TraceSet
+
+    traces = list(side.traces.values()) if isinstance(side, TraceSet) else [side] if isinstance(side, Trace) else []
+    if not traces:
+        return None
+    portable = any(t.meta.extra.get("traceName") == PORTABLE_TRACE_NAME for t in traces)
+    return "the portable collector" if portable else "Kineto"
+
+
+def _collectors_differ(a: Trace | TraceSet | JobDir, b: Trace | TraceSet | JobDir) -> list[str]:
+    """A warning when one side was recorded by the portable collector and the other by Kineto:
+    the collector's own cost per op (~25-36 us on CPU, docs/portable.md) reads as the program's
+    ("Python outside ops +2.7 ms", "Optimizer +1.3 ms" between one model's two runs)."""
+    ca, cb = _collector(a), _collector(b)
+    if ca is None or cb is None or ca == cb:
+        return []
+    return [
+        f"A was recorded by {ca}, B by {cb}: the portable collector's own cost per op is in its"
+        " side's times (docs/portable.md), so part of the differences is the collectors'"
+    ]
 
 
 def _warnings_of(side: Trace | TraceSet | JobDir) -> list[str]:

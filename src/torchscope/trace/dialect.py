@@ -73,3 +73,7 @@ CYCLE_CUT = ("stop", "error")  # the values that make the cycle's last step no s
 # top-level key ``torchscope run`` writes into each of its cycles ("1"): a cycle in the middle
 # of a run has neither its setup span nor its tail, and its advice points at the run's sampler
 RUN_KEY = "torchscope_run"
+
+# the ``traceName`` of a trace our portable collector wrote (``capture.portable_doc``): its op
+# times include the collector's own per-op cost, so a diff against a Kineto trace says so
+PORTABLE_TRACE_NAME = "torchscope portable collector"
