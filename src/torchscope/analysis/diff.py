@@ -25,9 +25,9 @@ The categories are the report's: the device breakdown when either run has device
 host breakdown (Operators, Communication, Optimizer, Python outside ops, ...), so the same time
 has the same name in ``report`` and ``diff``. Changes are ranked so that what changed for sure
 leads: ops and kernels that appeared, vanished or changed their call count (a count does not
-jitter) by at least the noise floor (``NOISE_FLOOR`` of the step time), with same-count changes
-of ``SURE_FLOORS`` noise floors or more; then the other same-count time changes above the floor;
-then the smaller count changes; then the rest, each by |delta|. On a shared CPU a same-count op's time jitters by more than a small real change costs,
+jitter), with same-count changes of ``SURE_FLOORS`` noise floors or more (``NOISE_FLOOR`` of the
+step time); then the other same-count time changes above the floor, then the rest, each by
+|delta|. On a shared CPU a same-count op's time jitters by more than a small real change costs,
 so ranking by |delta| alone put noise first; ranking every structural change before every time
 change put fifteen kernels of 1-100 us that appeared or vanished above ``aten::mm`` getting
 1.7 ms faster per step (a new user's fp32 -> bf16 diff).
@@ -445,22 +445,20 @@ class TraceDiff:
     @property
     def changes(self) -> pl.DataFrame:
         """Ops and kernels that changed, real changes first (see the module docstring): tier 0
-        appeared, vanished or count changed by at least the noise floor, and same-count changes
-        of ``SURE_FLOORS`` noise floors or more; tier 1 the other same-count time changes above
-        the floor; tier 2 the smaller count changes (a count is never noise, however small the
-        time: never dimmed, but a 1.7 us extra call ranked above ``aten::div`` 791 us slower
-        hid it from the terminal's table); tier 3 (``noise``) the rest. Within a tier by
-        |delta|, kernels first on ties (they are where time goes). Unchanged rows (same calls,
-        same time) are left out."""
+        appeared, vanished or count changed (a count is never noise, however small the time) and
+        same-count changes of ``SURE_FLOORS`` noise floors or more; tier 1 the other same-count
+        time changes above the floor; tier 2 (``noise``) the rest. Within a tier by |delta|,
+        kernels first on ties (they are where time goes). Unchanged rows (same calls, same time)
+        are left out."""
         both = pl.concat([self.kernels, self.operators]).filter(pl.col("status") != "unchanged")
         impact = pl.col("delta_ns").abs()
         structural, above = pl.col("status").is_in(STRUCTURAL), impact >= self.noise_floor_ns
-        sure = (structural & above) | (impact >= SURE_FLOORS * self.noise_floor_ns)
-        tier = pl.when(sure).then(0).when(above).then(1).when(structural).then(2).otherwise(3)
+        sure = structural | (impact >= SURE_FLOORS * self.noise_floor_ns)
+        tier = pl.when(sure).then(0).when(above).then(1).otherwise(2)
         return (
             both.with_columns(tier.alias("_tier"), impact.alias("_impact"))
             .sort(["_tier", "_impact", "what", "name"], descending=[False, True, False, False])
-            .with_columns((pl.col("_tier") == 3).alias("noise"))
+            .with_columns((pl.col("_tier") == 2).alias("noise"))
             .drop("_tier", "_impact")
         )
 

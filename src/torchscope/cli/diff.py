@@ -143,11 +143,10 @@ def print_diff(
         console.print("no op or kernel changed: the same calls and times per step")
         return
     t = Table(
-        title="ops and kernels by change per step (B - A), sure changes first"
+        title="ops and kernels by change per step (B - A): new, gone or other call counts first"
         + (
-            f": new, gone or other call counts over {fmt_us(floor)} and same-count changes over"
-            f" {fmt_us(SURE_FLOORS * floor)}; then same-count changes over {fmt_us(floor)} (1% of the"
-            f" step); then smaller count changes; same-count changes under {fmt_us(floor)} dimmed as noise"
+            f", with changes over {fmt_us(SURE_FLOORS * floor)}; same-count changes under"
+            f" {fmt_us(floor)} (1% of the step) dimmed as noise"
             if floor
             else ""
         ),
