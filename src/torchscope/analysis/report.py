@@ -485,10 +485,12 @@ def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
     """The typed report of several ranks: each rank's report, the distributed view, averages.
 
     For one process's cycles (``ts.members == "cycles"``) there are no ranks to compare: no
-    distributed view or straggler, averages weighted by each cycle's steps, each finding once."""
+    distributed view or straggler, averages weighted by each cycle's steps, each finding once.
+    Nor with one member: a run directory of one cycle printed a "ranks" table whose one rank
+    was the cycle's file (``traces/step_4``)."""
     ranks = {name: report_model(tr, top) for name, tr in ts.items()}
     cycles = ts.members == "cycles"
-    dist = distributed(TraceSet({}) if cycles else ts)
+    dist = distributed(TraceSet({}) if cycles or len(ranks) < 2 else ts)
     weight = {name: (max(step_count(r), 1) if cycles else 1) for name, r in ranks.items()}
     n = max(sum(weight.values()), 1)
     avg = {

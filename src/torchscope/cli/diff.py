@@ -143,13 +143,15 @@ def print_diff(
         console.print("no op or kernel changed: the same calls and times per step")
         return
     t = Table(
-        title="ops and kernels by change per step (B - A): new, gone or other call counts first"
+        title="ops and kernels by change per step (B - A): new, gone or other call counts first (a count"
+        " does not jitter), with same-count changes"
         + (
-            f", with changes over {fmt_us(SURE_FLOORS * floor)}; same-count changes under"
+            f" over {fmt_us(SURE_FLOORS * floor)}; then the other same-count changes by size, those under"
             f" {fmt_us(floor)} (1% of the step) dimmed as noise"
             if floor
-            else ""
-        ),
+            else " by size"
+        )
+        + f"; --top N shows more than {top} rows, --json all",
         title_justify="left",
     )
     for col, just in (("name", "left"), ("what", "left"), ("status", "left"), ("calls A", "right"),
