@@ -128,3 +128,12 @@ def test_the_span_leaves_out_kinetos_window_markers() -> None:
     }
     meta = build_report(read_chrome_document(doc))[K.META]
     assert (meta["start_us"], meta["end_us"], meta["span_us"]) == (200, 325, 125)
+
+
+def test_a_set_of_one_trace_has_no_ranks_to_compare(load_trace: Callable[[str], Trace]) -> None:
+    # a run directory of one cycle is a set of one trace: its "ranks (per step)" table listed
+    # the cycle's file (traces/step_4) as its one rank
+    one = build_report(TraceSet({"traces/step_4": load_trace("cuda/backward_thread_small.json")}))
+    assert not (one[K.DISTRIBUTED] or {}).get("ranks")
+    two = build_report(TraceSet({"rank0": load_trace("multirank/rank-0.json.gz"), "rank1": load_trace("multirank/rank-1.json.gz")}))
+    assert [r["rank"] for r in two[K.DISTRIBUTED]["ranks"]] == [0, 1]
