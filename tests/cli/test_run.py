@@ -965,11 +965,10 @@ def test_each_optimizer_step_ends_inside_its_profiler_step(tmp_path: Path) -> No
     ev = torchscope.load(cycle).events.with_columns(pl.col("name").cast(pl.String))
     steps = ev.filter(pl.col("name").str.starts_with("ProfilerStep#")).sort("start_ns")
     opts = ev.filter(pl.col("name").str.starts_with("Optimizer.step#")).sort("start_ns")
-    # the first step is taken from inside the first step() (the wrapper is set up there)
+    # the first step is taken from inside the first step() (the wrapper is set up there); every
+    # later range ends inside its step, the last one too: stepped (and the cycle stopped) from
+    # inside the range, its ProfilerStep ended before it (no timing compared: order only)
     assert opts.height == steps.height >= 4
     ends = (steps["start_ns"] + steps["dur_ns"]).to_list()[1:]
     opt_ends = (opts["start_ns"] + opts["dur_ns"]).to_list()[1:]
     assert all(o <= s for o, s in zip(opt_ends, ends, strict=True))
-    # the last one is an optimizer step like the others, not the profiler's stop
-    durs = opts["dur_ns"].to_list()[1:]
-    assert durs[-1] < 3 * sorted(durs)[len(durs) // 2]
