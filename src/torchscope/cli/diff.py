@@ -63,7 +63,8 @@ class DiffCommand:
         a, b = (
             _side_of(path, seen, early) for path, seen, early in zip((args.a, args.b), found, (early_a, early_b), strict=True)
         )
-        said = [*_warnings_of(a), *_warnings_of(b), *_collectors_differ(a, b)]  # repaired or skipped files
+        # repaired or skipped files, and sides recorded by different collectors
+        said = [*_warnings_of(a), *_warnings_of(b), *_collectors_differ(a, b)]
         warn_on_stderr(self.name, said)
         one_a, one_b = _one(a), _one(b)
         if args.html and (one_a is None or one_b is None):

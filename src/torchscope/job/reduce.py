@@ -317,7 +317,8 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     )
     aligned = align(live)
     strag = straggler(live, aligned, med_step)
-    if aligned["matched"] and implausible(cost := wait_per_step(aligned, run_steps(live)), med_step):
+    # why ``straggler`` named none, when it is that the waits exceed a step (say it)
+    if strag is None and aligned["matched"] and implausible(cost := wait_per_step(aligned, run_steps(live)), med_step):
         aligned["notes"].append(
             f"the ranks wait in the collectives {fmt_ns(cost)} per step, longer than the median step"
             f" ({fmt_ns(med_step)}): their collectives do not line up (traces of different jobs or"

@@ -485,7 +485,11 @@ class HotSpots:
 
 
 def _charge_long_gaps(
-    times: np.ndarray, ids: np.ndarray, stacks: list[tuple[Func, ...]], nominal_ns: np.ndarray, hot: list[Func]
+    times: np.ndarray,
+    ids: np.ndarray,
+    stacks: list[tuple[Func, ...]],
+    nominal_ns: np.ndarray,
+    hot: list[Func],
 ) -> None:
     """Give a long gap (a C call that held the GIL) to the frames both neighbouring samples share.
 

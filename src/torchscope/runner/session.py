@@ -255,8 +255,9 @@ class _StepHook:
 
     def __call__(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """torch's optimizer step post-hook: it runs inside the ``Optimizer.step#...`` range
-        torch opens around ``step()``. The owner's later steps go through ``_step_after``, which
-        steps the profiler once that range is closed."""
+        torch opens around ``step()``. The owner's later steps go through the wrapper
+        ``after_step.wrap_step`` puts on its ``step``, and ``step_returned`` steps the profiler
+        once that range is closed."""
         if self.owner is None:
             self.owner = id(optimizer)
             self._disarm()

@@ -288,7 +288,12 @@ def _head_keys(data: Text, layout: Layout) -> Document | None | Literal[False]:
 
 
 def _decode_tail(
-    data: Text, layout: Layout, head_doc: Document | None, source: str, warnings: list[str], top: dict[str, Any]
+    data: Text,
+    layout: Layout,
+    head_doc: Document | None,
+    source: str,
+    warnings: list[str],
+    top: dict[str, Any],
 ) -> list[Event]:
     """The events of the last piece, decoded with the rest of the document (its keys after the
     list go to ``top``, with ``head_doc``'s), repaired as a whole document is: a file cut short
@@ -477,7 +482,11 @@ def _scanned_batches(
         if whole is None:
             # a file cut short is scanned up to its last complete event; anything else is
             # msgspec's, with its repairs, or it says what is wrong (done already: "cut short")
-            got = done if kind == "cut short" else scan_cut_short(_as_bytes(data), Place(0, len(data)), refused=True)
+            got = (
+                done
+                if kind == "cut short"
+                else scan_cut_short(_as_bytes(data), Place(0, len(data)), refused=True)
+            )
             if got is None:
                 return None
             whole, text, note = got
@@ -527,7 +536,9 @@ def _damaged_pieces(
         yield from _scan_pieces(data, pieces, source, warnings, finish)
         scanned = _scanned_tail(data, layout, head_doc, source, warnings, top, finish)
         if scanned is None:
-            scanned = finish(raw.from_events(_decode_tail(data, layout, head_doc, source, warnings, top), warnings))
+            scanned = finish(
+                raw.from_events(_decode_tail(data, layout, head_doc, source, warnings, top), warnings)
+            )
         yield scanned
 
     return parts()
