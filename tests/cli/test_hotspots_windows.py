@@ -89,3 +89,30 @@ def test_sampled_flame_keeps_our_cycle_stop_out_of_the_users_frames(report: dict
     ours = [i for i, label in enumerate(labels) if label.startswith(PROFILER_ROW)]
     for i in ours:  # one node at the top, nothing below it
         assert parent[i] == 0 and i not in parent
+
+
+def test_backward_on_autograds_device_thread_is_time_the_op_profiler_sees() -> None:
+    """On CUDA, autograd runs backward's ops on its device thread while the script's thread
+    waits in ``Tensor.backward``: an H200 run's table read that wait as 92 % "outside ops". A
+    sample of the script's thread is covered by the ops of the threads that ran its backward."""
+    import numpy as np
+    import polars as pl
+
+    from torchscope.runner.results import _ops_for_the_script
+    from torchscope.runner.sampler import covered_by
+    from torchscope.trace.reader import read_chrome
+
+    trace = read_chrome(Path(__file__).parents[1] / "data" / "cuda_truth" / "mlp_flawed.pt.trace.json.gz")
+    ops = trace.events.filter(pl.col("kind") == "cpu_op")
+    script, worker = 434, 461  # the script's thread, and autograd's thread for cuda:0
+    nodes = ops.filter((pl.col("tid") == worker) & pl.col("name").cast(pl.String).str.starts_with("autograd::"))
+    # samples of the script's thread in the middle of each backward node
+    t = (nodes["start_ns"] + nodes["dur_ns"] // 2).to_numpy()
+    own = ops.filter(pl.col("tid") == script)
+    alone = covered_by(t, own["start_ns"].to_numpy(), (own["start_ns"] + own["dur_ns"]).to_numpy())
+    assert len(t) == 72 and alone.sum() == 0  # the script's thread ran no op then
+    for_script = _ops_for_the_script(trace, script)
+    assert set(for_script["tid"].unique().to_list()) == {script, worker}
+    starts = for_script["start_ns"].to_numpy()
+    assert covered_by(t, starts, starts + for_script["dur_ns"].to_numpy()).all()
+    assert np.array_equal(_ops_for_the_script(trace, 999)["tid"].to_numpy(), ops["tid"].to_numpy())
