@@ -112,6 +112,24 @@ def test_a_table_of_a_trace_without_ops_says_so(tmp_path: Path, capsys: pytest.C
     )
 
 
+
+def test_table_shows_control_characters_in_names_as_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Op names are the trace's text: ``torchscope table`` printed an ESC sequence, a bell and a
+    newline raw (the terminal ran them, and the row broke in two); ``--json`` keeps them."""
+    path = tmp_path / "names.json"
+    op = {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "dur": 10}
+    events = [{**op, "name": "evil\x1b[2J\x07", "ts": 0}, {**op, "name": "two\nlines", "ts": 20}]
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert main(["table", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    rows = [line.split()[0] for line in out.splitlines()[3:5]]
+    assert sorted(rows) == ["evil\\x1b[2J\\x07", "two\\nlines"]
+    assert main(["table", str(path), "--json"]) == 0
+    assert {r["key"] for r in json.loads(capsys.readouterr().out)} == {"evil\x1b[2J\x07", "two\nlines"}
+
 def test_diff_names_the_changed_ops(
     traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

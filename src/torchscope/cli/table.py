@@ -78,7 +78,8 @@ class TableCommand:
             frame = sorted_rows(ka.to_polars(), options)
             print_json(frame.to_dicts())
         else:
-            table = ka.render(options)  # an unknown --sort-by is a UsageError: one line, exit 2
+            # an unknown --sort-by is a UsageError: one line, exit 2
+            table = ka.for_terminal().render(options)
             if len(ka) == 0:  # torch's table of no events is "": say why nothing is printed
                 kinds = trace.events["kind"].value_counts(sort=True).head(3)
                 held = ", ".join(f"{n:,} '{k}' events" for k, n in kinds.iter_rows()) or "no events"

@@ -21,6 +21,7 @@ from torchscope.analysis.key_averages import (
     trace_uses_memory,
 )
 from torchscope.compat.table import TableOptions, build_table, format_time
+from torchscope.render.text import visible
 from torchscope.trace.model import Trace
 
 
@@ -198,6 +199,22 @@ class KeyAverages:
     def self_cpu_time_total(self) -> float:
         """Sum of self CPU time over all rows (us), the table's footer."""
         return float(self.frame["self_cpu_time_total"].sum()) if self.frame.height else 0.0
+
+    def for_terminal(self) -> KeyAverages:
+        """The same rows with control characters in names and stack frames made visible
+        (``\\x1b``, ``\\n``): for ``torchscope table``, which prints a file's names to a terminal.
+        ``table()`` itself prints names as they are, as torch's does."""
+        frame = self.frame
+        names = pl.concat([frame["key"], frame["overload_name"], frame["stack"].explode().drop_nulls()])
+        mapping = {n: shown for n in names.unique().to_list() if (shown := visible(n)) != n}
+        if mapping:
+            frame = frame.with_columns(
+                pl.col("key", "overload_name").replace(mapping),
+                pl.col("stack").list.eval(pl.element().replace(mapping)),
+            )
+        return KeyAverages(
+            frame, use_device=self.use_device, profile_memory=self.profile_memory, with_flops=self.with_flops
+        )
 
     def table(
         self,
