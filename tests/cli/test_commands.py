@@ -130,6 +130,20 @@ def test_table_shows_control_characters_in_names_as_escapes(
     assert main(["table", str(path), "--json"]) == 0
     assert {r["key"] for r in json.loads(capsys.readouterr().out)} == {"evil\x1b[2J\x07", "two\nlines"}
 
+
+def test_diff_of_a_trace_without_steps_says_both_are_compared_whole(
+    traces_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """alexnet_benchmark has no ProfilerStep: diff_control's 6 steps were summed into one and the
+    header read "(1 step)" on both sides, as if one step of each had been compared."""
+    a, b = traces_dir / "cuda/alexnet_benchmark.json.gz", traces_dir / "cuda/diff_control_rank3_of_8.json.gz"
+    assert main(["diff", str(a), str(b)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "A has no ProfilerStep steps, so both are compared as whole traces: B's 6 steps count as 1 step" in out
+    assert main(["diff", str(a), str(b), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["a"]["steps"], d["a"]["kept"], d["b"]["steps"], d["b"]["kept"]) == (1, 1, 1, 6)
+
 def test_diff_names_the_changed_ops(
     traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -366,7 +366,7 @@ def _side(t: Trace | TraceSet | JobDir, steps: tuple[int, ...], ranks: Ranks | N
         total(kers),
         steps,
         cycles=first.matched_cycles,
-        kept=len(kept) if kept and steps else first.n,
+        kept=len(kept) if kept else first.n,  # a side compared whole still says its steps
         ranks=len(ranks),
     )
 

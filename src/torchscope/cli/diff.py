@@ -188,6 +188,16 @@ def compared_lines(da: dict[str, Any], db: dict[str, Any]) -> list[str]:
                 " (of each rank)" if max(da.get("ranks", 1), db.get("ranks", 1)) > 1 else "",
             )
         )
+    if not da["step_numbers"] and not db["step_numbers"]:
+        # one side has no ProfilerStep steps, so neither is compared per step: say so, or a
+        # whole trace reads as one step of the other's
+        stepped = [(n, d) for n, d in (("A", da), ("B", db)) if d.get("kept", 0) > d["steps"]]
+        if len(stepped) == 1:
+            (name, d), other = stepped[0], "B" if stepped[0][0] == "A" else "A"
+            lines.append(
+                f"{other} has no ProfilerStep steps, so both are compared as whole traces: "
+                f"{name}'s {d['kept']} steps count as {_steps(d['steps'])}"
+            )
     left = [(n, d) for n, d in (("A", da), ("B", db)) if d.get("kept", 0) > d["steps"] and d["step_numbers"]]
     if left:
         same = da["step_numbers"] == db["step_numbers"]
