@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from torchscope.runner.sampler import Sampler, covered_by, hot_frame
 
@@ -325,3 +326,16 @@ def test_a_call_through_a_decorators_inner_function_is_named_by_its_implementati
     rows = [r for r in s.stop().table(limit=10_000) if r["self_ns"] > 0 and r["file"] == str(script)]
     pool = [r for r in rows if r["line"] == 5]
     assert [r["function"] for r in pool] == ["max_pool2d"]
+
+
+def test_a_location_keeps_its_root_when_cutting_would_leave_only_the_root_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script at ``/tmp/cc/train.py`` was shown as ``tmp/cc/train.py`` (read as relative);
+    longer paths keep their last three parts, site-packages its package path."""
+    from torchscope.runner.sampler import _short
+
+    monkeypatch.chdir(tmp_path)  # a cwd that holds none of the paths below
+    assert _short("/tmp/cc/train.py") == "/tmp/cc/train.py"
+    assert _short("/home/me/work/cc/train.py") == "work/cc/train.py"
+    assert _short("/venv/lib/python3.12/site-packages/numpy/_core/numeric.py") == "numpy/_core/numeric.py"

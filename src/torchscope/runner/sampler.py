@@ -533,7 +533,8 @@ def _short(filename: str) -> str:
     if filename.startswith(cwd):
         return filename[len(cwd) :]
     parts = filename.split(os.sep)
-    return os.sep.join(parts[-3:]) if len(parts) > 3 else filename
+    # the last three parts, unless only the root would go (``/tmp/cc/train.py`` read as relative)
+    return os.sep.join(parts[-3:]) if len(parts) > 3 and parts[-4] else filename
 
 
 def covered_by(times_ns: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
