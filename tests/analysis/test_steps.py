@@ -117,6 +117,20 @@ def test_device_work_before_the_first_step_still_delays_its_start(tmp_path: Path
     assert row["end_ns"] == int((t0 + 1_000) * 1e3)
 
 
+
+def test_overlapping_step_annotations_without_device_work_do_not_overlap(tmp_path: Path) -> None:
+    """Two profilers' steps in one file (annotations 0-100 and 50-150 us, no device work): the
+    steps overlapped and the 50 us both held were counted twice; with device work they never did."""
+    host = [
+        _host("ProfilerStep#1", "user_annotation", 0.0, 100.0),
+        _host("ProfilerStep#2", "user_annotation", 50.0, 100.0),
+        _host("aten::mm", "cpu_op", 60.0, 5.0),
+    ]
+    win = step_windows(_load(tmp_path, "overlap", host))[0]
+    assert win.select("step", "start_ns", "end_ns").rows() == [(1, 0, 100_000), (2, 100_000, 150_000)]
+    ov = overview(_load(tmp_path, "overlap", host))
+    assert ov.host_breakdown_ns["Total"] == pytest.approx(75_000)  # 150 us over two steps, once
+
 def test_a_deep_launch_queue_does_not_push_a_step_past_its_host_end(tmp_path: Path) -> None:
     """GPU-bound steps: step 0's kernel (launched at 1 ms) runs 5-30 ms, past step 1's whole
     host span (10-20 ms). Step 1 starts by its host end (20 ms), not at 30 ms; the steps stay

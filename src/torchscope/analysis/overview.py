@@ -240,33 +240,34 @@ def step_windows(trace: Trace) -> tuple[pl.DataFrame, bool]:
 
     starts, ends = hs.copy(), he.copy()
     keep = n
-    if matched.any():
-        prev = int(hs[0])
-        if counts[0] > 0:
-            # device work from before the first step (launch not in the file) delays its start,
-            # but only work that ends while its host span still runs: work ending later is the
-            # step's own (its launch was not recorded), and a step never starts after its host end
-            early = (~matched) & (dev_end < dmin[0]) & (dev_end <= he[0])
-            if early.any():
-                prev = max(prev, int(dev_end[early].max()))
-        for k in range(n):
-            s = max(prev, int(hs[k]))
-            e = max(int(he[k]), s) if counts[k] == 0 else max(int(he[k]), int(dmax[k]))
-            e = max(e, s)
-            if k + 1 < n:
-                # a step ends where the next one begins, and the next begins by its own host
-                # end at the latest: with a deep launch queue, this step's device tail that runs
-                # after the next step's host span ended is counted in the next step (the plugin
-                # would start the next step after its own host span)
-                e = max(min(e, int(he[k + 1])), s)
-            starts[k], ends[k] = s, e
-            prev = e
-        if n > 1:  # drop tail steps whose kernels the profiler may have missed
-            last = int(np.flatnonzero(counts > 0)[-1]) if (counts > 0).any() else -1
-            if last >= 0:
-                keep = last + 1
-                if last > 0 and counts[last - 1] * 0.8 > counts[last]:
-                    keep = last
+    prev = int(hs[0]) if n else 0
+    if matched.any() and counts[0] > 0:
+        # device work from before the first step (launch not in the file) delays its start,
+        # but only work that ends while its host span still runs: work ending later is the
+        # step's own (its launch was not recorded), and a step never starts after its host end
+        early = (~matched) & (dev_end < dmin[0]) & (dev_end <= he[0])
+        if early.any():
+            prev = max(prev, int(dev_end[early].max()))
+    # with device work or without (annotations that overlap: two profilers' steps in one
+    # file), each step starts no earlier than the one before it ended
+    for k in range(n):
+        s = max(prev, int(hs[k]))
+        e = max(int(he[k]), s) if counts[k] == 0 else max(int(he[k]), int(dmax[k]))
+        e = max(e, s)
+        if k + 1 < n:
+            # a step ends where the next one begins, and the next begins by its own host
+            # end at the latest: with a deep launch queue, this step's device tail that runs
+            # after the next step's host span ended is counted in the next step (the plugin
+            # would start the next step after its own host span)
+            e = max(min(e, int(he[k + 1])), s)
+        starts[k], ends[k] = s, e
+        prev = e
+    if matched.any() and n > 1:  # drop tail steps whose kernels the profiler may have missed
+        last = int(np.flatnonzero(counts > 0)[-1]) if (counts > 0).any() else -1
+        if last >= 0:
+            keep = last + 1
+            if last > 0 and counts[last - 1] * 0.8 > counts[last]:
+                keep = last
     out = pl.DataFrame(
         {
             "step": host["step"].cast(pl.Int32),
