@@ -21,7 +21,7 @@ def test_job_view_opens_first_and_names_the_straggler(
     with _job_page(gloo_job, tmp_path, capsys) as (page, errors):
         assert page.locator("#view").get_attribute("data-rendered") == "job"
         assert (
-            page.locator("[data-testid=job-run]").inner_text().startswith("job: 2 rank(s), 1 cycle(s), gloo")
+            page.locator("[data-testid=job-run]").inner_text().startswith("job: 2 ranks, 1 cycle, gloo")
         )
         cards = page.locator(".card").all_inner_texts()
         assert any(c.startswith("straggler") and c.endswith("rank 1") for c in cards)
@@ -142,7 +142,7 @@ def test_the_job_page_opens_on_the_warnings_and_the_ranks_read(
     traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # a job with a rank that could not be read: the terminal said so, the Job tab (where the page
-    # opens) showed "3 rank(s)" and no warning; they were on the Report tab only
+    # opens) showed "3 ranks" and no warning; they were on the Report tab only
     import gzip
     import json
 
@@ -156,7 +156,7 @@ def test_the_job_page_opens_on_the_warnings_and_the_ranks_read(
         (root / f"rank-{r}.json").write_text(text if r != 2 else text[:3000] + "@" + text[3000:])
     with _job_page(root, tmp_path, capsys) as (page, errors):
         head = page.locator("[data-testid=job-run]").inner_text()
-        assert head == "three: 2 rank(s) read (1 more could not be: see the warnings), 1 cycle(s), nccl"
+        assert head == "three: 2 ranks read (1 more could not be: see the warnings), 1 cycle, nccl"
         box = page.locator("[data-testid=job-warnings]")
         assert box.locator("summary").inner_text() == "1 warning"
         box.locator("summary").click()

@@ -15,7 +15,7 @@ import torchscope
 from torchscope import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 from torchscope.cli.main import main
 from torchscope.job import analyse_job, discover
-from torchscope.job.render import MAX_LINES
+from torchscope.job.render import MAX_LINES, job_lines
 
 
 def _train(out: Path, worker: str, width: int) -> None:
@@ -631,9 +631,16 @@ def test_a_run_none_of_whose_files_reads_is_a_warning_not_a_run(traces_dir: Path
     shutil.copy(traces_dir / "cuda" / "backward_thread_small.json", root / "a.pt.trace.json")
     shutil.copy(traces_dir / "cuda" / "nccl_rank0_of_2.json.gz", root / "b.pt.trace.json.gz")
     (root / "bad.pt.trace.json").write_text('{"traceEvents": [')
+    # Kineto's header without its events, under a name without "trace": a damaged trace (it
+    # was dropped without a word), named beside the others and counted in the header
+    (root / "rank0.json").write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [], "distributedInfo": {"rank": 0}}))
     job = analyse_job(root, engine="local:1")
     assert [r["run"] for r in job["runs"]] == ["t/a", "t/b"]
-    assert any("bad.pt.trace.json" in w and w.startswith("skipped ") for w in job["warnings"])
+    # a file that fails in the rank's reading is named relative to the job's directory too
+    assert "skipped bad.pt.trace.json: not valid JSON (Input data was truncated)" in job["warnings"]
+    assert "skipped rank0.json: Kineto's header but no 'traceEvents' key: a trace that lost its events" in job["warnings"]
+    assert job["files_skipped"] == 2
+    assert job_lines(job)[0] == f"2 runs in {root} (2 files skipped: see the warnings):"
 
 
 def test_an_op_outside_the_others_top_ops_is_not_called_zero_on_them() -> None:
@@ -1077,3 +1084,26 @@ def test_ranks_that_arrive_together_everywhere_are_said_so(
     assert main(["report", str(root), "--no-html"]) == 0
     assert "straggler: none (the ranks arrive together at every collective)" in capsys.readouterr().out.splitlines()
     assert [w["last"] for w in analyse_job(root, engine="local:1")["runs"][0]["rank_waits"]] == [0, 0, 0]
+
+
+def test_a_trace_of_instants_is_not_called_the_profiles_exit(
+    traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace holding one instant event read "each cycle holds only the profile's exit after its
+    last step()" in a directory, and alone printed its header and nothing else; a trace whose
+    one op lasts 0 ns printed "mean step by category: " with nothing after it."""
+    root = tmp_path / "few"
+    root.mkdir()
+    instant = {"ph": "i", "cat": "cpu_instant_event", "name": "mark", "pid": 1, "tid": 1, "ts": 5, "s": "t"}
+    (root / "instant.json").write_text(json.dumps({"traceEvents": [instant]}))
+    zero = {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 5, "dur": 0}
+    (root / "zero.json").write_text(json.dumps({"traceEvents": [zero]}))
+    shutil.copy(traces_dir / "cuda" / "backward_thread_small.json", root / "real.json")
+    lines = job_lines(analyse_job(root, engine="local:1"))
+    assert "no step recorded: no op, annotation or device work with a duration in the trace" in lines
+    assert "mean step by category: nothing recorded in the steps (every event lasts 0 ns)" in lines
+    assert not any("profile's exit" in line for line in lines)
+    assert main(["report", str(root / "instant.json"), "--no-html"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["instant", "1", "event", "over", "0", "ns"]
+    assert out[1] == "no step recorded: no op, annotation or device work with a duration in the trace"

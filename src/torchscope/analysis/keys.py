@@ -134,6 +134,7 @@ JOB_COLLECTIVES = "collectives"  # collectives aligned across ranks: arrival ske
 JOB_RANK_WAITS = "rank_waits"  # per rank: how often it arrived last and the wait it caused
 JOB_STRAGGLER = "straggler"  # {rank, ...} or null
 JOB_CYCLE_TABLE = "cycle_table"  # one row per cycle
+JOB_ONLY_EXITS = "only_exits"
 JOB_PER_RANK = "per_rank"  # per-rank detail (--json only in the terminal's sense)
 JOB_UNITS = "units"  # {evidence key: unit} of the run's recommendations
 JOB_SKIPPED = "skipped"
@@ -155,6 +156,7 @@ JOB_RUN_KEYS: tuple[str, ...] = (
     JOB_RANK_WAITS,
     JOB_STRAGGLER,
     JOB_CYCLE_TABLE,
+    JOB_ONLY_EXITS,
     RECOMMENDATIONS,
     JOB_UNITS,
     JOB_PER_RANK,

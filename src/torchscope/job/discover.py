@@ -34,6 +34,9 @@ _DIST_RANK = re.compile(r'"rank"\s*:\s*(\d+)')
 _DIST_WORLD = re.compile(r'"world_size"\s*:\s*(\d+)')
 _DIST_BACKEND = re.compile(r'"backend"\s*:\s*"([^"]*)"')
 _EVENTS = re.compile(r'"traceEvents"\s*:')
+# keys only Kineto writes beside its events: a file holding them and no events is a damaged
+# trace (its events lost), not a config file, whatever it is named
+_KINETO_HEAD = re.compile(r'"(?:schemaVersion|deviceProperties|distributedInfo)"\s*:')
 # our own outputs: torchscope run's run.json ("exit_code" ... "wall_s"), its report.json (a
 # payload: "version" ... "title") and `report --json` ("report_version" ... "kind"): never traces
 _OURS = re.compile(
@@ -196,11 +199,12 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
     if not body.startswith(("{", "[")):
         raise ValueError(not_a_document(raw, whole=len(raw) < size))
     if body.startswith("{") and _EVENTS.search(text) is None:
-        looks_like_trace = "trace" in path.name.lower()
         if _OURS.match(body):
             raise NotATrace("torchscope's own output, not a trace", named=False)
         if len(raw) < size:  # the whole file, and no traceEvents in it
-            raise NotATrace("no 'traceEvents' key: not a trace", named=looks_like_trace)
+            if _KINETO_HEAD.search(text):
+                raise NotATrace("Kineto's header but no 'traceEvents' key: a trace that lost its events", named=True)
+            raise NotATrace("no 'traceEvents' key: not a trace", named="trace" in path.name.lower())
     m = _DIST.search(text)
     if m is None:
         return Head()

@@ -39,6 +39,7 @@ def analyse_job(
             "world_size": rf.world_size,
             "backend": rf.backend,
             "view_dir": str(view_dir) if view_dir else None,
+            "root": str(root),
         }
         for rf in found.rank_files
     ]
@@ -74,11 +75,13 @@ def analyse_job(
         *(n for run in runs for n in run["notes"]),
         *([engine_note] if engine_note else []),
     ]
+    skipped = [s for s in (*found.skipped, *(s for run in every for s in run["skipped"])) if s.startswith("skipped ")]
     return {
         K.VERSION: K.REPORT_VERSION,
         K.KIND: "job",
         K.SOURCE: str(root),
         "runs": runs,
+        "files_skipped": len(skipped),  # named, each with why, in the warnings
         "warnings": warnings,
     }
 

@@ -369,6 +369,8 @@ def reduce_run(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "rank_waits": aligned["ranks"],
         "straggler": strag,
         "cycle_table": cycle_table(live, list(kept.values())),
+        # every cycle holds only the profile's exit (else a run without steps recorded none)
+        "only_exits": bool(live) and all(all_exit(c) for r in live for c in r["cycles"]),
         "recommendations": findings,
         # the unit of each number in the findings' evidence, as a trace's report has them
         "units": _evidence_units(findings),

@@ -92,8 +92,13 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
     parts = sorted(((c, base.get(c, 0.0)) for c in cats), key=lambda kv: -kv[1])
     whose = f"median rank's (rank {run['median_rank']}) " if run["ranks"] > 1 else ""
     if each and not each["count"] and run["cycle_table"]:
-        # every cycle is a profile's exit (``summarize.exit_step``): nothing ran in a step
-        lines.append("no step recorded: each cycle holds only the profile's exit after its last step()")
+        if run.get("only_exits", True):
+            # every cycle is a profile's exit (``summarize.exit_step``): nothing ran in a step
+            lines.append("no step recorded: each cycle holds only the profile's exit after its last step()")
+        else:  # a trace of instants: nothing in it lasts
+            lines.append("no step recorded: no op, annotation or device work with a duration in the trace")
+    elif not any(v > 0 for _, v in parts):
+        lines.append(f"{whose}mean step by category: nothing recorded in the steps (every event lasts 0 ns)")
     else:
         lines.append(
             f"{whose}mean step by category: "
@@ -200,8 +205,10 @@ def job_lines(
     then ``detail`` (a one-rank run's median cycle in full), stopping before ``max_lines``."""
     runs = job["runs"]
     out: list[str] = []
+    n_skipped = job.get("files_skipped", 0)
+    skipped = f" ({_plural(n_skipped, 'file')} skipped: see the warnings)" if n_skipped else ""
     if len(runs) > 1:
-        out.append(f"{_plural(len(runs), 'run')} in {job['source']}:")
+        out.append(f"{_plural(len(runs), 'run')} in {job['source']}{skipped}:")
         for r in runs[:10]:
             s = f", straggler rank {r['straggler']['rank']}" if r["straggler"] else ""
             stepped = (r.get("steps_ns") or {}).get("count", 1)
@@ -209,6 +216,9 @@ def job_lines(
             out.append(f"  {r['run']}: {_plural(r['ranks'], 'rank')}, {_plural(r['cycles'], 'cycle')}, {step}{s}")
         if len(runs) > 10:
             out.append(f"  ... {len(runs) - 10} more runs (--json)")
+    elif skipped and runs and n_skipped > len(runs[0].get("ranks_unread") or []):
+        # (ranks none of whose files could be read are said in the run's header already)
+        out.append(f"{job['source']}: {_plural(n_skipped, 'file')} skipped, not read (see the warnings)")
     tail = [f"dashboard: {dashboard}"] if dashboard else []
     warnings = job.get("warnings") or []
     if warnings:

@@ -197,16 +197,19 @@ def summarize_rank(task: dict[str, Any]) -> dict[str, Any]:
         "skipped": [],
         "views": [],
     }
+    root = Path(task["root"]) if task.get("root") else None
     for i, f in enumerate(task["files"]):
+        # named as the job's other warnings name files: relative to its directory
+        shown = Path(f).relative_to(root) if root is not None and Path(f).is_relative_to(root) else f
         try:
             trace = read_chrome(Path(f))
         except TraceError as exc:
-            out["skipped"].append(f"skipped {f}: {exc.problem}")
+            out["skipped"].append(f"skipped {shown}: {exc.problem}")
             continue
         try:
             cycle = summarize_cycle(trace, last=i == len(task["files"]) - 1)
         except Exception as exc:  # noqa: BLE001 - one rank's failed analysis must not lose the job
-            out["skipped"].append(f"skipped {f}: analysis failed ({type(exc).__name__}: {exc})")
+            out["skipped"].append(f"skipped {shown}: analysis failed ({type(exc).__name__}: {exc})")
             continue
         cycle["cycle"] = i
         cycle["file"] = str(f)

@@ -87,7 +87,7 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
     start = meta.get("start_us")
     rank = meta.get("rank")
     console.print(
-        f"[bold]{_esc(name or report.get(K.SOURCE))}[/bold]  {fmt(meta.get('events'), 'count')} events over "
+        f"[bold]{_esc(name or report.get(K.SOURCE))}[/bold]  {fmt(meta.get('events'), 'count')} event{'' if meta.get('events') == 1 else 's'} over "
         f"{fmt_us(meta.get('span_us'))}"
         + (f" · rank {rank}" if rank is not None else "")
         + (f" of {meta['world_size']}" if rank is not None and meta.get("world_size") is not None else "")
@@ -117,6 +117,8 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
             if avg.get(cat):
                 t.add_row(cat, fmt_us(avg[cat]), fmt(100.0 * avg[cat] / total, "percent"))
         console.print(t)
+    elif not steps:  # nothing with a duration: say so rather than print nothing at all
+        console.print("[italic]no step recorded: no op, annotation or device work with a duration in the trace[/italic]")
     if meta.get("steps_from_trace") and steps:
         grouped = any(s.get("steps", 1) > 1 for s in steps)
         console.print(

@@ -54,7 +54,7 @@ def dataloader_bottleneck(ctx: Context) -> list[Finding]:
             rule="dataloader_bottleneck",
             message=(
                 f"{share:.1%} of the step time is in the DataLoader{where} "
-                f"({b['DataLoader'] / 1e3:.0f} us of {b['Total'] / 1e3:.0f} us per step)."
+                f"({b['DataLoader'] / 1e6:.3g} ms of {b['Total'] / 1e6:.3g} ms per step)."
             ),
             fix=fix,
             evidence={

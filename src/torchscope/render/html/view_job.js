@@ -34,8 +34,8 @@ const viewJob = (() => {
       const st = R.step_ns || {};
       // as the terminal's header (job.render.run_lines): ranks read, and those that could not be
       const unread = (R.ranks_unread || []).length;
-      const ranks = `${R.ranks} rank(s)` + (unread ? ` read (${unread} more could not be: see the warnings)` : R.world_size && R.world_size !== R.ranks ? ` of ${R.world_size}` : "");
-      out.push(h("h3", { "data-testid": "job-run" }, `${R.run}: ${ranks}, ${R.cycles} cycle(s)` + (R.backend ? `, ${R.backend}` : "")));
+      const ranks = `${R.ranks} rank${R.ranks === 1 ? "" : "s"}` + (unread ? ` read (${unread} more could not be: see the warnings)` : R.world_size && R.world_size !== R.ranks ? ` of ${R.world_size}` : "");
+      out.push(h("h3", { "data-testid": "job-run" }, `${R.run}: ${ranks}, ${R.cycles} cycle${R.cycles === 1 ? "" : "s"}` + (R.backend ? `, ${R.backend}` : "")));
       // the steps themselves (over every rank and cycle): the longest step is the real one, never a median
       const ev = R.steps_ns || { count: 0 };
       const at = [R.ranks > 1 && ev.max_rank !== null ? `rank ${ev.max_rank}` : "", R.cycles > 1 && ev.max_cycle !== null ? `cycle ${ev.max_cycle}` : ""].filter(Boolean).join(", ");
