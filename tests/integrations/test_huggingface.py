@@ -166,3 +166,92 @@ def test_a_train_that_raises_still_writes_its_steps_at_exit(tmp_path: Path) -> N
     assert "cannot schedule new futures" not in done.stderr
     page = (tmp_path / "torchscope" / "report.html").read_text()
     assert "aten::addmm" in page and "cannot schedule new futures" not in page
+
+
+class _FailsOnce(list):  # type: ignore[type-arg]
+    """A dataset whose ``at``-th read raises, once (a notebook's bad batch, then a retry)."""
+
+    def __init__(self, items: list[dict[str, torch.Tensor]], at: int) -> None:
+        super().__init__(items)
+        self.reads, self.at = 0, at
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        self.reads += 1
+        if self.reads == self.at:
+            raise ValueError("bad sample")
+        return list.__getitem__(self, i)
+
+
+def test_a_caught_error_then_a_retry_writes_the_first_cycle_and_records_the_retry(tmp_path: Path) -> None:
+    """A train() that raised, caught, kept recording: its open step swallowed the whole retry
+    (one ProfilerStep of 33 optimizer steps), and the retry's callback stayed off."""
+    import torchscope
+
+    callback = TorchscopeCallback(wait=0, warmup=0, active=4, repeat=1)
+    trainer = Trainer(model=_tiny_bert(), args=_args(tmp_path), train_dataset=_FailsOnce(_dataset(), at=10))
+    trainer.add_callback(callback)
+    with pytest.raises(ValueError, match="bad sample"):
+        trainer.train()
+    first = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))
+    assert first == [] and callback.report_path is None  # still recording, as Trainer said nothing
+    trainer.train()  # the retry: the first train's steps are written as it begins
+    traces = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"), key=lambda f: f.stat().st_mtime)
+    assert len(traces) == 2
+    cut, retry = (torchscope.load(f) for f in traces)
+    assert cut.steps.height == 2  # step 0 whole, step 1 the error cut (its trace says so)
+    assert cut.meta.extra.get("torchscope_cycle_ended_by") == "error"
+    assert retry.steps.height == 4
+    assert callback.report_path is not None and callback.headline is not None
+    # the retry's report is the retry's alone: its events, not the failed run's too
+    assert callback.headline["events"] == retry.events.height
+
+
+def test_an_output_dir_it_cannot_write_leaves_the_training_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """output_dir/torchscope a file: the callback's first cycle raised from on_step_end and the
+    training died at step 5."""
+    (tmp_path / "torchscope").write_text("not a folder")
+    callback = TorchscopeCallback()
+    trainer = Trainer(model=_tiny_bert(), args=_args(tmp_path), train_dataset=_dataset())
+    trainer.add_callback(callback)
+    with caplog.at_level("WARNING", logger="transformers.trainer"):
+        trainer.train()
+    assert trainer.state.global_step == 8 and callback.report_path is None
+    said = [r.getMessage() for r in caplog.records if "torchscope" in r.getMessage()]
+    assert said == [
+        f"torchscope: cannot write traces to {tmp_path / 'torchscope'} ({tmp_path / 'torchscope'} is a file); profiling is off"
+    ]
+
+
+def test_a_second_run_into_the_same_output_dir_reports_itself_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three runs with one output_dir logged torchscope/events 5814, 11628, 17442: each report
+    read every earlier run's traces too, without a word."""
+    logged = []
+    for _ in range(2):
+        trainer = Trainer(model=_tiny_bert(), args=_args(tmp_path), train_dataset=_dataset())
+        callback = TorchscopeCallback()
+        trainer.add_callback(callback)
+        with caplog.at_level("WARNING", logger="transformers.trainer"):
+            trainer.train()
+        (entry,) = [e for e in trainer.state.log_history if "torchscope/events" in e]
+        logged.append(entry["torchscope/events"])
+    traces = sorted((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"), key=lambda f: f.stat().st_mtime)
+    import torchscope
+
+    assert logged == [torchscope.load(f).events.height for f in traces]
+    assert any("left out 1 older trace in" in r.getMessage() for r in caplog.records)
+
+
+def test_a_run_that_ends_before_a_recorded_step_logs_no_step_time(tmp_path: Path) -> None:
+    """max_steps=2 under wait=1, warmup=1: the trace is only the profile's exit, and its 0.5 ms
+    went into log_history as torchscope/step_time_ms."""
+    args = _args(tmp_path)
+    args.max_steps = 2
+    trainer = Trainer(model=_tiny_bert(), args=args, train_dataset=_dataset())
+    trainer.add_callback(TorchscopeCallback())
+    trainer.train()
+    (entry,) = [e for e in trainer.state.log_history if "torchscope/events" in e]
+    assert entry["torchscope/step_time_ms"] is None and entry["torchscope/events"] > 0

@@ -213,3 +213,30 @@ def test_ddp_on_cpu_writes_a_trace_per_rank_and_rank_zero_reports_the_job(tmp_pa
     printed = done.stdout + done.stderr
     assert "== torchscope: 2 ranks, 1 cycle, gloo" in printed
     assert "collectives (matched across ranks by order in their group):" in printed
+
+
+def test_a_folder_it_cannot_write_leaves_the_fit_alone(tmp_path: Path) -> None:
+    """``dirpath`` under a file: the first recorded cycle raised from the profiler's step and
+    killed the fit."""
+    (tmp_path / "afile").write_text("")
+    profiler = TorchscopeProfiler(dirpath=tmp_path / "afile" / "ts")
+    trainer = _trainer(tmp_path, profiler)
+    with pytest.warns(UserWarning, match=r"cannot write traces to .*afile is a file\); profiling is off"):
+        trainer.fit(TinyRegressor(), _loader())
+    assert trainer.global_step == 8 and profiler.report_path is None
+
+
+def test_a_second_fit_into_the_same_folder_reports_itself_alone(tmp_path: Path) -> None:
+    """With ``logger=False`` every fit writes to one folder: the second fit's report read "1
+    rank, 2 cycles", the first fit's cycle among them, without a word."""
+    for n in range(2):
+        profiler = TorchscopeProfiler(dirpath=tmp_path)
+        trainer = _trainer(tmp_path, profiler)
+        if n == 0:
+            trainer.fit(TinyRegressor(), _loader())
+        else:
+            with pytest.warns(UserWarning, match="left out 1 older trace in"):
+                trainer.fit(TinyRegressor(), _loader())
+    assert len(list((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))) == 2
+    report = profiler.payload["report"]  # type: ignore[index]
+    assert report["kind"] == "trace"  # this fit's one cycle, not a job of both fits

@@ -26,6 +26,19 @@ class TorchscopeTinyModel(BaseModel):  # type: ignore[misc]
         return {"loss": torch.nn.functional.mse_loss(out, y)} if mode == "loss" else out
 
 
+@MODELS.register_module(force=True)
+class TorchscopeFailingModel(TorchscopeTinyModel):
+    """Raises in its fourth training forward: a bad batch."""
+
+    calls = 0
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, mode: str = "tensor") -> object:
+        TorchscopeFailingModel.calls += 1
+        if TorchscopeFailingModel.calls == 4:
+            raise ValueError("bad batch")
+        return super().forward(x, y, mode)
+
+
 @DATASETS.register_module(force=True)
 class TorchscopeTinyDataset(torch.utils.data.Dataset):  # type: ignore[misc]
     def __init__(self, n: int = 64) -> None:
@@ -39,7 +52,7 @@ class TorchscopeTinyDataset(torch.utils.data.Dataset):  # type: ignore[misc]
         return {"x": self.x[i], "y": self.y[i]}
 
 
-def _run_config(tmp_path: Path, max_iters: int, custom_hooks: str) -> Runner:
+def _run_config(tmp_path: Path, max_iters: int, custom_hooks: str, model: str = "TorchscopeTinyModel") -> Runner:
     """A runner built from a config file (the user's path: the file imports our hook by module
     name and lists it in ``custom_hooks``), trained."""
     from mmengine.config import Config
@@ -47,7 +60,7 @@ def _run_config(tmp_path: Path, max_iters: int, custom_hooks: str) -> Runner:
     config = tmp_path / "tiny_config.py"
     config.write_text(
         f"""
-model = dict(type="TorchscopeTinyModel")
+model = dict(type={model!r})
 work_dir = {str(tmp_path / "work")!r}
 train_dataloader = dict(
     dataset=dict(type="TorchscopeTinyDataset"),
@@ -132,3 +145,33 @@ def test_a_schedule_that_repeats_reports_every_cycle(tmp_path: Path) -> None:
     assert [torchscope.load(p).steps.height for p in ours] == [2, 2, 2]
     assert hook.summary is not None and "cycles" in hook.summary
     assert (Path(runner.log_dir) / "torchscope" / "report.ranks").is_dir()  # each cycle's dashboard
+
+
+def test_under_another_profile_the_hook_stays_off_and_training_goes_on(tmp_path: Path) -> None:
+    """A user's ``torchscope.profile()`` around ``runner.train()``: the hook's first cycle was
+    lost ("another torchscope profiler is already recording") and raised into the training."""
+    import torchscope
+
+    hooks = '[dict(type="TorchscopeProfilerHook", by_epoch=False, profile_times=6)]'
+    with torchscope.profile() as prof:
+        runner = _run_config(tmp_path, 8, hooks)
+    assert runner.iter == 8
+    assert len(prof.key_averages()) > 0  # the user's profile has the run
+    assert list((tmp_path / "work").rglob("torchscope/report.html")) == []
+
+
+def test_a_run_that_raised_is_written_when_the_next_run_begins(tmp_path: Path) -> None:
+    """mmengine calls no hook when a run raises: its profiler kept recording, and the next
+    runner in the process (a caught error, a retry) died at its hook's first cycle."""
+    hooks = '[dict(type="TorchscopeProfilerHook", by_epoch=False, profile_times=6)]'
+    first = tmp_path / "first"
+    first.mkdir()
+    with pytest.raises(ValueError, match="bad batch"):
+        _run_config(first, 8, hooks, model="TorchscopeFailingModel")
+    assert list(first.rglob("torchscope/report.html")) == []  # still recording
+    second = tmp_path / "second"
+    second.mkdir()
+    runner = _run_config(second, 8, hooks)
+    assert runner.iter == 8
+    (cut,) = first.rglob("torchscope/report.html")  # written as the second run began
+    assert cut.is_file() and len(list(second.rglob("torchscope/report.html"))) == 1

@@ -81,7 +81,7 @@ def _exit_notes(trace: Trace, ov: Overview) -> tuple[list[str], bool]:
     ], True
 
 
-def _meta(trace: Trace, ov: Overview, notes: list[str] | None = None) -> M.Meta:
+def _meta(trace: Trace, ov: Overview, notes: list[str] | None = None, only_exit: bool = False) -> M.Meta:
     ev = trace.events
     m = trace.meta
     # Kineto's own markers ("Iteration Start", "Record Window End": instants without a
@@ -103,6 +103,7 @@ def _meta(trace: Trace, ov: Overview, notes: list[str] | None = None) -> M.Meta:
         device_ids=sorted(int(d) for d in ev["device"].filter(ev["device"] >= 0).unique().to_list()),
         warnings=list(m.warnings),
         notes=notes or [],
+        only_exit=only_exit,
         steps_from_trace=ov.steps_from_trace,
         record_shapes=_recorded(trace, "record_shapes", bool(ev["input_dims"].is_not_null().any())),
         with_stack=_recorded(trace, "with_stack", "python_function" in kinds),
@@ -405,7 +406,7 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
         report_version=K.REPORT_VERSION,
         kind="trace",
         source=trace.meta.source,
-        meta=_meta(trace, ov, exit_notes),
+        meta=_meta(trace, ov, exit_notes, only_the_exit),
         steps=_steps(ov),
         breakdown_us=M.us_map(ov.breakdown_ns),
         host_breakdown_us=M.us_map(ov.host_breakdown_ns),

@@ -164,6 +164,8 @@ class Meta(msgspec.Struct, kw_only=True):
     warnings: list[str]  # what the reader had to repair or skip in the input
     # what the report left out of the trace's steps, and why (the profile's exit)
     notes: list[str] = msgspec.field(default_factory=list)
+    # the trace is nothing but the profile's exit: its one "step" is no step of the run
+    only_exit: bool = False
     steps_from_trace: bool  # False: no ProfilerStep, the whole trace is one step
     record_shapes: bool  # input shapes recorded: the profiler's setting, else any op has them
     with_stack: bool  # Python stacks recorded: the profiler's setting, else any Python frame event

@@ -4,25 +4,89 @@ framework then prints through its own logging."""
 
 from __future__ import annotations
 
+import atexit
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
-def start_profiler(traces_dir: Path, worker: str, schedule: dict[str, int], options: dict[str, Any]) -> Any:
+def start_profiler(
+    traces_dir: Path, worker: str, schedule: dict[str, int], options: dict[str, Any], warn: Callable[[str], None]
+) -> tuple[Any, NeverRaising] | None:
     """A started ``torchscope.profile`` on ``schedule`` writing each cycle to
-    ``traces_dir/WORKER.<time>.pt.trace.json`` (``tensorboard_trace_handler``'s layout)."""
+    ``traces_dir/WORKER.<time>.pt.trace.json`` (``tensorboard_trace_handler``'s layout), with
+    its guarded handler; None, after ``warn`` said why, when ``traces_dir`` cannot be made."""
     from torchscope.capture.handlers import tensorboard_trace_handler
     from torchscope.capture.profiler import profile
     from torchscope.capture.schedule import schedule as make_schedule
 
-    prof = profile(
-        schedule=make_schedule(**schedule),
-        on_trace_ready=tensorboard_trace_handler(str(traces_dir), worker_name=worker),
-        **options,
-    )
+    try:
+        traces_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        in_the_way = next((d for d in (traces_dir, *traces_dir.parents) if d.exists() and not d.is_dir()), None)
+        why = f"{in_the_way} is a file" if in_the_way is not None else exc.strerror or str(exc)
+        warn(f"torchscope: cannot write traces to {traces_dir} ({why}); profiling is off")
+        return None
+    guard = NeverRaising(tensorboard_trace_handler(str(traces_dir), worker_name=worker), warn)
+    prof = profile(schedule=make_schedule(**schedule), on_trace_ready=guard, **options)
     prof.start()
-    return prof
+    return prof, guard
+
+
+class NeverRaising:
+    """An ``on_trace_ready`` handler whose errors are said through ``warn`` (each different one
+    once) instead of raised: a profiler must never end the training it watches, and torch's
+    ``profile`` raises a handler's error from the framework's ``step()`` call (a directory
+    that was a file, a full disk: the training died at its first recorded cycle)."""
+
+    def __init__(self, handler: Callable[[Any], None], warn: Callable[[str], None]) -> None:
+        self.handler, self.warn = handler, warn
+        self.failures: list[str] = []
+
+    def __call__(self, prof: Any) -> None:
+        try:
+            self.handler(prof)
+        except Exception as exc:  # noqa: BLE001 - the training goes on; the loss is said
+            why = f"{type(exc).__name__}: {exc}"
+            if why not in self.failures:
+                self.failures.append(why)
+                self.warn(f"torchscope: a profiled cycle could not be written ({why}); training goes on")
+
+
+def written_since(traces_dir: Path, pattern: str, started: float) -> tuple[list[Path], int]:
+    """The traces matching ``pattern`` that this run wrote (modified since ``started``, a
+    ``time.time()``), and how many older ones the directory holds: a run again into the same
+    directory (the habit with a fixed ``output_dir``) mixed the earlier runs' cycles into its
+    report and its logged step time."""
+    every = sorted(traces_dir.glob(pattern))
+    # a file's time is the kernel's coarse clock, at most a tick (~4 ms) behind ``time.time()``;
+    # a cycle is written long after its run began, and an earlier run's before it
+    mine = [f for f in every if f.stat().st_mtime >= started - 0.01]
+    return mine, len(every) - len(mine)
+
+
+def older_note(traces_dir: Path, older: int) -> str:
+    """What a report of this run's traces says of the earlier runs' in the same directory."""
+    return (
+        f"torchscope: left out {older} older trace{'s' if older != 1 else ''} in {traces_dir} "
+        "(written before this run started: an earlier run's); `torchscope report` of the "
+        "directory reads them all"
+    )
+
+
+def at_interpreter_exit(call: Any) -> None:
+    """Run ``call`` as the interpreter exits, while thread pools still take work: the report
+    reads the trace and builds its sections on threads, and an ``atexit`` callback runs after
+    ``concurrent.futures`` stopped taking any ("cannot schedule new futures after interpreter
+    shutdown": the report at exit was empty). ``threading._register_atexit`` runs its callbacks
+    last registered first, before those of ``atexit``; concurrent.futures registers its own on
+    import, so it is imported first."""
+    import concurrent.futures.thread  # noqa: F401 - its exit hook, registered before ours
+    import threading
+
+    register = getattr(threading, "_register_atexit", None)
+    (register or atexit.register)(call)
 
 
 def summary_text(payload: dict[str, Any], width: int = 120) -> str:
@@ -44,9 +108,11 @@ def summary_text(payload: dict[str, Any], width: int = 120) -> str:
     return buffer.getvalue()
 
 
-def report_traces(traces: Path, html: Path, title: str) -> tuple[dict[str, Any], Path]:
-    """Read ``traces`` (a file or a directory of cycles and ranks), build the report and write
-    ``html``; returns the payload and the page's path.
+def report_traces(
+    traces: Path, html: Path, title: str, files: list[Path] | None = None
+) -> tuple[dict[str, Any], Path]:
+    """Read ``traces`` (a file or a directory of cycles and ranks; ``files``: only these of the
+    directory), build the report and write ``html``; returns the payload and the page's path.
 
     A directory of several ranks or cycles is read as ``torchscope report DIR`` reads it, as a
     job: rank by rank, reduced to one summary, so a long run's many cycles or a large job never
@@ -55,10 +121,13 @@ def report_traces(traces: Path, html: Path, title: str) -> tuple[dict[str, Any],
     again as their ``__main__``, and a script without a main guard would train again in each.
     """
     from torchscope.job.cli import job_directory
+    from torchscope.job.discover import discover
     from torchscope.render.html import write_html
 
-    found = job_directory(str(traces))
-    if found is not None:
+    if files is not None and len(files) == 1:
+        traces, files = files[0], None
+    found = job_directory(str(traces)) if files is None else discover(traces, files)
+    if found is not None and found.is_job:
         from torchscope.job.pipeline import analyse_job
         from torchscope.job.render import job_payload, view_dir_for
 
@@ -94,6 +163,8 @@ def headline(payload: dict[str, Any]) -> dict[str, Any]:
     parts = list((report.get(K.RANKS) or {}).values()) if report.get(K.KIND) == "traceset" else [report]
     step_us = []
     for part in parts:
+        if (part.get(K.META) or {}).get("only_exit"):  # a run that ended before a recorded step
+            continue
         total = (part.get(K.BREAKDOWN_US) or {}).get("Total") or (part.get(K.HOST_BREAKDOWN_US) or {}).get(
             "Total"
         )

@@ -12,7 +12,6 @@ numbers (mean step time, events, the top finding) go into the trainer's ``log_hi
 
 from __future__ import annotations
 
-import atexit
 import functools
 import time
 from pathlib import Path
@@ -24,18 +23,9 @@ from transformers.utils import logging
 logger = logging.get_logger("transformers.trainer")
 
 
-def _at_interpreter_exit(call: Any) -> None:
-    """Run ``call`` as the interpreter exits, while thread pools still take work: the report
-    reads the trace and builds its sections on threads, and an ``atexit`` callback runs after
-    ``concurrent.futures`` stopped taking any ("cannot schedule new futures after interpreter
-    shutdown": the report at exit was empty). ``threading._register_atexit`` runs its callbacks
-    last registered first, before those of ``atexit``; concurrent.futures registers its own on
-    import, so it is imported first."""
-    import concurrent.futures.thread  # noqa: F401 - its exit hook, registered before ours
-    import threading
-
-    register = getattr(threading, "_register_atexit", None)
-    (register or atexit.register)(call)
+# the callback of ours whose train() records now: a train() that raised calls no callback, so a
+# later train() in the same process (a notebook's retry) finds it still recording and ends it
+_OPEN: TorchscopeCallback | None = None
 
 
 class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
@@ -68,13 +58,22 @@ class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
         self.profiling_ended_at: float | None = None
         self._stepped_at: int | None = None  # the global step the profiler last stepped at
         self._at_exit: Any = None
+        self._state: Any = None  # the TrainerState of the train() being recorded
+        self._args: Any = None
+        self._started = 0.0  # time.time() at its start: the traces it writes are newer
+        self._guard: Any = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        global _OPEN
         from torchscope.capture.profiler import recording_profile
-        from torchscope.integrations._report import start_profiler
+        from torchscope.integrations._report import at_interpreter_exit, start_profiler
 
-        if self._prof is not None:  # this callback added twice: Trainer calls each entry
+        if self._prof is not None and self._state is state:  # added twice: Trainer calls each entry
             return
+        if _OPEN is not None:
+            # a train() of ours that raised is still recording (its cycle would swallow this
+            # whole train() as one step): its steps so far are written now, as at exit
+            _OPEN._finish_after_failure(_OPEN._args, _OPEN._state)
         if recording_profile() is not None:
             # another callback of ours (or a profile around train()) records: one at a time,
             # and its report is the one (two identical log_history entries otherwise)
@@ -83,13 +82,20 @@ class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
             )
             return
         self.traces_dir = Path(args.output_dir) / self.subdir
-        worker = f"rank{args.process_index}"
-        self._prof = start_profiler(self.traces_dir, worker, self._schedule, self._options)
+        self.report_path = self.summary = self.headline = None
+        self._started = time.time()
+        started = start_profiler(
+            self.traces_dir, f"rank{args.process_index}", self._schedule, self._options, logger.warning
+        )
+        if started is None:
+            return
+        (self._prof, self._guard), self._args, self._state = started, args, state
         self._stepped_at = state.global_step
+        _OPEN = self
         # Trainer calls no callback when train() raises: the cycle being recorded, and the
-        # report, would be lost without a word; at exit they are written after all
+        # report, would be lost without a word; at exit (or at the next train()) they are written
         self._at_exit = functools.partial(self._finish_after_failure, args, state)
-        _at_interpreter_exit(self._at_exit)
+        at_interpreter_exit(self._at_exit)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # once per optimizer step, even for a callback added twice (each step counted twice
@@ -106,32 +112,45 @@ class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
             " writing the steps recorded so far",
             state.global_step,
         )
+        self._prof._ending_on_error = True  # its trace says the error cut its last step
         self._finish(args, state)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._finish(args, state)
 
     def _finish(self, args: Any, state: Any) -> None:
+        global _OPEN
         self._at_exit = None  # (a call registered at exit then does nothing: no cycle is left)
         if self._prof is None:
             return
+        if _OPEN is self:
+            _OPEN = None
         prof, self._prof = self._prof, None
         prof.stop()
         self.profiling_ended_at = time.perf_counter()
         if not state.is_world_process_zero or self.traces_dir is None:
             return
-        mine = sorted(self.traces_dir.glob(f"rank{args.process_index}.*.pt.trace.json"))
+        from torchscope.integrations._report import (
+            headline,
+            older_note,
+            report_traces,
+            summary_text,
+            written_since,
+        )
+
+        mine, _ = written_since(self.traces_dir, f"rank{args.process_index}.*.pt.trace.json", self._started)
         if not mine:
             logger.warning(
-                "torchscope: no training step was profiled (the schedule never reached an active step)"
+                "torchscope: no profiled cycle was written"
+                + (" (writing failed, see above)" if self._guard.failures else " (the schedule never reached an active step)")
             )
             return
-        from torchscope.integrations._report import headline, report_traces, summary_text
-
+        # this run's traces of every rank, not an earlier run's in the same output_dir
+        ours, older = written_since(self.traces_dir, "rank*.pt.trace.json", self._started)
+        if older:
+            logger.warning(older_note(self.traces_dir, older))
         payload, self.report_path = report_traces(
-            mine[0] if len(mine) == 1 else self.traces_dir,
-            self.traces_dir / "report.html",
-            "torchscope: Hugging Face Trainer.train",
+            self.traces_dir, self.traces_dir / "report.html", "torchscope: Hugging Face Trainer.train", files=ours
         )
         self.summary = summary_text(payload)
         self.headline = headline(payload)

@@ -53,6 +53,8 @@ class TorchscopeProfiler(Profiler):
             "activities": activities,
         }
         self._prof: Any = None
+        self._guard: Any = None
+        self._started = 0.0  # time.time() at the start: the traces this fit writes are newer
         self.traces_dir: Path | None = None
         self.report_path: Path | None = None
         self.payload: dict[str, Any] | None = None
@@ -65,11 +67,16 @@ class TorchscopeProfiler(Profiler):
         return int(getattr(rank_zero_only, "rank", 0) or 0)
 
     def _start_profiler(self) -> None:
+        from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
         from torchscope.integrations._report import start_profiler
 
         self.traces_dir = Path(self.dirpath or os.getcwd()) / "torchscope"
+        self._started = time.time()
         worker = f"rank{self._global_rank()}"
-        self._prof = start_profiler(self.traces_dir, worker, self._schedule, self._options)
+        started = start_profiler(self.traces_dir, worker, self._schedule, self._options, rank_zero_warn)
+        if started is not None:
+            self._prof, self._guard = started
 
     def start(self, action_name: str) -> None:
         if self._prof is None and self.traces_dir is None and action_name == STEP_ACTION:
@@ -115,17 +122,23 @@ class TorchscopeProfiler(Profiler):
         self._stop_profiler()
         if self.traces_dir is None or not self.traces_dir.is_dir():
             return ""
-        from torchscope.integrations._report import report_traces, summary_text
+        from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+        from torchscope.integrations._report import older_note, report_traces, summary_text, written_since
 
         rank = self._global_rank()
-        mine = sorted(self.traces_dir.glob(f"rank{rank}.*.pt.trace.json"))
+        mine, _ = written_since(self.traces_dir, f"rank{rank}.*.pt.trace.json", self._started)
         if not mine:
             return ""
-        # rank 0 reports the job (every rank's traces in the directory: DDP keeps the ranks in
-        # step, so theirs are written by then); the others their own traces
-        subject = self.traces_dir if rank == 0 or len(mine) > 1 else mine[0]
+        # rank 0 reports the job (every rank's traces this fit wrote: DDP keeps the ranks in
+        # step, so theirs are written by then; an earlier fit's in the same directory are left
+        # out, and said); the others their own traces
+        ours, older = written_since(self.traces_dir, "rank*.pt.trace.json", self._started)
+        if rank == 0 and older:
+            rank_zero_warn(older_note(self.traces_dir, older))
+        files = ours if rank == 0 else mine
         html = self.traces_dir / ("report.html" if rank == 0 else f"report-rank{rank}.html")
-        self.payload, self.report_path = report_traces(subject, html, "torchscope: Lightning fit")
+        self.payload, self.report_path = report_traces(self.traces_dir, html, "torchscope: Lightning fit", files=files)
         return summary_text(self.payload) + f"dashboard: {self.report_path}\n"
 
     def teardown(self, stage: str | None) -> None:

@@ -21,6 +21,10 @@ from typing import Any
 from mmengine.hooks import ProfilerHook
 from mmengine.registry import HOOKS
 
+# the hook of ours whose run records now: mmengine calls no hook when a run raises, so a later
+# run in the same process (a caught error, a retry) finds it still recording and ends it
+_OPEN: TorchscopeProfilerHook | None = None
+
 
 @HOOKS.register_module()
 class TorchscopeProfilerHook(ProfilerHook):  # type: ignore[misc]
@@ -34,14 +38,29 @@ class TorchscopeProfilerHook(ProfilerHook):  # type: ignore[misc]
         self.report_path: Path | None = None
         self.summary: str | None = None
         self.profiling_ended_at: float | None = None
+        self._off = False  # another profile of ours records: this hook does nothing
+        self._runner: Any = None
 
     def before_run(self, runner: Any) -> None:
+        global _OPEN
         from mmengine.dist import get_rank
 
+        from torchscope.capture.profiler import recording_profile
         from torchscope.capture.redirect import redirected
+        from torchscope.integrations._report import NeverRaising, at_interpreter_exit
 
+        if _OPEN is not None:  # a run of ours that raised still records: its steps are written now
+            _OPEN._close_after_failure("a later run began")
+        if recording_profile() is not None:
+            # a profile around runner.train() (or another hook) records: one at a time (its
+            # cycle was lost and the training died at the hook's first cycle)
+            runner.logger.warning("torchscope: another torchscope profiler is already recording; this hook stays off")
+            self._off = self._closed = True
+            return
         with redirected():  # torch.profiler.profile(...) and tensorboard_trace_handler(...) are ours
             super().before_run(runner)
+        _OPEN, self._runner = self, runner
+        at_interpreter_exit(lambda: self._close_after_failure("the process exits"))
         # every cycle is written for our report too, as the other integrations lay them out
         # (``LOG_DIR/torchscope/rankR.cycleN.pt.trace.json``): the report read only the last
         # one (``export_chrome_trace``), so a schedule with ``repeat`` > 1 lost the others
@@ -58,7 +77,19 @@ class TorchscopeProfilerHook(ProfilerHook):  # type: ignore[misc]
             if theirs is not None:
                 theirs(prof)
 
-        self.profiler.on_trace_ready = also_ours
+        # a cycle that cannot be written is said, and the training goes on
+        self.profiler.on_trace_ready = NeverRaising(also_ours, runner.logger.warning)
+
+    def _close_after_failure(self, why: str) -> None:
+        """The run raised (mmengine calls no hook then): stop recording, its last step cut by
+        the error, and write the cycle so far and the report, as a finished run does."""
+        if self._closed or self._off or self._runner is None:
+            return
+        self._runner.logger.warning(
+            f"torchscope: the run ended without after_train (it raised?) and {why}; writing the steps recorded so far"
+        )
+        self.profiler._ending_on_error = True  # its trace says the error cut its last step
+        self._export_chrome_trace(self._runner)
 
     def _parse_trace_config(self, runner: Any) -> Any:
         """mmengine's, without its check for ``torch-tb-profiler`` before a ``tb_trace``
@@ -76,6 +107,11 @@ class TorchscopeProfilerHook(ProfilerHook):  # type: ignore[misc]
         return tensorboard_trace_handler(**options)
 
     def _export_chrome_trace(self, runner: Any) -> None:
+        global _OPEN
+        if self._off:
+            return
+        if _OPEN is self:
+            _OPEN = None
         super()._export_chrome_trace(runner)
         self.profiling_ended_at = time.perf_counter()
         try:

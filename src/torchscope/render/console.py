@@ -103,12 +103,15 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
         total = avg["Total"]
         n = sum(s.get("steps", 1) for s in steps)
         label = (
-            f"{n} step{'s' if n != 1 else ''}"
+            "only the profile's exit, no step of the run"
+            if meta.get("only_exit")
+            else f"{n} step{'s' if n != 1 else ''}"
             if meta.get("steps_from_trace")
             else "the whole run as one step"
         )
         # the heading is printed on its own: as a title it wrapped to the narrow table's width
-        console.print(f"[italic]where the time goes ({label}, average {fmt_us(total)} per step)[/italic]")
+        spent = f"{fmt_us(total)} in all" if meta.get("only_exit") else f"average {fmt_us(total)} per step"
+        console.print(f"[italic]where the time goes ({label}, {spent})[/italic]")
         t = Table()
         t.add_column("category")
         t.add_column("per step", justify="right")
