@@ -74,3 +74,25 @@ def test_a_magic_cell_that_raises_does_not_record_the_traceback_being_formatted(
         assert "showtraceback" not in vars(shell)  # IPython's own again
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_a_magic_cell_ending_in_a_value_does_not_record_its_printing(capsys: pytest.CaptureFixture[str]) -> None:
+    """A cell that ends in ``model(x)`` has IPython print the tensor inside ``run_cell``: the
+    recorded ops were mostly the printing (``aten::select`` x96, ``aten::item`` x69). An
+    unknown option was ignored without a word."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("%load_ext torchscope")
+        shell.run_cell("%%torchscope\nimport torch\nx = torch.randn(8, 8)\n(x @ x).relu()\n")
+        names = [e.name for e in shell.user_ns["_torchscope"].events()]
+        assert names.count("aten::mm") == 1 and names.count("aten::relu") == 1
+        assert "aten::select" not in names and "aten::item" not in names  # the tensor's printing
+        assert "tensor([[" in capsys.readouterr().out  # still shown below the cell
+        assert "start_displayhook" not in vars(shell.displayhook)  # IPython's own again
+        result = shell.run_cell("%%torchscope --no-such-option\nx = 1\n")
+        assert not result.success
+        assert "%%torchscope: unknown option --no-such-option (it takes --memory, --stack)" in capsys.readouterr().err
+    finally:
+        InteractiveShell.clear_instance()

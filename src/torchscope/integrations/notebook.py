@@ -110,6 +110,9 @@ def register_formatters(shell: Any) -> None:
         formatter.for_type_by_name(module, name, func)
 
 
+MAGIC_FLAGS = {"--memory", "--stack"}
+
+
 def load_ipython_extension(shell: Any) -> None:
     """``%load_ext torchscope``: the formatters and the ``%%torchscope`` cell magic."""
     register_formatters(shell)
@@ -120,8 +123,12 @@ def load_ipython_extension(shell: Any) -> None:
         from torchscope.capture.profiler import profile
 
         flags = set(line.split())
+        if unknown := sorted(flags - MAGIC_FLAGS):
+            from IPython.core.error import UsageError
+
+            raise UsageError(f"%%torchscope: unknown option {', '.join(unknown)} (it takes --memory, --stack)")
         prof = profile(record_shapes=True, profile_memory="--memory" in flags, with_stack="--stack" in flags)
-        with prof, _stopped_before_traceback(shell, prof):
+        with prof, _stopped_before_traceback(shell, prof), _stopped_before_display(shell, prof):
             shell.run_cell(cell)
         shell.user_ns["_torchscope"] = prof
         display(HTML(summary_html(prof)))
@@ -150,6 +157,30 @@ def _stopped_before_traceback(shell: Any, prof: Any) -> Iterator[None]:
             shell.showtraceback = show
         else:
             del shell.showtraceback
+
+
+@contextlib.contextmanager
+def _stopped_before_display(shell: Any, prof: Any) -> Iterator[None]:
+    """A cell ending in an expression has IPython show its value inside ``run_cell``: recorded,
+    a cell of ``model(x)`` was mostly the tensor's printing (96 ``aten::select``, 69
+    ``aten::item``). The profile stops as the value is about to be shown (after it was computed)."""
+    hook = shell.displayhook
+    begin = hook.start_displayhook
+
+    def stop_then_begin(*args: Any, **kwargs: Any) -> Any:
+        if prof._started:
+            prof.stop()
+        return begin(*args, **kwargs)
+
+    had_own = "start_displayhook" in vars(hook)
+    hook.start_displayhook = stop_then_begin
+    try:
+        yield
+    finally:
+        if had_own:
+            hook.start_displayhook = begin
+        else:
+            del hook.start_displayhook
 
 
 def register_if_in_ipython() -> None:
