@@ -400,13 +400,19 @@ class profile:
         check = getattr(self._session, "check_stoppable", None)  # the portable collector's
         if check is not None:
             check()  # raises before anything changes: leave the user's mode, then stop again
+        in_a_step = self.step_rec_fn is not None  # (not after end_step(): that step is whole)
         if self.step_rec_fn is not None:  # _exit_step, inline: Kineto records each call of ours
             rec, self.step_rec_fn = self.step_rec_fn, None
             rec.__exit__(None, None, None)
         self._started = False
         # a scheduled cycle that stop() ends has the exit as its last step: say so in its trace,
         # so that a log dir's reader does not take that step (tens of µs) for one of the run's
-        cut_short = self.record_steps and self.mark_cycle_end and self._action in (Action.RECORD, Action.RECORD_AND_SAVE)
+        cut_short = (
+            in_a_step
+            and self.record_steps
+            and self.mark_cycle_end
+            and self._action in (Action.RECORD, Action.RECORD_AND_SAVE)
+        )
         if cut_short and not isinstance(self._session, Elsewhere):
             self.add_metadata_json(CYCLE_ENDED_BY_KEY, '"error"' if self._ending_on_error else '"stop"')
         self._ending_on_error = False
@@ -442,6 +448,12 @@ class profile:
         if self.record_steps:
             self._enter_step()
         self._raise_callback_error()
+
+    def end_step(self) -> None:
+        """End the current step's ``ProfilerStep#N`` now, before the next ``step()``: what runs
+        until then is in no step (a framework's validation between two training batches). The
+        schedule moves on at ``step()``, as ever; torch's profile has no such call."""
+        self._exit_step()
 
     def _enter_step(self) -> None:
         self.step_rec_fn = record_function("ProfilerStep#" + str(self.step_num))

@@ -25,6 +25,11 @@ from lightning.pytorch.profilers import Profiler
 # inside that optimizer step (the closure runs there), so a step marked there held one batch's
 # backward and update and the next one's forward, and the last update fell outside every step.
 STEP_ACTION = "run_training_batch"
+# A step begins when its batch is fetched (the DataLoader's time is the step's, as in a loop
+# that calls ``prof.step()`` at each iteration's end) and ends with the batch: validation,
+# epoch-end hooks and checkpoints between two batches are in no step (they were in the next
+# one: a step of 120 ms among steps of 2 ms, "Python outside ops 87 %").
+FETCH_ACTION_SUFFIX = ".train_dataloader_next"
 
 
 class TorchscopeProfiler(Profiler):
@@ -79,8 +84,13 @@ class TorchscopeProfiler(Profiler):
             self._prof, self._guard = started
 
     def start(self, action_name: str) -> None:
-        if self._prof is None and self.traces_dir is None and action_name == STEP_ACTION:
-            self._start_profiler()
+        begins = action_name == STEP_ACTION or action_name.endswith(FETCH_ACTION_SUFFIX)
+        if not begins:
+            return
+        if self._prof is None and self.traces_dir is None:
+            self._start_profiler()  # its first step begins with it
+        elif self._prof is not None and self._prof.step_rec_fn is None:
+            self._prof.step()  # the next step, after whatever ran since the last batch ended
 
     def stop(self, action_name: str) -> None:
         if self._prof is None or action_name != STEP_ACTION:
@@ -90,7 +100,7 @@ class TorchscopeProfiler(Profiler):
         # cycle being recorded was lost, and the profiler was stopped from ``__del__`` at exit
         failed = sys.exc_info()[1]
         if failed is None:
-            self._prof.step()
+            self._prof.end_step()
         else:
             self._report_after_failure(failed)
 
