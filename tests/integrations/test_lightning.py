@@ -267,9 +267,8 @@ def test_validation_between_two_batches_is_in_no_step(tmp_path: Path) -> None:
     fetches = ev.filter(pl.col("name").str.starts_with("enumerate(DataLoader)"))
     opt = ev.filter(pl.col("name") == "Optimizer.step#SGD.step")
     for start, dur in trace.steps.select("start_ns", "dur_ns").iter_rows():
-        def inside(f: pl.DataFrame) -> int:
-            return f.filter((pl.col("start_ns") >= start) & (pl.col("start_ns") < start + dur)).height
-
-        assert (inside(losses), inside(fetches), inside(opt)) == (1, 1, 1)  # its batch alone
+        within = (pl.col("start_ns") >= start) & (pl.col("start_ns") < start + dur)
+        counts = tuple(f.filter(within).height for f in (losses, fetches, opt))
+        assert counts == (1, 1, 1)  # its batch alone
     assert losses.height == 4 + 8  # and the 8 validation batches, outside every step
     assert trace.meta.extra.get("torchscope_cycle_ended_by") == "schedule"  # the last step is whole
