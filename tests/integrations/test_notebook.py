@@ -91,6 +91,9 @@ def test_a_magic_cell_ending_in_a_value_does_not_record_its_printing(capsys: pyt
         assert "aten::select" not in names and "aten::item" not in names  # the tensor's printing
         assert "tensor([[" in capsys.readouterr().out  # still shown below the cell
         assert "start_displayhook" not in vars(shell.displayhook)  # IPython's own again
+        shell.run_cell("%%torchscope\n(x @ x).relu();  # shown by no cell\n")
+        assert "tensor(" not in capsys.readouterr().out
+        assert "quiet" not in vars(shell.displayhook)
         result = shell.run_cell("%%torchscope --no-such-option\nx = 1\n")
         assert not result.success
         assert "%%torchscope: unknown option --no-such-option (it takes --memory, --stack)" in capsys.readouterr().err

@@ -128,7 +128,7 @@ def load_ipython_extension(shell: Any) -> None:
 
             raise UsageError(f"%%torchscope: unknown option {', '.join(unknown)} (it takes --memory, --stack)")
         prof = profile(record_shapes=True, profile_memory="--memory" in flags, with_stack="--stack" in flags)
-        with prof, _stopped_before_traceback(shell, prof), _stopped_before_display(shell, prof):
+        with prof, _stopped_before_traceback(shell, prof), _stopped_before_display(shell, prof, cell):
             shell.run_cell(cell)
         shell.user_ns["_torchscope"] = prof
         display(HTML(summary_html(prof)))
@@ -160,27 +160,34 @@ def _stopped_before_traceback(shell: Any, prof: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _stopped_before_display(shell: Any, prof: Any) -> Iterator[None]:
+def _stopped_before_display(shell: Any, prof: Any, cell: str) -> Iterator[None]:
     """A cell ending in an expression has IPython show its value inside ``run_cell``: recorded,
     a cell of ``model(x)`` was mostly the tensor's printing (96 ``aten::select``, 69
-    ``aten::item``). The profile stops as the value is about to be shown (after it was computed)."""
+    ``aten::item``). The profile stops as the value is about to be shown (after it was computed).
+    A cell ending in ``;`` shows nothing, as any cell (IPython looks for the ``;`` in the magic's
+    own line, which has none)."""
     hook = shell.displayhook
     begin = hook.start_displayhook
+    quiet = getattr(hook, "semicolon_at_end_of_expression", None)
+    silent = bool(quiet is not None and quiet(cell))
 
     def stop_then_begin(*args: Any, **kwargs: Any) -> Any:
         if prof._started:
             prof.stop()
         return begin(*args, **kwargs)
 
-    had_own = "start_displayhook" in vars(hook)
-    hook.start_displayhook = stop_then_begin
+    patched = {"start_displayhook": stop_then_begin, **({"quiet": lambda: True} if silent else {})}
+    own = {name: vars(hook)[name] for name in patched if name in vars(hook)}
+    for name, value in patched.items():
+        setattr(hook, name, value)
     try:
         yield
     finally:
-        if had_own:
-            hook.start_displayhook = begin
-        else:
-            del hook.start_displayhook
+        for name in patched:
+            if name in own:
+                setattr(hook, name, own[name])
+            else:
+                delattr(hook, name)
 
 
 def register_if_in_ipython() -> None:
