@@ -272,3 +272,24 @@ def test_validation_between_two_batches_is_in_no_step(tmp_path: Path) -> None:
         assert counts == (1, 1, 1)  # its batch alone
     assert losses.height == 4 + 8  # and the 8 validation batches, outside every step
     assert trace.meta.extra.get("torchscope_cycle_ended_by") == "schedule"  # the last step is whole
+
+
+def test_a_profiler_reused_for_a_second_fit_records_it_and_validate_prints_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The second fit of a reused profiler was not recorded, and printed the first fit's summary
+    again, as did a ``validate()`` after the fit."""
+    import logging
+
+    profiler = TorchscopeProfiler(dirpath=tmp_path)
+    with caplog.at_level(logging.INFO):
+        trainer = _trainer(tmp_path, profiler)
+        trainer.fit(WithValidation(), _loader())
+        first = profiler.payload
+        trainer.validate(trainer.lightning_module, _loader())
+        assert caplog.text.count("where the time goes") == 1  # validate printed nothing
+        with pytest.warns(UserWarning, match="left out 1 older trace"):
+            _trainer(tmp_path, profiler).fit(TinyRegressor(), _loader())
+    assert caplog.text.count("where the time goes") == 2
+    assert len(list((tmp_path / "torchscope").glob("rank0.*.pt.trace.json"))) == 2
+    assert profiler.payload is not first and profiler.payload["report"]["kind"] == "trace"  # type: ignore[index]

@@ -50,6 +50,8 @@ class TorchscopeProfiler(Profiler):
         activities: list[Any] | None = None,
     ) -> None:
         super().__init__(dirpath=dirpath, filename=filename)
+        self._dirpath_given = dirpath is not None
+        self._quiet = False  # a stage after the fit it reported (validate, test): nothing to say
         self._schedule = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat}
         self._options: dict[str, Any] = {
             "record_shapes": record_shapes,
@@ -64,6 +66,19 @@ class TorchscopeProfiler(Profiler):
         self.report_path: Path | None = None
         self.payload: dict[str, Any] | None = None
         self.profiling_ended_at: float | None = None  # perf_counter when recording stopped
+
+    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
+        """Each ``fit`` is recorded, also by a profiler reused for a second one (it recorded
+        nothing the second time, and printed the first fit's summary again); the stages after a
+        fit (``validate``, ``test``) record no training batch and print nothing."""
+        if stage == "fit" and self._prof is None:
+            self.traces_dir = self.report_path = self.payload = None
+            self._quiet = False
+            if not self._dirpath_given:
+                self.dirpath = None  # this fit's log dir (Lightning's setup fills it in)
+        elif stage != "fit" and self.report_path is not None:
+            self._quiet = True
+        super().setup(stage, local_rank, log_dir)
 
     @staticmethod
     def _global_rank() -> int:
@@ -130,6 +145,8 @@ class TorchscopeProfiler(Profiler):
     def summary(self) -> str:
         """Our report of this rank's traces (Lightning prints it at the end of ``fit``)."""
         self._stop_profiler()
+        if self._quiet:
+            return ""
         if self.traces_dir is None or not self.traces_dir.is_dir():
             return ""
         from lightning.pytorch.utilities.rank_zero import rank_zero_warn
