@@ -609,3 +609,19 @@ def test_a_symbolic_link_that_loops_or_points_nowhere_is_said_as_such(tmp_path: 
         torchscope.load(dangling)
     with pytest.raises(TraceError, match=r"absent\.json: no such file or directory$"):
         torchscope.load(tmp_path / "absent.json")
+
+
+def test_a_malformed_field_is_named_in_the_warning(tmp_path: Path) -> None:
+    """"dropped malformed fields of 307 events" named none of them: an External id written as
+    text and a timestamp that is a string are named, each once."""
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "dur": 5}
+    events = [
+        {**op, "ts": 0, "args": {"External id": "x"}},
+        {**op, "ts": 10, "args": {"External id": "y"}},
+        {**op, "ts": "late", "args": {"External id": 3}},
+        {**op, "ts": 30, "args": {"External id": 4}},
+    ]
+    path = tmp_path / "fields.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = read_chrome(path)
+    assert "dropped malformed fields of 3 events (args.External id, ts)" in trace.meta.warnings

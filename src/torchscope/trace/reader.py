@@ -842,6 +842,7 @@ def _lenient(
         raise TraceError(source, "not a trace: the event list is not a list")
     events: list[Event] = []
     bad_shape = bad_fields = 0
+    which: dict[str, None] = {}  # the fields repaired, in first-seen order
     for item in items:
         if not isinstance(item, dict):
             bad_shape += 1
@@ -851,7 +852,7 @@ def _lenient(
             continue
         except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError, OverflowError):
             pass
-        fixed = _repair(item)
+        fixed = _repair(item, which)
         try:
             events.append(_EVENT_DECODER.decode(msgspec.json.encode(fixed)))
             bad_fields += 1
@@ -860,26 +861,32 @@ def _lenient(
     if bad_shape:
         warnings.append(f"skipped {bad_shape} entries of traceEvents that are not events")
     if bad_fields:
-        warnings.append(f"dropped malformed fields of {bad_fields} events")
+        named = ", ".join(list(which)[:6]) + (f" and {len(which) - 6} more" if len(which) > 6 else "")
+        warnings.append(f"dropped malformed fields of {bad_fields} events" + (f" ({named})" if named else ""))
     return top, events
 
 
-def _repair(item: dict[str, Any]) -> dict[str, Any]:
-    """Keep the fields of one event that have a usable type; drop the rest."""
+def _repair(item: dict[str, Any], which: dict[str, None]) -> dict[str, Any]:
+    """Keep the fields of one event that have a usable type; drop the rest. ``which`` gets the
+    name of each field dropped or read as text (``ts``, ``args.External id``)."""
     fixed = {k: v for k, v in item.items() if k in Event.__struct_fields__ and k != "args"}
     for key in ("ts", "dur"):
         v = fixed.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or abs(v) >= 2**63):
             fixed.pop(key)
+            which[key] = None
     for key in ("cat", "name", "ph", "bp"):
         if key in fixed and not isinstance(fixed[key], str):
             fixed[key] = str(fixed[key]) if fixed[key] is not None else None
+            which[key] = None
     for key in ("pid", "tid", "id"):
         v = fixed.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
             fixed[key] = str(v)
+            which[key] = None
         if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:
             fixed[key] = str(v)
+            which[key] = None
     args = item.get("args")
     if isinstance(args, dict):
         good = {}
@@ -888,7 +895,7 @@ def _repair(item: dict[str, Any]) -> dict[str, Any]:
                 _ARGS_DECODER.decode(msgspec.json.encode({k: v}))
                 good[k] = v
             except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError, OverflowError):
-                pass
+                which[f"args.{k}"] = None
         fixed["args"] = good
     return fixed
 

@@ -22,7 +22,7 @@ const viewOverview = (() => {
       if (!none(d.sm_efficiency)) cards.push(card(`device ${d.device} est. SM efficiency`, fmt(d.sm_efficiency, "fraction")));
       if (!none(d.achieved_occupancy)) cards.push(card(`device ${d.device} est. occupancy`, fmt(d.achieved_occupancy, "fraction")));
     });
-    if (!none(m.rank)) cards.push(card("rank", `${m.rank} of ${m.world_size ?? "?"}`));
+    if (!none(m.rank)) cards.push(card("rank", none(m.world_size) ? `${m.rank}` : `${m.rank} of ${m.world_size}`));
     if (P.run) cards.push(card("exit code", String(P.run.exit_code)));
     if (P.run && !none(P.run.setup_s)) cards.push(card("setup (before step 0)", fmtUs(P.run.setup_s * 1e6)));
     out.push(h("div", { class: "cards", "data-testid": "overview-cards" }, cards));
