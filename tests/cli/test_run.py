@@ -142,6 +142,28 @@ def test_exit_code_argv_and_streams_pass_through(tmp_path: Path, capsys: pytest.
     assert json.loads((tmp_path / "e" / "run.json").read_text())["exit_code"] == 3
 
 
+
+def test_a_script_named_relative_sees_its_file_absolute_as_under_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``torchscope run train.py`` gave the script ``__file__ == "train.py"``: one that changed
+    directory and then read its config beside ``__file__`` failed where ``python`` ran it."""
+    (tmp_path / "config.json").write_text('{"lr": 0.5}')
+    (tmp_path / "train.py").write_text(
+        "import json, os, sys\n"
+        "here = os.path.dirname(__file__)\n"
+        "os.chdir(os.sep)\n"
+        "print(json.load(open(os.path.join(here, 'config.json')))['lr'], __file__, sys.argv[0])\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), "--no-summary", "train.py"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["0.5", str(tmp_path / "train.py"), "train.py"]  # argv[0] as typed
+
 def test_run_module_with_dash_m(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,11 +8,17 @@ exit code and an uncaught exception is printed as Python would print it (exit co
 
 from __future__ import annotations
 
+import builtins
+import importlib.machinery
+import io
+import os
 import runpy
 import signal
 import sys
 import threading
 import traceback
+import types
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -146,6 +152,35 @@ def _is_runner_frame(filename: str) -> bool:
 _SCRIPT_GLOBALS: list[dict[str, Any]] = []
 
 
+_SCRIPT_MODULES: list[types.ModuleType] = []
+
+
+def _run_file(script: Path) -> dict[str, Any]:
+    """Run a script file as ``python script.py`` does: ``__file__`` and the code's file name
+    absolute (as Python gives the main script), ``sys.argv[0]`` as typed. ``runpy.run_path``
+    makes both what it is given: with the path as typed, a script that changed directory and
+    then read its config beside ``__file__`` found nothing; with it absolute, ``sys.argv[0]``
+    was no longer what the user typed. A directory or zip with a ``__main__.py`` goes to runpy."""
+    path = os.path.abspath(script)
+    if not os.path.isfile(path) or zipfile.is_zipfile(path):
+        return runpy.run_path(path, run_name="__main__")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=path,
+        __cached__=None,
+        __package__=None,
+        __spec__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+        __builtins__=builtins,
+    )
+    _SCRIPT_MODULES.append(main)  # alive until exit, with its globals (see _SCRIPT_GLOBALS)
+    sys.modules["__main__"] = main  # (execute() puts ours back)
+    with io.open_code(path) as fh:
+        code = compile(fh.read(), path, "exec", dont_inherit=True)
+    exec(code, main.__dict__)  # noqa: S102 - the user's script, run as python would
+    return main.__dict__
+
+
 def _script_traceback(exc: BaseException) -> TracebackType | None:
     """``exc``'s traceback from the script's first frame (ours and runpy's cut off) to the
     script's line the signal came at (our signal handler's frame, where a stop signal or
@@ -181,7 +216,7 @@ def execute(target: Target) -> Outcome:
             script = Path(target.name)
             sys.argv = [str(script), *target.args]
             sys.path.insert(0, str(script.resolve().parent))
-            _SCRIPT_GLOBALS.append(runpy.run_path(str(script), run_name="__main__"))
+            _SCRIPT_GLOBALS.append(_run_file(script))
         return Outcome(0)
     except SystemExit as exc:
         _keep_script_globals(_script_traceback(exc))
