@@ -994,3 +994,24 @@ def test_each_optimizer_step_ends_inside_its_profiler_step(tmp_path: Path) -> No
     ends = (steps["start_ns"] + steps["dur_ns"]).to_list()[1:]
     opt_ends = (opts["start_ns"] + opts["dur_ns"]).to_list()[1:]
     assert all(o <= s for o, s in zip(opt_ends, ends, strict=True))
+
+
+def test_a_second_run_into_the_same_out_sets_the_first_aside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out`` an earlier run's directory: its cycles stayed beside the new ones, and
+    ``torchscope report DIR`` read "2 runs" (its advice from the stale one) while report.json
+    listed only the new trace."""
+    out = tmp_path / "same"
+    script = [str(SCRIPTS / "linear_steps.py"), "30"]
+    assert main(["run", "--out", str(out), "--no-summary", *script]) == 0
+    first = sorted(p.name for p in (out / "traces").iterdir())
+    assert main(["run", "--out", str(out), "--no-summary", "--all", *script]) == 0
+    err = capsys.readouterr().err
+    (aside,) = out.glob(".earlier-*")
+    assert f"torchscope run: {out} held an earlier run: its files are now in {aside}" in err
+    assert sorted(p.name for p in (aside / "traces").iterdir()) == first
+    assert (aside / "report.json").is_file() and (aside / "run.json").is_file()
+    assert len(list((out / "traces").iterdir())) == 1  # the new run's alone
+    assert main(["report", str(out), "--json", "--no-html"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] != "job"  # one trace read, not two runs

@@ -120,6 +120,7 @@ notes:
             raise TraceError("--all", "records the whole run; leave out --wait/--warmup/--active")
         _check_options(args)
         _check_writable(out)  # before the script runs: a bad --out is ours, not the script's
+        _set_aside_earlier_run(out)
         _record_start(out, _command(args))
         options = RunOptions(
             out=out,
@@ -220,6 +221,25 @@ def _command(args: argparse.Namespace) -> list[str]:
     if given is not None:
         return ["torchscope", *given]
     return ["torchscope", "run", *(["-m"] if args.module else []), *args.target]
+
+
+# what a run writes in its directory (the script's own files beside them are left alone)
+RUN_OUTPUTS = ("traces", "run.json", "report.json", "report.html")
+
+
+def _set_aside_earlier_run(out: Path) -> None:
+    """An ``--out`` that holds an earlier run's files: they are moved into a hidden
+    ``.earlier-TIME/`` folder there, and a line says so. Left beside the new ones, the earlier
+    run's cycles were read with them (``torchscope report DIR`` saw two runs, its advice from
+    the stale one) while report.json listed only the new."""
+    earlier = [out / name for name in RUN_OUTPUTS if (out / name).exists()]
+    if not earlier:
+        return
+    aside = out / f".earlier-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+    aside.mkdir()
+    for path in earlier:
+        path.rename(aside / path.name)
+    print(f"torchscope run: {out} held an earlier run: its files are now in {aside}", file=sys.stderr)
 
 
 def _record_start(out: Path, command: list[str]) -> None:
