@@ -1015,3 +1015,14 @@ def test_a_second_run_into_the_same_out_sets_the_first_aside(
     assert len(list((out / "traces").iterdir())) == 1  # the new run's alone
     assert main(["report", str(out), "--json", "--no-html"]) == 0
     assert json.loads(capsys.readouterr().out)["kind"] != "job"  # one trace read, not two runs
+
+
+def test_a_script_that_ends_in_a_warmup_writes_no_empty_cycle(tmp_path: Path) -> None:
+    """A run that ended while the schedule warmed up wrote a cycle of the work after the last
+    step alone ("step_700: no step, 156 us, 3 events"), named after a step that never ran and
+    taking one of the report's eight slots."""
+    out = tmp_path / "wu"
+    schedule = ["--wait", "2", "--warmup", "2", "--active", "2", "--repeat", "0"]
+    assert main(["run", "--out", str(out), "--no-summary", *schedule, str(SCRIPTS / "linear_steps.py"), "9"]) == 0
+    assert [p.name for p in (out / "traces").iterdir()] == ["step_5.pt.trace.json"]  # steps 4-5; 8 is warmup
+    assert len(_report(out)["runs"]) == 1

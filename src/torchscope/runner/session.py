@@ -388,6 +388,9 @@ class _Recording:
         self.notes: list[str] = []
         # the optimizer step count once the script has ended, or once ours stepped aside for good
         self.stopping: list[int] = []
+        # the script ended while the schedule warmed up: the cycle stop() then writes holds no
+        # step, only the work after the last optimizer.step() (it took one of the report's slots)
+        self.ended_in_warmup = False
         self.prof: Any = None
         self.hook: _StepHook | None = None
         self.cap: RecordingCap | None = None
@@ -436,6 +439,9 @@ class _Recording:
         name = f"step_{last}" if steps or self.options.scheduled else "run"
         if prof._cycles:
             prof._cycles[-1]._torchscope_exported = True
+        if self.ended_in_warmup:
+            prof.free_kineto_results()
+            return
         path = self.export(prof, name)
         prof.free_kineto_results()  # kept for export_memory_timeline, which the runner never calls
         if path is None:
@@ -666,6 +672,9 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         hook.finish()
         rec.stopping.append(hook.count)
         if prof._started:
+            from torchscope.capture.schedule import Action
+
+            rec.ended_in_warmup = prof._action is Action.WARMUP and options.scheduled
             rec._stop_ours()
         if prof._cycles and not getattr(prof._cycles[-1], "_torchscope_exported", False):
             # kept by the profiler but not written: a Ctrl-C right after the cycle's stop (held
