@@ -339,3 +339,22 @@ def test_a_location_keeps_its_root_when_cutting_would_leave_only_the_root_out(
     assert _short("/tmp/cc/train.py") == "/tmp/cc/train.py"
     assert _short("/home/me/work/cc/train.py") == "work/cc/train.py"
     assert _short("/venv/lib/python3.12/site-packages/numpy/_core/numeric.py") == "numpy/_core/numeric.py"
+
+
+def test_a_function_of_one_or_two_samples_has_no_outside_ops_share() -> None:
+    """One sample made a function 0 % or 100 % "outside ops" (``makedirs`` 0 % beside
+    ``manual_seed`` 100 %, neither of which runs an op): too few to tell, so no share."""
+    from torchscope.runner.sampler import HotSpots
+
+    busy, rare = ("train.py", "busy", 3), ("train.py", "rare", 9)
+    hs = HotSpots(
+        interval_ns=1_000_000,
+        native_id=1,
+        times_ns=np.arange(1, 7, dtype=np.int64) * 1_000_000,
+        stack_ids=np.array([0, 0, 0, 0, 1, 0]),
+        stacks=((busy,), (rare,)),
+        spans_ns=np.full(6, 1_000_000, dtype=np.int64),
+    )
+    rows = {r["function"]: r for r in hs.table(np.array([True, False, True, True, False, True]))}
+    assert rows["busy"]["samples"] == 5 and rows["busy"]["outside_ops_pct"] == 20.0  # 1 of 5
+    assert rows["rare"]["samples"] == 1 and rows["rare"]["outside_ops_pct"] is None

@@ -344,6 +344,11 @@ def _array(code: str, values: np.ndarray) -> array:
     return out
 
 
+# a function caught by fewer samples has no "outside ops" share: one or two samples make it
+# 0 % or 100 % (``makedirs`` 0 % beside ``manual_seed`` 100 %, neither of which runs an op)
+MIN_SAMPLES_FOR_SHARE = 3
+
+
 @dataclass(frozen=True)
 class HotSpots:
     """The samples of one run: ``times_ns`` (wall clock) and the function stack of each."""
@@ -439,7 +444,8 @@ class HotSpots:
         """Per function: total/self time and samples; ``covered[i]`` says an op covered sample i.
 
         ``outside_ops_pct`` is the share of the function's time during which no op ran on its
-        thread (None when ``covered`` is not known): high means the op profiler cannot see it.
+        thread (None when ``covered`` is not known, or the function has fewer than
+        ``MIN_SAMPLES_FOR_SHARE`` samples): high means the op profiler cannot see it.
         """
         if self.samples == 0:
             return []
@@ -480,7 +486,11 @@ class HotSpots:
                     "self_ns": int(self_),
                     "total_pct": round(100.0 * tot / span, 2),
                     "self_pct": round(100.0 * self_ / span, 2),
-                    "outside_ops_pct": round(100.0 * out / tot, 1) if covered is not None and tot else None,
+                    "outside_ops_pct": (
+                        round(100.0 * out / tot, 1)
+                        if covered is not None and tot and count >= MIN_SAMPLES_FOR_SHARE
+                        else None
+                    ),
                 }
             )
         rows.sort(key=lambda r: (-int(r["self_ns"]), -int(r["total_ns"])))
