@@ -442,6 +442,7 @@ class HotSpots:
 
     def table(self, covered: np.ndarray | None = None, limit: int = 30) -> list[dict[str, Any]]:
         """Per function: total/self time and samples; ``covered[i]`` says an op covered sample i.
+        Library functions with no self time are left out (their callers' rows hold their time).
 
         ``outside_ops_pct`` is the share of the function's time during which no op ran on its
         thread (None when ``covered`` is not known, or the function has fewer than
@@ -475,6 +476,11 @@ class HotSpots:
         span = float(w.sum()) or 1.0
         rows: list[dict[str, Any]] = []
         for (filename, name, line), (tot, self_, out, count) in total.items():
+            if not self_ and _is_library(filename):
+                # a library frame the time only passes through (``_call_impl``, autograd's
+                # ``backward``) repeats its caller's total: 7 of the terminal's 10 rows were such
+                # (the sampled flame graph keeps them, in their place)
+                continue
             rows.append(
                 {
                     "function": name,
