@@ -77,6 +77,16 @@ def test_keyboard_zooms_and_pans_the_visible_range(resnet: dict[str, Any], page:
     page.keyboard.press("s")
     c0, c1 = visible(canvas)
     assert c1 - c0 == pytest.approx(x1 - x0) and c0 == pytest.approx(x0, abs=1e-3 * (x1 - x0))
+    # panned far left or right, the view stays on the trace (it went on into negative time,
+    # "0 rectangles"): at most a tenth of it outside
+    for _ in range(40):
+        page.keyboard.press("a")
+    d0, d1 = visible(canvas)
+    assert d0 == pytest.approx(-0.1 * (d1 - d0)) and d1 - d0 == pytest.approx(x1 - x0)
+    for _ in range(40):
+        page.keyboard.press("d")
+    e0, e1 = visible(canvas)
+    assert e1 == pytest.approx(x1 + 0.1 * (e1 - e0))
     assert page.errors == []
 
 

@@ -295,7 +295,7 @@ def build_run_payload(result: RunResult, options: RunOptions, command: list[str]
         "error": result.error,
         "wall_s": round(result.wall_s, 3),
         "optimizer_steps": result.steps,
-        "setup_s": None if result.setup_s is None else round(result.setup_s, 3),
+        "setup_s": None if result.setup_s is None else round(result.setup_s, 6),  # to the µs the card shows
         "schedule": _schedule_info(options),
         "notes": list(result.notes),
         "traces": [str(p) for p in result.trace_paths],

@@ -348,20 +348,26 @@ const TorchscopeTimeline = (() => {
       g.fillStyle = "#6b7385"; g.fillText(`max ${opt.fmtBytes(max)}`, W - 90, lane.y + 10);
     }
 
+    /** keep the view on the trace: panning or zooming went on into an empty view at negative
+     * times ("-994.137 ms – -749.819 ms (0 rectangles)"); a tenth of the view may lie outside */
+    function within() {
+      const span = view.x1 - view.x0, lo = -span * 0.1, hi = end + span * 0.1 - span;
+      view.x0 = Math.min(Math.max(view.x0, lo), Math.max(lo, hi)); view.x1 = view.x0 + span;
+    }
     /** @param {number} a @param {number} b */
     function show(a, b) {
       const span = Math.max(1000, Math.min(end * 1.2, b - a));
       const c = (a + b) / 2;
-      view.x0 = Math.max(-end * 0.1, c - span / 2); view.x1 = view.x0 + span; draw();
+      view.x0 = c - span / 2; view.x1 = view.x0 + span; within(); draw();
     }
     /** @param {number} f @param {number} [atX] */
     function zoom(f, atX) {
       const frac = atX === undefined ? 0.5 : Math.min(1, Math.max(0, (atX - LABEL) / (width() - LABEL)));
       const span = view.x1 - view.x0, c = view.x0 + frac * span, ns = Math.max(1000, Math.min(end * 1.2, span * f));
-      view.x0 = c - frac * ns; view.x1 = view.x0 + ns; draw();
+      view.x0 = c - frac * ns; view.x1 = view.x0 + ns; within(); draw();
     }
     /** @param {number} f */
-    function pan(f) { const d = (view.x1 - view.x0) * f; view.x0 += d; view.x1 += d; draw(); }
+    function pan(f) { const d = (view.x1 - view.x0) * f; view.x0 += d; view.x1 += d; within(); draw(); }
 
     /** @param {MouseEvent} ev @returns {[number, number]} ns under the pointer, lane index */
     function at(ev) {
@@ -510,7 +516,7 @@ const TorchscopeTimeline = (() => {
           return;
         }
         const dx = ((ev.clientX - drag.x) / (width() - LABEL)) * (drag.x1 - drag.x0);
-        view.x0 = drag.x0 - dx; view.x1 = drag.x1 - dx; draw(); return;
+        view.x0 = drag.x0 - dx; view.x1 = drag.x1 - dx; within(); draw(); return;
       }
       const e = hit(ev);
       if (e < 0) { opt.tip.hidden = true; return; }
