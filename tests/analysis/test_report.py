@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,25 @@ def test_a_set_of_one_trace_has_no_ranks_to_compare(load_trace: Callable[[str], 
     assert not (one[K.DISTRIBUTED] or {}).get("ranks")
     two = build_report(TraceSet({"rank0": load_trace("multirank/rank-0.json.gz"), "rank1": load_trace("multirank/rank-1.json.gz")}))
     assert [r["rank"] for r in two[K.DISTRIBUTED]["ranks"]] == [0, 1]
+
+
+def test_a_run_of_cycles_averages_the_steps_to_the_ns(tmp_path: Path) -> None:
+    """A run's mean step was the mean of its cycles' means, each already rounded to the ns: 1 ns
+    off the same steps' mean in ``diff --json`` and a job's report (58,774.588 against .589 us).
+    Here 5 steps averaging 1000.4 ns and one of 1002 ns: 1000.667 ns, not 1000.333."""
+    from torchscope.trace.reader import read_chrome
+
+    def cycle(name: str, durations_ns: list[int]) -> Trace:
+        events = []
+        for i, d in enumerate(durations_ns):
+            step = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1}
+            events.append({**step, "ts": 10.0 * i, "dur": d / 1000})
+            events.append({**step, "cat": "cpu_op", "name": "aten::mm", "ts": 10.0 * i, "dur": 0.5})
+        path = tmp_path / f"{name}.pt.trace.json"
+        path.write_text(json.dumps({"traceEvents": events}))
+        return read_chrome(path)
+
+    a, b = cycle("step_4", [1000, 1000, 1000, 1001, 1001]), cycle("step_22", [1002])
+    r = build_report(TraceSet({"step_4": a, "step_22": b}, members="cycles"))
+    assert r[K.RANKS]["step_4"][K.HOST_BREAKDOWN_US]["Total"] == 1.0  # 1000.4 ns, rounded
+    assert r[K.HOST_BREAKDOWN_US]["Total"] == 1.001  # 6004 ns over 6 steps

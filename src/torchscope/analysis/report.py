@@ -33,7 +33,7 @@ from torchscope.analysis.kernels import (
 from torchscope.analysis.memory import allocations_by_op, leak_candidates, memory_peaks
 from torchscope.analysis.modules import module_ops, module_tree
 from torchscope.analysis.operators import call_stacks, flops, kernels_by_op, operators
-from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, Overview, exit_step
+from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, Overview, exit_step, overview
 from torchscope.trace.dialect import CYCLE_ENDED_BY_KEY
 from torchscope.trace.model import Trace, TraceSet
 
@@ -494,12 +494,15 @@ def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
     dist = distributed(TraceSet({}) if cycles or len(ranks) < 2 else ts)
     weight = {name: (max(step_count(r), 1) if cycles else 1) for name, r in ranks.items()}
     n = max(sum(weight.values()), 1)
+    # from each member's unrounded means (its report's are rounded to the ns: averaged again,
+    # a run's mean step was 1 ns off the same steps' mean in ``diff --json`` and a job's report)
+    views = {name: overview(tr) for name, tr in ts.items()}
     avg = {
-        c: sum(r.breakdown_us[c] * weight[k] for k, r in ranks.items()) / n
+        c: sum(float(views[k].breakdown_ns[c]) * weight[k] for k in ranks) / n / 1e3
         for c in (*BREAKDOWN_CATEGORIES, "Total")
     }
     havg = {
-        c: sum(r.host_breakdown_us[c] * weight[k] for k, r in ranks.items()) / n
+        c: sum(float(views[k].host_breakdown_ns[c]) * weight[k] for k in ranks) / n / 1e3
         for c in (*HOST_CATEGORIES, "Total")
     }
     rank_numbers = ranks_of(ts)
