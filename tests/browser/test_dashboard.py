@@ -315,6 +315,9 @@ def test_a_run_of_several_cycles_opens_on_the_latest(tmp_path: Path, page: Any) 
     names = page.eval_on_selector_all("#run-select option", "os => os.map(o => o.textContent)")
     assert names == ["step_4", "step_22", "step_40"]
     assert page.eval_on_selector("#run-select", "s => s.options[s.selectedIndex].textContent") == "step_40"
+    # the run's notes, which the terminal alone said: the schedule's steps
+    notes = page.inner_text("[data-testid=run-notes]")
+    assert "default schedule: recorded 11 of the run's 45 steps (0–4, 20–22, 38–40)" in notes
     assert page.errors == []
 
 

@@ -1026,3 +1026,17 @@ def test_a_script_that_ends_in_a_warmup_writes_no_empty_cycle(tmp_path: Path) ->
     assert main(["run", "--out", str(out), "--no-summary", *schedule, str(SCRIPTS / "linear_steps.py"), "9"]) == 0
     assert [p.name for p in (out / "traces").iterdir()] == ["step_5.pt.trace.json"]  # steps 4-5; 8 is warmup
     assert len(_report(out)["runs"]) == 1
+
+
+def test_the_cycles_left_out_of_the_report_are_named_in_run_json_and_on_the_page(tmp_path: Path) -> None:
+    """With more cycles than the report holds, the terminal alone said so: the page's cycle
+    picker simply lacked the others, and run.json said nothing."""
+    out = tmp_path / "many"
+    schedule = ["--wait", "0", "--warmup", "1", "--active", "1", "--repeat", "0"]
+    assert main(["run", "--out", str(out), "--no-summary", *schedule, str(SCRIPTS / "linear_steps.py"), "22"]) == 0
+    written = sorted(p.name for p in (out / "traces").iterdir())
+    assert len(written) == 11  # a cycle every 2 steps
+    note = next(n for n in json.loads((out / "run.json").read_text())["notes"] if "cycles were written" in n)
+    assert note.startswith(f"11 cycles were written to {out / 'traces'}; the report holds 8 (the first and the latest), not ")
+    assert note.endswith(f"not step_3, step_5, step_7: torchscope report {out / 'traces'} reads them all")
+    assert note in (out / "report.html").read_text()  # the page's "This run" box says it

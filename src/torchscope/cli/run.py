@@ -392,12 +392,6 @@ def _print_summary(payload: dict | None, result: object, options: object, files:
             console.print(
                 f"  {name}: {time_text}, {(cycle.get('meta') or {}).get('events', 0):,} events, top op {top}{found}"
             )
-    skipped = len(result.trace_paths) - len(result.kept_paths)
-    if skipped > 0:
-        console.print(
-            f"{len(result.trace_paths)} cycles were written to {options.out / 'traces'}; the report holds "
-            f"{len(result.kept_paths)} (the first and the latest): torchscope report {options.out / 'traces'}"
-        )
     for note in result.notes:
         console.print(f"[bold]torchscope run[/bold]: {note}")
     console.print(

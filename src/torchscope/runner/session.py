@@ -683,6 +683,15 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
             # back until the cycle was kept) came before its on_trace_ready
             rec.on_ready(prof)
         rec.copy_script_cycles()
+    if len(rec.written) > len(rec.kept):
+        # said in run.json and on the page too (the terminal alone said it, and the page's cycle
+        # picker simply lacked the others)
+        out = [p.name.removesuffix(".pt.trace.json") for p in rec.written if p not in rec.kept]
+        listed = ", ".join(out[:6]) + (f" and {len(out) - 6} more" if len(out) > 6 else "")
+        rec.notes.append(
+            f"{len(rec.written)} cycles were written to {traces_dir}; the report holds {len(rec.kept)} (the "
+            f"first and the latest), not {listed}: torchscope report {traces_dir} reads them all"
+        )
     # the default schedule's sentence matters once it cut something; no warmup, once a step ran
     shown_after = 0 if described == _NO_WARMUP else DefaultSchedule().head
     if described is not None and hook.count > shown_after and not rec.adopted:

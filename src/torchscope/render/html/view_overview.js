@@ -26,6 +26,10 @@ const viewOverview = (() => {
     if (P.run) cards.push(card("exit code", String(P.run.exit_code)));
     if (P.run && !none(P.run.setup_s)) cards.push(card("setup (before step 0)", fmtUs(P.run.setup_s * 1e6)));
     out.push(h("div", { class: "cards", "data-testid": "overview-cards" }, cards));
+    // what the run says of itself (the schedule's steps, the cycles left out of the report, a
+    // script's own profiler): the terminal said it, the page did not
+    const runNotes = (P.run && P.run.notes) || [];
+    if (runNotes.length) out.push(h("div", { class: "rec", "data-testid": "run-notes" }, h("div", { class: "t" }, "This run"), h("ul", {}, runNotes.map((/** @type {string} */ w) => h("li", {}, w)))));
     const hasDevice = steps.some((/** @type {Obj} */ x) => (x.breakdown_us.Kernel || 0) + (x.breakdown_us.Memcpy || 0) + (x.breakdown_us.Memset || 0) > 0);
     const cats = hasDevice ? DEVICE_CATS : HOST_CATS;
     const part = hasDevice ? "breakdown_us" : "host_breakdown_us";
