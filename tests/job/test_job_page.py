@@ -34,6 +34,12 @@ def test_job_view_opens_first_and_names_the_straggler(
         # the page holds the job summary only: no per-trace tab saying "no steps" about a job
         tabs = page.eval_on_selector_all("#tabs button", "bs => bs.map(b => b.dataset.view)")
         assert "job" in tabs and not {"overview", "operators", "kernels", "timeline", "flame"} & set(tabs)
+        # the Report tab holds each run's sections of --json (it held one table of the runs)
+        page.click("#tabs button[data-view=report]")
+        page.wait_for_selector("#view[data-rendered=report]")
+        sections = page.eval_on_selector_all("#view .section", "s => s.map(x => x.dataset.section)")
+        assert {"steps_ns", "cycle_table", "collectives", "straggler", "per_rank", "recommendations"} <= set(sections)
+        assert page.locator("#view h2", has_text="Run job").count() == 1
     assert errors == []
 
 

@@ -24,6 +24,14 @@ const viewReport = (() => {
     /** @type {Node[]} */
     const out = [h("h2", {}, "Full analysis report"),
       h("div", { class: "muted" }, `Every section of \`torchscope report --json\` (version ${R.report_version}), with units; times are since the trace's first event. Source: ${R.source}`)];
+    if (R.kind === "job") {
+      // each run's sections (its steps, cycles, collectives, straggler, ranks): the runs were one
+      // table of their scalar columns, and the rest of --json was on no tab but Job
+      const { runs, ...rest } = R;
+      out.push(...sections(rest));
+      for (const one of runs || []) out.push(h("h2", {}, `Run ${one.run}`), ...sections(one));
+      return out;
+    }
     if (R.kind === "traceset") out.push(...sections(R), h("h2", {}, `Rank ${run().name}`));
     out.push(...sections(rep()));
     return out;
