@@ -130,8 +130,10 @@ def test_a_left_out_cycle_has_no_step_times_and_evidence_has_units(
     with _job_page(root, tmp_path, capsys) as (page, errors):
         rows = [r.split("\t") for r in page.locator("[data-testid=job-cycles] tbody tr").all_inner_texts()]
         assert [r[0] for r in rows] == ["0", "1", "2"]
-        assert rows[2][3:6] == ["–", "–", "–"] and "only the profile's exit" in rows[2][-1]
-        assert all(cell.endswith(("µs", "ms")) for cell in rows[0][3:6])
+        # each cycle's file beside its number (a run names its cycles step_N, the job 0, 1, 2)
+        assert all(r[1].endswith(".pt.trace.json") for r in rows) and len({r[1] for r in rows}) == 3
+        assert rows[2][4:7] == ["–", "–", "–"] and "only the profile's exit" in rows[2][-1]
+        assert all(cell.endswith(("µs", "ms")) for cell in rows[0][4:7])
         cards = page.locator("[data-testid=job-recommendations] .rec")
         foreach = cards.filter(has_text="optimizer_foreach")
         foreach.locator("summary").click()

@@ -88,11 +88,12 @@ const viewJob = (() => {
       }
       if ((R.cycle_table || []).length > 1) {
         out.push(h("h4", {}, "Cycles"));
-        out.push(table([{ key: "cycle", label: "cycle", num: true }, { key: "ranks", label: "ranks", num: true }, { key: "steps", label: "steps", num: true },
+        // the file beside the number: torchscope run names its cycles step_N, the job numbers them
+        out.push(table([{ key: "cycle", label: "cycle", num: true }, { key: "file_name", label: "file", cls: "name" }, { key: "ranks", label: "ranks", num: true }, { key: "steps", label: "steps", num: true },
           { key: "min_step_ns", label: "shortest step", num: true, fmt: fmtNs }, { key: "median_step_ns", label: "median step", num: true, fmt: fmtNs },
           { key: "max_step_ns", label: "longest step", num: true, fmt: fmtNs }, { key: "slowest_rank", label: "rank of the longest", num: true },
           { key: "findings", label: "findings", cls: "name" }, { key: "note", label: "note", cls: "name" }],
-          (R.cycle_table || []).map((/** @type {Obj} */ c) => c.left_out || !c.steps
+          (R.cycle_table || []).map((/** @type {Obj} */ c) => ({ ...c, file_name: String(c.file || "").split(/[\\/]/).pop() })).map((/** @type {Obj} */ c) => c.left_out || !c.steps
             ? { ...c, min_step_ns: null, median_step_ns: null, max_step_ns: null, slowest_rank: null, findings: "", note: c.note || "" }
             : { ...c, findings: (c.findings || []).join(", "), note: c.note || "" }), { id: "job-cycles" }));
       }
