@@ -318,6 +318,9 @@ def test_a_run_of_several_cycles_opens_on_the_latest(tmp_path: Path, page: Any) 
     # the run's notes, which the terminal alone said: the schedule's steps
     notes = page.inner_text("[data-testid=run-notes]")
     assert "default schedule: recorded 11 of the run's 45 steps (0–4, 20–22, 38–40)" in notes
+    page.click("#tabs button[data-view=report]")
+    page.wait_for_selector("#view[data-rendered=report]")
+    assert "Cycle step_40" in page.eval_on_selector_all("#view h2", "hs => hs.map(x => x.textContent)")  # not "Rank"
     assert page.errors == []
 
 

@@ -5,7 +5,7 @@
 const viewReport = (() => {
   const { pretty } = TorchscopeFormat;
   const { h, empty } = TorchscopeDom;
-  const { run, report, rep, generic } = TorchscopePage;
+  const { state, run, report, rep, generic } = TorchscopePage;
   const TITLES = { meta: "The trace", steps: "Steps", breakdown_us: "Step time by category (average per step)",
     host_breakdown_us: "Host time by category (average per step)", devices: "Devices", comm_overlap: "Computation and communication (average per step)",
     operators: "Operators", operators_by_shape: "Operators by input shape", call_stacks: "Python call stacks", flops: "FLOPs",
@@ -32,7 +32,8 @@ const viewReport = (() => {
       for (const one of runs || []) out.push(h("h2", {}, `Run ${one.run}`), ...sections(one));
       return out;
     }
-    if (R.kind === "traceset") out.push(...sections(R), h("h2", {}, `Rank ${run().name}`));
+    // a torchscope run's members are its cycles (step_N), a folder's its ranks
+    if (R.kind === "traceset") out.push(...sections(R), h("h2", {}, `${state.payload.run ? "Cycle" : "Rank"} ${run().name}`));
     out.push(...sections(rep()));
     return out;
   }
