@@ -77,3 +77,18 @@ def test_a_jobs_unreadable_file_is_named_and_a_config_is_never_served(
     status, _, body = served_job.get("/api/payload?id=" + runs[0]["id"])
     assert status == 200
     assert any(w.startswith("skipped ddp/rank1.3.pt.trace.json.gz: ") for w in json.loads(body)["warnings"])
+
+
+def test_cycles_are_listed_in_number_order(tmp_path: Path, traces_dir: Path) -> None:
+    """A run's step_N files were listed as text sorts them: step_1, step_11, step_23, step_3."""
+    traces = tmp_path / "log" / "run" / "traces"
+    traces.mkdir(parents=True)
+    text = gzip.decompress((traces_dir / SOURCE).read_bytes())
+    for n in (3, 11, 1, 23):
+        (traces / f"step_{n}.pt.trace.json").write_bytes(text)
+    served = Served(tmp_path / "log")
+    try:
+        files = [r["name"] for r in served.runs() if r.get("kind") != "job"]
+    finally:
+        served.close()
+    assert [Path(name).name for name in files] == [f"step_{n}.pt.trace.json" for n in (1, 3, 11, 23)]

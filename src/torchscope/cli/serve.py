@@ -145,8 +145,12 @@ class LogDir:
             if not _inside(os.path.realpath(top), self._root_b):
                 dirs[:] = []  # a link out of the log directory: nothing there is served
                 continue
-            dirs[:] = sorted(d for d in dirs if not hidden(d))
-            for name in sorted(files):
+            from torchscope.job.discover import natural
+
+            # in number order, as discovery orders cycles: step_3 before step_11 (it listed
+            # step_1, step_11, ..., step_23, step_3)
+            dirs[:] = sorted((d for d in dirs if not hidden(d)), key=lambda d: natural(os.fsdecode(d)))
+            for name in sorted(files, key=lambda f: natural(os.fsdecode(f))):
                 if name.endswith(TRACE_SUFFIXES) and not hidden(name):
                     yield os.path.relpath(os.path.join(top, name), self._root_b)
 
