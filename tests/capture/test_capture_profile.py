@@ -825,3 +825,31 @@ def test_an_export_takes_the_followers_word_for_the_file(
         net()
     other.export_chrome_trace(str(tmp_path / "u.json"))
     assert looked == [other._cycles[-1].path]
+
+
+def test_a_trace_whose_one_step_the_error_cut_has_no_step_time(tmp_path: Path) -> None:
+    """An integration's headline logged the cut step's time as the run's step time (871 ms, of
+    a retry's Trainer being built); the report's heading said "1 step, average 871 ms"."""
+    import torchscope
+    from torchscope.integrations._report import headline
+    from torchscope.render.console import print_summary
+    from torchscope.render.payload import build_payload
+
+    with pytest.raises(ValueError, match="bad batch"), torchscope.profile(
+        schedule=torchscope.schedule(wait=0, warmup=1, active=3),
+        on_trace_ready=torchscope.tensorboard_trace_handler(str(tmp_path)),
+    ) as prof:
+        prof.step()
+        torch.randn(8, 8) @ torch.randn(8, 8)
+        raise ValueError("bad batch")
+    (path,) = tmp_path.glob("*.pt.trace.json")
+    payload = build_payload(torchscope.load(path), title="cut")
+    assert payload["report"]["meta"]["only_cut_step"] is True
+    assert headline(payload)["step_time_ms"] is None
+    from io import StringIO
+
+    from rich.console import Console
+
+    out = StringIO()
+    print_summary(payload, Console(file=out, width=200, color_system=None))
+    assert "where the time goes (one step, cut by the script's error, " in out.getvalue()

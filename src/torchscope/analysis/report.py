@@ -60,28 +60,31 @@ def _recorded(trace: Trace, setting: str, found: bool) -> bool:
     return str(said).strip().lower() in ("1", "true")
 
 
-def _exit_notes(trace: Trace, ov: Overview) -> tuple[list[str], bool]:
+def _exit_notes(trace: Trace, ov: Overview) -> tuple[list[str], bool, bool]:
     """What the report says of the profile's exit (``overview.ends_in_exit``, ``exit_step``),
     as a job's cycle line does: a left-out exit step, or a trace that is nothing but the exit
-    (then True: it has no step of the run to advise on; a step the script's error cut did
-    run, and keeps its findings)."""
+    (then the first flag: it has no step of the run to advise on), or whose one step the
+    script's error cut (then the second: that step ran, and keeps its findings, but its time
+    is not a whole step's)."""
     error = trace.meta.extra.get(CYCLE_ENDED_BY_KEY) == "error"
     if ov.exit_step_left_out:
         return [
             "its last step is left out of the steps: "
             + ("the script's error cut it" if error else "it is the profile's exit (from the last step() to the end)")
-        ], False
+        ], False, False
     if not exit_step(trace, ov.steps, ov.steps_from_trace, last=True):
-        return [], False
+        return [], False, False
     if error:
-        return ["its one step was cut by the script's error: its time is not a whole step's"], False
+        return ["its one step was cut by the script's error: its time is not a whole step's"], False, True
     return [
         "this trace is only the profile's exit (from the last step() to the end of the profile):"
         " no step of the run, so no recommendations"
-    ], True
+    ], True, False
 
 
-def _meta(trace: Trace, ov: Overview, notes: list[str] | None = None, only_exit: bool = False) -> M.Meta:
+def _meta(
+    trace: Trace, ov: Overview, notes: list[str] | None = None, only_exit: bool = False, only_cut_step: bool = False
+) -> M.Meta:
     ev = trace.events
     m = trace.meta
     # Kineto's own markers ("Iteration Start", "Record Window End": instants without a
@@ -104,6 +107,7 @@ def _meta(trace: Trace, ov: Overview, notes: list[str] | None = None, only_exit:
         warnings=list(m.warnings),
         notes=notes or [],
         only_exit=only_exit,
+        only_cut_step=only_cut_step,
         steps_from_trace=ov.steps_from_trace,
         record_shapes=_recorded(trace, "record_shapes", bool(ev["input_dims"].is_not_null().any())),
         with_stack=_recorded(trace, "with_stack", "python_function" in kinds),
@@ -379,7 +383,7 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
     ops = ctx.operators.head(top)
     shapes, mapping = _shape_rows(ops, operators(trace, by_input_shape=True))
     kernels_by_op, stacks = _op_chain(trace, shapes, mapping)
-    exit_notes, only_the_exit = _exit_notes(trace, ov)
+    exit_notes, only_the_exit, only_a_cut_step = _exit_notes(trace, ov)
     recs = [] if only_the_exit else [M.Finding(**f.to_dict()) for f in advise(trace, ctx=ctx)]
     temporal = {
         "idle_us": M.us_of(tb.idle_ns),
@@ -406,7 +410,7 @@ def report_model(trace: Trace, top: int = TOP) -> M.TraceReport:
         report_version=K.REPORT_VERSION,
         kind="trace",
         source=trace.meta.source,
-        meta=_meta(trace, ov, exit_notes, only_the_exit),
+        meta=_meta(trace, ov, exit_notes, only_the_exit, only_a_cut_step),
         steps=_steps(ov),
         breakdown_us=M.us_map(ov.breakdown_ns),
         host_breakdown_us=M.us_map(ov.host_breakdown_ns),

@@ -166,6 +166,8 @@ class Meta(msgspec.Struct, kw_only=True):
     notes: list[str] = msgspec.field(default_factory=list)
     # the trace is nothing but the profile's exit: its one "step" is no step of the run
     only_exit: bool = False
+    # the trace's one step was cut by the script's error: it ran, but is no whole step
+    only_cut_step: bool = False
     steps_from_trace: bool  # False: no ProfilerStep, the whole trace is one step
     record_shapes: bool  # input shapes recorded: the profiler's setting, else any op has them
     with_stack: bool  # Python stacks recorded: the profiler's setting, else any Python frame event

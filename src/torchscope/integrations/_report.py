@@ -163,7 +163,8 @@ def headline(payload: dict[str, Any]) -> dict[str, Any]:
     parts = list((report.get(K.RANKS) or {}).values()) if report.get(K.KIND) == "traceset" else [report]
     step_us = []
     for part in parts:
-        if (part.get(K.META) or {}).get("only_exit"):  # a run that ended before a recorded step
+        meta = part.get(K.META) or {}
+        if meta.get("only_exit") or meta.get("only_cut_step"):  # no whole step: ended or raised first
             continue
         total = (part.get(K.BREAKDOWN_US) or {}).get("Total") or (part.get(K.HOST_BREAKDOWN_US) or {}).get(
             "Total"

@@ -105,12 +105,14 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
         label = (
             "only the profile's exit, no step of the run"
             if meta.get("only_exit")
+            else "one step, cut by the script's error"
+            if meta.get("only_cut_step")
             else f"{n} step{'s' if n != 1 else ''}"
             if meta.get("steps_from_trace")
             else "the whole run as one step"
         )
         # the heading is printed on its own: as a title it wrapped to the narrow table's width
-        spent = f"{fmt_us(total)} in all" if meta.get("only_exit") else f"average {fmt_us(total)} per step"
+        spent = f"{fmt_us(total)} in all" if meta.get("only_exit") or meta.get("only_cut_step") else f"average {fmt_us(total)} per step"
         console.print(f"[italic]where the time goes ({label}, {spent})[/italic]")
         t = Table()
         t.add_column("category")
