@@ -280,14 +280,15 @@ def test_a_last_cycle_with_no_step_is_listed_not_shown_in_full(
 ) -> None:
     """The script ends as the schedule's second cycle starts recording (8 optimizer steps,
     cycles of 6): that cycle holds a few events after the last step and no step. The terminal
-    showed it in full ("the whole run as one step") above the real cycle."""
+    showed it in full ("the whole run as one step") above the real cycle; then it was listed
+    ("step_8: no step") and took one of the report's slots; now it is not written at all."""
     out = tmp_path / "stub"
     schedule = ["--wait", "1", "--warmup", "1", "--active", "4", "--repeat", "0", "--sample-ms", "0"]
     assert main(["run", "--out", str(out), *schedule, str(SCRIPTS / "busy_python_steps.py")]) == 0
     err = " ".join(capsys.readouterr().err.split())
-    assert "cycles (2; step_5, the last with a step, is shown above" in err
     assert "where the time goes (4 steps," in err and "the whole run as one step" not in err
-    assert "step_8: no step," in err and "step_5: 4 steps," in err
+    assert "step_8" not in err
+    assert [p.name for p in (out / "traces").iterdir()] == ["step_5.pt.trace.json"]
 
 
 def test_under_torchrun_each_rank_writes_its_own_run_directory(tmp_path: Path) -> None:
@@ -1040,3 +1041,38 @@ def test_the_cycles_left_out_of_the_report_are_named_in_run_json_and_on_the_page
     assert note.startswith(f"11 cycles were written to {out / 'traces'}; the report holds 8 (the first and the latest), not ")
     assert note.endswith(f"not step_3, step_5, step_7: torchscope report {out / 'traces'} reads them all")
     assert note in (out / "report.html").read_text()  # the page's "This run" box says it
+
+
+def test_a_script_that_ends_as_a_cycle_begins_writes_no_empty_cycle(tmp_path: Path) -> None:
+    """The default schedule on a 20-step script: step 20 begins a cycle after the last
+    optimizer step, and "step_20: no step, 11 events" took a report slot."""
+    out = tmp_path / "edge"
+    assert main(["run", "--out", str(out), "--no-summary", str(SCRIPTS / "linear_steps.py"), "20"]) == 0
+    assert [p.name for p in (out / "traces").iterdir()] == ["step_4.pt.trace.json"]
+
+
+def test_a_relative_out_stays_where_it_was_named_when_the_script_changes_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--out relout and a script that calls os.chdir: the traces and the report went under the
+    script's new directory, and relout kept a run.json saying 'running'."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "moves.py").write_text(
+        f"import os, runpy\nos.chdir({str(tmp_path / 'elsewhere')!r})\n"
+        f"runpy.run_path({str(SCRIPTS / 'linear_steps.py')!r}, run_name='__main__')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--out", "relout", "--no-summary", "moves.py"]) == 0
+    assert json.loads((tmp_path / "relout" / "run.json").read_text())["state"] == "ended"
+    assert (tmp_path / "relout" / "report.json").is_file() and any((tmp_path / "relout" / "traces").iterdir())
+    assert not (tmp_path / "elsewhere" / "relout").exists()
+
+
+def test_a_users_own_files_in_out_are_not_taken_for_an_earlier_run(tmp_path: Path) -> None:
+    """A folder with the user's own report.html (no run.json, no traces) was 'an earlier run',
+    and the file was hidden away in .earlier-*."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "report.json").write_text('{"mine": 1}')
+    assert main(["run", "--out", str(out), "--no-summary", str(SCRIPTS / "linear_steps.py"), "5"]) == 0
+    assert not list(out.glob(".earlier-*"))

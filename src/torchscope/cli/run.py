@@ -114,7 +114,12 @@ notes:
         stamp = (launch.run_id[:8] if launch and launch.run_id else None) or _dt.datetime.now().strftime(
             "%Y%m%d-%H%M%S"
         )
-        job = Path(args.out) if args.out else Path("torchscope-out") / f"{Path(name).stem or name}-{stamp}"
+        # a module's whole dotted name (pkg.train and pkg.eval were both "pkg"), a script's stem
+        label = name if args.module else (Path(name).stem or name)
+        job = Path(args.out) if args.out else Path("torchscope-out") / f"{label}-{stamp}"
+        # absolute before the script runs: one that changes directory had the run's files written
+        # under its new directory, and run.json left "running" in the one the user named
+        job = Path(os.path.abspath(job))
         out = job / launch.directory if launch is not None else job
         if args.record_all and (args.wait is not None or args.warmup is not None or args.active is not None):
             raise TraceError("--all", "records the whole run; leave out --wait/--warmup/--active")
@@ -232,13 +237,29 @@ def _set_aside_earlier_run(out: Path) -> None:
     ``.earlier-TIME/`` folder there, and a line says so. Left beside the new ones, the earlier
     run's cycles were read with them (``torchscope report DIR`` saw two runs, its advice from
     the stale one) while report.json listed only the new."""
+    # an earlier run is one that left its record or its cycles (a user's own report.html is none)
+    ran = (out / "run.json").is_file() or any((out / "traces").glob("*.pt.trace.json*"))
     earlier = [out / name for name in RUN_OUTPUTS if (out / name).exists()]
-    if not earlier:
+    if not ran or not earlier:
         return
     aside = out / f".earlier-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
-    aside.mkdir()
-    for path in earlier:
-        path.rename(aside / path.name)
+    moved: list[Path] = []
+    try:
+        aside.mkdir()
+        for path in earlier:
+            path.rename(aside / path.name)
+            moved.append(path)
+    except OSError as exc:
+        for path in moved:  # all or nothing: the earlier run stays whole where it was
+            (aside / path.name).rename(path)
+        with contextlib.suppress(OSError):
+            aside.rmdir()
+        print(
+            f"torchscope run: warning: {out} holds an earlier run whose files could not be set aside "
+            f"({exc.strerror or exc}); a report of {out} will read them with this run's",
+            file=sys.stderr,
+        )
+        return
     print(f"torchscope run: {out} held an earlier run: its files are now in {aside}", file=sys.stderr)
 
 

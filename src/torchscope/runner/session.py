@@ -184,9 +184,9 @@ class _StepHook:
             return
         with self._in_profiler():
             try:
+                wall = time.time_ns()  # as the span ends (after it, the card was 70 µs longer)
                 self.prof._exit_step()  # the setup span ends here
                 self.prof._enter_step()
-                wall = time.time_ns()
                 self.setup_ns = wall - self.t0_ns
                 self.marks.append((int(self.prof.step_num), wall))
             except Exception as exc:  # noqa: BLE001 - never break the user's forward
@@ -390,9 +390,9 @@ class _Recording:
         self.notes: list[str] = []
         # the optimizer step count once the script has ended, or once ours stepped aside for good
         self.stopping: list[int] = []
-        # the script ended while the schedule warmed up: the cycle stop() then writes holds no
+        # the script ended in a warmup or as a cycle began: the cycle stop() then writes holds no
         # step, only the work after the last optimizer.step() (it took one of the report's slots)
-        self.ended_in_warmup = False
+        self.ended_before_a_step = False
         self.prof: Any = None
         self.hook: _StepHook | None = None
         self.cap: RecordingCap | None = None
@@ -441,7 +441,7 @@ class _Recording:
         name = f"step_{last}" if steps or self.options.scheduled else "run"
         if prof._cycles:
             prof._cycles[-1]._torchscope_exported = True
-        if self.ended_in_warmup:
+        if self.ended_before_a_step:
             prof.free_kineto_results()
             return
         path = self.export(prof, name)
@@ -674,9 +674,15 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         hook.finish()
         rec.stopping.append(hook.count)
         if prof._started:
-            from torchscope.capture.schedule import Action
+            from torchscope.capture.schedule import Action, as_action
 
-            rec.ended_in_warmup = prof._action is Action.WARMUP and options.scheduled
+            # the script ended in a warmup, or just as a cycle began: that cycle holds no step,
+            # only the work after the last optimizer.step() (not the first: it has the setup)
+            began_now = prof.step_num > 0 and as_action(prof.schedule(prof.step_num - 1)) is not Action.RECORD
+            rec.ended_before_a_step = not options.record_all and (
+                prof._action is Action.WARMUP
+                or (prof._action in (Action.RECORD, Action.RECORD_AND_SAVE) and began_now)
+            )
             rec._stop_ours()
         if prof._cycles and not getattr(prof._cycles[-1], "_torchscope_exported", False):
             # kept by the profiler but not written: a Ctrl-C right after the cycle's stop (held

@@ -214,7 +214,7 @@ def execute(target: Target) -> Outcome:
             _SCRIPT_GLOBALS.append(runpy.run_module(target.name, run_name="__main__", alter_sys=True))
         else:
             script = Path(target.name)
-            sys.argv = [str(script), *target.args]
+            sys.argv = [target.name, *target.args]  # as typed: ./x.py stays ./x.py
             sys.path.insert(0, str(script.resolve().parent))
             _SCRIPT_GLOBALS.append(_run_file(script))
         return Outcome(0)
