@@ -327,18 +327,21 @@ def test_a_run_of_several_cycles_opens_on_the_latest(tmp_path: Path, page: Any) 
 def test_a_run_opens_on_its_latest_cycle_with_a_step_and_shows_that_cycle_s_findings(
     tmp_path: Path, page: Any
 ) -> None:
-    """The script ends as its schedule's second cycle begins (a cycle of a few events, no
-    step): the page opens on the cycle the terminal shows, and its Recommendations are that
-    cycle's (they were the run's for every cycle: "94% ... over 3 calls" under a cycle of 5)."""
+    """The page opens on the cycle the terminal shows, the latest with a step, and its
+    Recommendations are that cycle's (they were the run's for every cycle: "94% ... over 3
+    calls" under a cycle of 5). (A last cycle of no step, which the page once opened on, is no
+    longer written.)"""
     out = tmp_path / "stub"
     script = Path(__file__).resolve().parents[1] / "cli" / "scripts" / "busy_python_steps.py"
-    schedule = ["--wait", "1", "--warmup", "1", "--active", "4", "--repeat", "0"]
+    schedule = ["--wait", "0", "--warmup", "1", "--active", "2", "--repeat", "0"]
     assert main(["run", "--out", str(out), "--no-summary", *schedule, str(script)]) == 0
-    cycle = json.loads((out / "report.json").read_text())["report"]["ranks"]["step_5"]
+    cycles = json.loads((out / "report.json").read_text())["report"]["ranks"]
+    assert list(cycles) == ["step_2", "step_5", "step_8"]
+    cycle = cycles["step_8"]  # step 7 whole, and the exit
     page.goto((out / "report.html").resolve().as_uri())
     page.wait_for_selector("#view[data-rendered=overview]")
-    assert page.eval_on_selector("#run-select", "s => s.options[s.selectedIndex].textContent") == "step_5"
-    assert "Findings of step_5" in page.inner_text("[data-testid=recommendations-of]")
+    assert page.eval_on_selector("#run-select", "s => s.options[s.selectedIndex].textContent") == "step_8"
+    assert "Findings of step_8" in page.inner_text("[data-testid=recommendations-of]")
     shown = page.inner_text("[data-testid=recommendations]")
     assert cycle["recommendations"] and all(f["message"][:40] in shown for f in cycle["recommendations"])
     assert page.errors == []

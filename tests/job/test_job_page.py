@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +41,9 @@ def test_job_view_opens_first_and_names_the_straggler(
         sections = page.eval_on_selector_all("#view .section", "s => s.map(x => x.dataset.section)")
         assert {"steps_ns", "cycle_table", "collectives", "straggler", "per_rank", "recommendations"} <= set(sections)
         assert page.locator("#view h2", has_text="Run job").count() == 1
+        # a job's times are ns: shown as durations (they read 97570000)
+        median = page.inner_text("#view .section[data-section=median_breakdown_ns]")
+        assert ("ms" in median or "µs" in median) and not re.search(r"\d{6}", median.replace(",", ""))
     assert errors == []
 
 

@@ -63,6 +63,7 @@ const TorchscopeFormat = (() => {
     if (typeof v !== "number") return String(v);
     switch (unit) {
       case "us": return fmtUs(v);
+      case "ns": return fmtUs(v / 1000);
       case "timestamp_us": return fmtOffset(v, start);
       case "bytes": return fmtBytes(v);
       case "percent": return fmtPct(v);

@@ -76,7 +76,7 @@ const TorchscopePage = (() => {
         /** @type {string[]} */
         const keys = [...new Set(v.flatMap((x) => Object.keys(x)))];
         const simple = keys.filter((k) => v.every((x) => x[k] === null || x[k] === undefined || typeof x[k] !== "object"));
-        const cols = simple.map((k) => ({ key: k, label: pretty(k), num: v.some((x) => typeof x[k] === "number"), fmt: (/** @type {unknown} */ x) => typeof x === "boolean" ? (x ? "yes" : "no") : fmt(x, units[k], start), cls: typeof v[0][k] === "string" ? "name" : null }));
+        const cols = simple.map((k) => ({ key: k, label: pretty(k), num: v.some((x) => typeof x[k] === "number"), fmt: (/** @type {unknown} */ x) => typeof x === "boolean" ? (x ? "yes" : "no") : fmt(x, units[k] || (k.endsWith("_ns") ? "ns" : undefined), start), cls: typeof v[0][k] === "string" ? "name" : null }));
         if (cols.length) return table(cols, v, { id: "generic-table" });
       }
       return h("div", {}, v.map((x) => h("div", {}, typeof x === "object" ? generic(x, key, depth + 1, unitsOf) : String(x))));
@@ -85,7 +85,8 @@ const TorchscopePage = (() => {
       return h("dl", { class: "kv" }, Object.entries(v).flatMap(([k, x]) => [h("dt", {}, pretty(k)),
         h("dd", {}, generic(x, units[k] ? k : key, depth + 1, unitsOf))]));
     }
-    if (typeof v === "number") return document.createTextNode(fmt(v, units[key], start));
+    // a job's times are ns, named so (``median_breakdown_ns``): without a unit they read 97570000
+    if (typeof v === "number") return document.createTextNode(fmt(v, units[key] || (key.endsWith("_ns") ? "ns" : undefined), start));
     if (typeof v === "boolean") return document.createTextNode(v ? "yes" : "no");
     return document.createTextNode(String(v));
   }
