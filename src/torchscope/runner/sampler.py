@@ -102,16 +102,16 @@ def _is_library(filename: str) -> bool:
 def _user_part(codes: tuple[CodeType, ...]) -> tuple[CodeType, ...]:
     """The frames run by the user's script: those leafward of the runner's runpy call.
 
-    ``codes`` is leaf first. The runner's ``execute`` runs the script through its ``_run_file``
+    ``codes`` is leaf first. The runner's ``execute`` runs the script through its ``_exec_script``
     (a file) or ``runpy`` (a module, a directory), whose ``_run_code`` executes the script's code; everything rootward of that (the ``torchscope`` console script, ``python -m`` machinery, the
     CLI, the runner) is not the user's code, and a stack not inside that runpy call at all
     (torchscope's own work before or after the script, printing its traceback) is dropped.
     """
-    run_code: int | None = None  # runpy's _run_code, or the runner's _run_file: it executes the script's code
+    run_code: int | None = None  # runpy's _run_code, or the runner's _exec_script: it executes the script's code
     for i, code in enumerate(codes):
         if run_code is None and (
             (code.co_name == "_run_code" and _is_runpy(code.co_filename))
-            or (code.co_name == "_run_file" and code.co_filename == _EXECUTE_FILE)
+            or (code.co_name == "_exec_script" and code.co_filename == _EXECUTE_FILE)
         ):
             run_code = i
         if code.co_name == "execute" and code.co_filename == _EXECUTE_FILE:

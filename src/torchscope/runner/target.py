@@ -177,8 +177,14 @@ def _run_file(script: Path) -> dict[str, Any]:
     sys.modules["__main__"] = main  # (execute() puts ours back)
     with io.open_code(path) as fh:
         code = compile(fh.read(), path, "exec", dont_inherit=True)
-    exec(code, main.__dict__)  # noqa: S102 - the user's script, run as python would
+    _exec_script(code, main.__dict__)
     return main.__dict__
+
+
+def _exec_script(code: types.CodeType, namespace: dict[str, Any]) -> None:
+    """Only the script runs leafward of this frame: the sampler's boundary between the runner's
+    frames and the user's (``_run_file``'s own checks were sampled as the script's)."""
+    exec(code, namespace)  # noqa: S102 - the user's script, run as python would
 
 
 def _script_traceback(exc: BaseException) -> TracebackType | None:
