@@ -136,58 +136,51 @@ def load_ipython_extension(shell: Any) -> None:
     shell.register_magic_function(torchscope_magic, magic_kind="cell", magic_name="torchscope")
 
 
-@contextlib.contextmanager
-def _stopped_before_traceback(shell: Any, prof: Any) -> Iterator[None]:
-    """A cell that raises has IPython format its traceback inside ``run_cell``: recorded, that
-    was 110k events of ``inspect`` and ``posixpath`` against the cell's 1.7k, and 98 % of the
-    report "Python outside ops". The profile stops before the traceback is shown."""
-    show = shell.showtraceback
+def _stopping_first(prof: Any, call: Any) -> Any:
+    """``call``, after stopping ``prof`` if it still records."""
 
-    def stop_then_show(*args: Any, **kwargs: Any) -> Any:
+    def stop_then_call(*args: Any, **kwargs: Any) -> Any:
         if prof._started:
             prof.stop()
-        return show(*args, **kwargs)
+        return call(*args, **kwargs)
 
-    had_own = "showtraceback" in vars(shell)
-    shell.showtraceback = stop_then_show
+    return stop_then_call
+
+
+@contextlib.contextmanager
+def _patched(obj: Any, **attrs: Any) -> Iterator[None]:
+    """``obj``'s attributes set to ``attrs`` for the block, then as they were: its own value
+    put back, or the instance attribute removed so that its class's shows again."""
+    own = {name: vars(obj)[name] for name in attrs if name in vars(obj)}
+    for name, value in attrs.items():
+        setattr(obj, name, value)
     try:
         yield
     finally:
-        if had_own:
-            shell.showtraceback = show
-        else:
-            del shell.showtraceback
+        for name in attrs:
+            if name in own:
+                setattr(obj, name, own[name])
+            else:
+                delattr(obj, name)
 
 
-@contextlib.contextmanager
-def _stopped_before_display(shell: Any, prof: Any, cell: str) -> Iterator[None]:
+def _stopped_before_traceback(shell: Any, prof: Any) -> contextlib.AbstractContextManager[None]:
+    """A cell that raises has IPython format its traceback inside ``run_cell``: recorded, that
+    was 110k events of ``inspect`` and ``posixpath`` against the cell's 1.7k, and 98 % of the
+    report "Python outside ops". The profile stops before the traceback is shown."""
+    return _patched(shell, showtraceback=_stopping_first(prof, shell.showtraceback))
+
+
+def _stopped_before_display(shell: Any, prof: Any, cell: str) -> contextlib.AbstractContextManager[None]:
     """A cell ending in an expression has IPython show its value inside ``run_cell``: recorded,
     a cell of ``model(x)`` was mostly the tensor's printing (96 ``aten::select``, 69
     ``aten::item``). The profile stops as the value is about to be shown (after it was computed).
     A cell ending in ``;`` shows nothing, as any cell (IPython looks for the ``;`` in the magic's
     own line, which has none)."""
     hook = shell.displayhook
-    begin = hook.start_displayhook
     quiet = getattr(hook, "semicolon_at_end_of_expression", None)
-    silent = bool(quiet is not None and quiet(cell))
-
-    def stop_then_begin(*args: Any, **kwargs: Any) -> Any:
-        if prof._started:
-            prof.stop()
-        return begin(*args, **kwargs)
-
-    patched = {"start_displayhook": stop_then_begin, **({"quiet": lambda: True} if silent else {})}
-    own = {name: vars(hook)[name] for name in patched if name in vars(hook)}
-    for name, value in patched.items():
-        setattr(hook, name, value)
-    try:
-        yield
-    finally:
-        for name in patched:
-            if name in own:
-                setattr(hook, name, own[name])
-            else:
-                delattr(hook, name)
+    silent = {"quiet": lambda: True} if quiet is not None and quiet(cell) else {}
+    return _patched(hook, start_displayhook=_stopping_first(prof, hook.start_displayhook), **silent)
 
 
 def register_if_in_ipython() -> None:
