@@ -138,15 +138,14 @@ class TorchscopeCallback(TrainerCallback):  # type: ignore[misc]
             written_since,
         )
 
-        mine, _ = written_since(self.traces_dir, f"rank{args.process_index}.*.pt.trace.json", self._started)
-        if not mine:
+        # this run's traces of every rank, not an earlier run's in the same output_dir
+        ours, older = written_since(self.traces_dir, "rank*.pt.trace.json", self._started)
+        if not any(f.name.startswith(f"rank{args.process_index}.") for f in ours):
             logger.warning(
                 "torchscope: no profiled cycle was written"
                 + (" (writing failed, see above)" if self._guard.failures else " (the schedule never reached an active step)")
             )
             return
-        # this run's traces of every rank, not an earlier run's in the same output_dir
-        ours, older = written_since(self.traces_dir, "rank*.pt.trace.json", self._started)
         if older:
             logger.warning(older_note(self.traces_dir, older))
         payload, self.report_path = report_traces(

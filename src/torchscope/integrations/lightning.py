@@ -154,13 +154,13 @@ class TorchscopeProfiler(Profiler):
         from torchscope.integrations._report import older_note, report_traces, summary_text, written_since
 
         rank = self._global_rank()
-        mine, _ = written_since(self.traces_dir, f"rank{rank}.*.pt.trace.json", self._started)
-        if not mine:
-            return ""
         # rank 0 reports the job (every rank's traces this fit wrote: DDP keeps the ranks in
         # step, so theirs are written by then; an earlier fit's in the same directory are left
         # out, and said); the others their own traces
         ours, older = written_since(self.traces_dir, "rank*.pt.trace.json", self._started)
+        mine = [f for f in ours if f.name.startswith(f"rank{rank}.")]
+        if not mine:
+            return ""
         if rank == 0 and older:
             rank_zero_warn(older_note(self.traces_dir, older))
         files = ours if rank == 0 else mine

@@ -12,7 +12,7 @@ from typing import Any
 
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
 from torchscope.job.straggler import tied_last
-from torchscope.render.console import fmt_ns
+from torchscope.render.console import NO_TIMED_WORK, fmt_ns
 
 MAX_LINES = 80
 TOP_COLLECTIVES = 4
@@ -96,7 +96,7 @@ def run_lines(run: dict[str, Any], *, top: int = TOP_FINDINGS) -> list[str]:
             # every cycle is a profile's exit (``summarize.exit_step``): nothing ran in a step
             lines.append("no step recorded: each cycle holds only the profile's exit after its last step()")
         else:  # a trace of instants: nothing in it lasts
-            lines.append("no step recorded: no op, annotation or device work with a duration in the trace")
+            lines.append(NO_TIMED_WORK)
     elif not any(v > 0 for _, v in parts):
         lines.append(f"{whose}mean step by category: nothing recorded in the steps (every event lasts 0 ns)")
     else:

@@ -36,6 +36,10 @@ class _PipedConsole(Console):
         raise BrokenPipeError
 
 
+# a trace of instants (or nothing timed): the single report and a job's run block say it alike
+NO_TIMED_WORK = "no step recorded: no op, annotation or device work with a duration in the trace"
+
+
 def terminal(file: IO[str]) -> Console:
     """A console on ``file``: the terminal's width, or ``PIPE_WIDTH`` when it is not a terminal."""
     return _PipedConsole(file=file, width=None if file.isatty() else PIPE_WIDTH)
@@ -123,7 +127,7 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
                 t.add_row(cat, fmt_us(avg[cat]), fmt(100.0 * avg[cat] / total, "percent"))
         console.print(t)
     elif not steps:  # nothing with a duration: say so rather than print nothing at all
-        console.print("[italic]no step recorded: no op, annotation or device work with a duration in the trace[/italic]")
+        console.print(f"[italic]{NO_TIMED_WORK}[/italic]")
     if meta.get("steps_from_trace") and steps:
         grouped = any(s.get("steps", 1) > 1 for s in steps)
         console.print(
