@@ -42,8 +42,11 @@ def test_a_large_file_reports_its_pieces(traces_dir: Path) -> None:
     seen: list[tuple[int, int]] = []
     large = traces_dir / "other_devices" / "mtia_training_large.json.gz"
     read_chrome(large, on_piece=lambda d, t: seen.append((d, t)))
-    total = seen[0][1]
-    assert total > 1 and seen == [(k, total) for k in range(1, total + 1)]
+    # streamed (87 MB of text): the total is estimated from the share of the file inflated so
+    # far, and is exact once the last piece is cut
+    done = [d for d, _ in seen]
+    assert done == list(range(1, len(seen) + 1)) and len(seen) == 5
+    assert all(d < t for d, t in seen[:-1]) and seen[-1] == (5, 5)
     seen.clear()
     read_chrome(traces_dir / "cuda" / "backward_thread_small.json", on_piece=lambda d, t: seen.append((d, t)))
     assert seen == []  # read whole: no pieces to count

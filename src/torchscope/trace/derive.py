@@ -42,16 +42,43 @@ OP_KINDS = ("cpu_op", "user_annotation", "collective")
 LAUNCH_FLOWS = ("ac2g", "async", "async_cpu_to_gpu", "ac2d")
 
 
+def in_id_order(box: list[pl.DataFrame]) -> pl.DataFrame:
+    """The events in ``box`` (taken out of it) in id order: start, then longest first, then
+    file order, as ``derive`` takes them.
+
+    Sorted a column at a time, each freed once gathered, so that memory holds the events once
+    plus one column, not twice: ``DataFrame.sort`` of a large file's pieces (one chunk each)
+    first joined every column into one chunk and then gathered a sorted copy, and inside
+    ``derive`` the caller's unsorted frame lived on beside it (a 1.9M-event trace of 394 MB
+    peaked at 1.5 GB, now 1.2 GB; the sort takes 0.35 s instead of 0.25 s)."""
+    ev = box.pop()
+    keys = ["start_ns", "dur_ns"] + (["raw_row"] if "raw_row" in ev.columns else [])
+    descending = [False, True] + [False] * (len(keys) - 2)
+    if ev.n_chunks() == 1:  # a file read whole (under 64 MB of text): one sort is faster
+        return ev.sort(keys, descending=descending)
+    order = ev.select(pl.arg_sort_by(keys, descending=descending)).to_series()
+    columns = ev.get_columns()
+    del ev
+    ordered: list[pl.Series] = []
+    while columns:  # a few columns at a time: gathered in parallel, and freed as a few
+        few = pl.DataFrame(columns[:_SORTED_AT_ONCE])
+        del columns[:_SORTED_AT_ONCE]
+        ordered += few.select(pl.all().gather(order)).get_columns()
+        del few
+    return pl.DataFrame(ordered)
+
+
+_SORTED_AT_ONCE = 4
+
+
 def derive(
     ev: pl.DataFrame, memory: pl.DataFrame, flows: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | Later]:
-    """Sort events into id order and fill the derived columns of all three tables.
+    """Fill the derived columns of all three tables; ``ev`` is in id order (``in_id_order``).
 
     The flows come back bound to their events only when device work needed them to find its
     launch; otherwise as the function that binds them (``model.Deferred``: a Trace makes
     them when they are first read)."""
-    sort_cols = ["start_ns", "dur_ns"] + (["raw_row"] if "raw_row" in ev.columns else [])
-    ev = ev.sort(sort_cols, descending=[False, True] + [False] * (len(sort_cols) - 2))
     ev = ev.with_columns(
         pl.int_range(ev.height, dtype=pl.Int32).alias("id"),
         pl.col("kind").cast(KIND),

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar
 
 import msgspec
 import numpy as np
@@ -45,9 +45,9 @@ from torchscope.trace.columns import (
     threads_frame,
 )
 from torchscope.trace.cut import cut_before_device_work
-from torchscope.trace.derive import derive
+from torchscope.trace.derive import derive, in_id_order
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
-from torchscope.trace.files import OwnedMap, Prefetch, read_bytes
+from torchscope.trace.files import OwnedMap, Prefetch, TextStream, Unstreamable, open_text, read_bytes
 from torchscope.trace.json_repair import (
     cut_after_last_event,
     describe,
@@ -155,12 +155,18 @@ def read_chrome(
         text, warnings = early.take()
         scanned, early.scanned = early.scanned, None
     else:
-        text = read_bytes(path, warnings)
-    box: list[Text] = [text]  # handed over: the text is freed once decoded
+        text = open_text(path, warnings, 4 * CHUNK_BYTES, CHUNK_BYTES)
+    said = list(warnings)
+    box: list[Text | TextStream] = [text]  # handed over: the text is freed once decoded
     del text
     timings.mark("inflate")
     try:
-        trace = _read(box, str(path), timings, warnings, scanned)
+        try:
+            trace = _read(box, str(path), timings, warnings, scanned)
+        except Unstreamable:  # read whole, as a smaller file is, with its repairs and warnings
+            warnings = said
+            box = [read_bytes(path, warnings)]
+            trace = _read(box, str(path), timings, warnings)
     except TraceError as exc:
         # what a damaged gzip stream gave is not a trace: the damage comes first (the first KB
         # of a 170 MB .json.gz said only "not a trace: no 'traceEvents' key")
@@ -209,13 +215,14 @@ def read_chrome_document(
 
 # -- decoding ---------------------------------------------------------------------------------
 def _read(
-    box: list[Text],
+    box: list[Text | TextStream],
     source: str,
     timings: Timings,
     warnings: list[str] | None = None,
     scanned: tuple[str, Any] | None = None,
 ) -> Trace:
-    """Read the JSON text in ``box`` (taken out of it, so that it can be freed early);
+    """Read the JSON text in ``box`` (taken out of it, so that it can be freed early; a
+    ``TextStream`` is read piece by piece, and raises ``Unstreamable`` if it cannot be);
     ``warnings`` may hold what reading the file already found, ``scanned`` what the scanner
     already made of the text (``files.Prefetch``)."""
     warnings = [] if warnings is None else warnings
@@ -633,20 +640,22 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
-def _ahead(items: list[_T], work: Callable[[_T], _R]) -> Iterator[_R]:
+def _ahead(items: list[_T] | Iterator[_T], work: Callable[[_T], _R]) -> Iterator[_R]:
     """``work`` of each item, in order, done on every core (``SCAN_THREADS``): at most one
     item per thread, plus the one being consumed, is done ahead, so memory stays that of a few
-    pieces whatever the file's size. Items are dropped from ``items`` as they are taken."""
-    threads = min(SCAN_THREADS, len(items))
+    pieces whatever the file's size. Items are dropped from a list as they are taken; an
+    iterator is advanced only as far as that (a ``TextStream``'s pieces, inflated on demand)."""
+    threads = min(SCAN_THREADS, len(items)) if isinstance(items, list) else SCAN_THREADS
+    taken = _taken(items) if isinstance(items, list) else items
     if threads <= 1:
-        while items:
-            yield work(items.pop(0))
+        yield from map(work, taken)
         return
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="torchscope-scan") as pool:
         ahead: deque[Future[_R]] = deque()
         try:
-            while items:
-                ahead.append(pool.submit(work, items.pop(0)))
+            for item in taken:
+                ahead.append(pool.submit(work, item))
+                del item
                 if len(ahead) > threads:
                     yield ahead.popleft().result()
             while ahead:
@@ -654,6 +663,135 @@ def _ahead(items: list[_T], work: Callable[[_T], _R]) -> Iterator[_R]:
         finally:  # the consumer stopped early (an error): do not do what nobody will read
             for future in ahead:
                 future.cancel()
+
+
+def _taken(items: list[_T]) -> Iterator[_T]:
+    """The items of ``items``, each removed from it as it is handed out."""
+    while items:
+        yield items.pop(0)
+
+
+# -- a file too large to hold whole: read as it inflates -----------------------------------------
+class _Cut(NamedTuple):
+    """A piece of a streamed event list: events from ``text[0]`` to ``text[end]``."""
+
+    text: bytes
+    end: int
+
+
+def _streamed_parts(
+    stream: TextStream,
+    source: str,
+    warnings: list[str],
+    top: dict[str, Any],
+    finish: Callable[[pl.DataFrame], _Part],
+    timings: Timings,
+) -> Iterator[_Part]:
+    """The tables of a ``TextStream``, piece by piece as it inflates: its text is never whole.
+
+    The head (up to the event list's ``[``) and the tail (the last events, the list's end and
+    the keys after it) are checked as ``followed_document`` checks a followed file's; the
+    pieces between are cut where ``_cut_points`` cuts, and scanned on every core while the
+    next block inflates. Raises ``Unstreamable`` at anything the scanner declines (the reader
+    then reads the file whole, with the repairs only that path makes): a value it does not
+    take, a file cut short, a layout without Kineto's one event a line, a bare list.
+    """
+    if _scan is None or not SCANNER_ENABLED:
+        raise Unstreamable("the scanner is off")
+    blocks = stream.blocks()
+    head, rest, separator = _stream_head(blocks)
+    head_keys = head[1]
+    _top_values(head[0], head_keys, top, source, warnings)
+    del head
+    tail: list[bytes] = []
+    done = 0
+    cuts = _stream_cuts(blocks, rest, separator, tail, lambda done: _estimate_pieces(timings, stream, done))
+    del rest
+    for got in _ahead(cuts, _scanned_cut(finish)):
+        if got is None:
+            raise Unstreamable("a piece the scanner declines")
+        yield got
+        done += 1
+    timings.pieces = done + 1  # known now: the pieces and the tail
+    text = _LIST_HEAD + tail.pop()
+    whole = _scan.scan_trace(text)
+    if whole is None or whole[0][2].keys() & head_keys.keys():  # cut short, or a key twice
+        raise Unstreamable("a tail the scanner declines")
+    (_, _, keys), columns = whole
+    _top_values(text, keys, top, source, warnings)
+    yield _with_raw_args(_scanned_part(columns, finish), text)
+
+
+def _stream_head(blocks: Iterator[bytes]) -> tuple[tuple[bytes, dict[str, tuple[int, int]]], bytes, bytes]:
+    """The document's head (its text closed after the list's ``[``, and its top-level keys),
+    the text from the first event on, and the separator between two events."""
+    text = b""
+    for block in blocks:
+        text += block
+        key = text.find(b'"traceEvents"')
+        start = text.find(b"[", key) if key >= 0 else -1
+        first = text.find(b"{", start + 1, start + 257) if start >= 0 else -1
+        if first >= 0:
+            break
+        if len(text) > 4 * CHUNK_BYTES:
+            break
+    else:
+        raise Unstreamable("no event list")
+    lead = text[start + 1 : first] if first >= 0 else b""
+    if first < 0 or b"\n" not in lead or lead.strip():
+        raise Unstreamable("not one event a line")  # as ``_cut_points`` would not cut it
+    head_text = text[: start + 1] + b"]}"
+    head = _scan.scan_document(head_text)
+    if head is None or head[0] != start + 1 or head[1] != start + 1:  # "traceEvents" is not the key
+        raise Unstreamable("a head the scanner declines")
+    separator = b"},\n" + lead[lead.rfind(b"\n") + 1 :] + b"{"
+    return (head_text, head[2]), text[first:], separator
+
+
+def _stream_cuts(
+    blocks: Iterator[bytes], text: bytes, separator: bytes, tail: list[bytes], on_cut: Callable[[int], None]
+) -> Iterator[_Cut]:
+    """Pieces of about CHUNK_BYTES or more, each ending at the last ``separator`` in what has
+    been read; what follows the last one when the blocks end goes into ``tail``."""
+    done = 0
+    for block in blocks:
+        text = text + block if text else block
+        del block
+        if len(text) < CHUNK_BYTES:
+            continue
+        k = text.rfind(separator)
+        if k < 0:
+            if len(text) > 16 * CHUNK_BYTES:  # one event this large is not Kineto's
+                raise Unstreamable("no event boundary")
+            continue
+        yield _Cut(text, k + 1)
+        text = text[k + len(separator) - 1 :]
+        done += 1
+        on_cut(done)
+    tail.append(text)
+
+
+def _scanned_cut(finish: Callable[[pl.DataFrame], _Part]) -> Callable[[_Cut], _Part | None]:
+    def scanned(cut: _Cut) -> _Part | None:
+        got = _scan.scan_events(cut.text, 0, cut.end)
+        return None if got is None else _with_raw_args(_scanned_part(got, finish), cut.text)
+
+    return scanned
+
+
+def _with_raw_args(part: _Part, text: bytes) -> _Part:
+    """``part`` with the verbatim args of its events of categories we do not model, cut from
+    ``text`` (the one its scan's ``args_at`` count in) while it is still held."""
+    ev = part.events
+    if ev.height and "args_at" in ev.columns and (ev["kind"] == "other").any():
+        part.events = _attach_raw_args(ev, text, part.n_spans, part.warnings)
+    return part
+
+
+def _estimate_pieces(timings: Timings, stream: TextStream, done: int) -> None:
+    """How many pieces the stream will make, from how much of the file ``done`` took (for the
+    progress bar: the text's size is not known before it is inflated)."""
+    timings.pieces = max(done + 1, round(done * stream.size / max(stream.used, 1)))
 
 
 def _scan_piece(data: Text, begin: int, end: int, finish: Callable[[pl.DataFrame], _Part]) -> _Part | None:
@@ -939,17 +1077,17 @@ def _part(batch: pl.DataFrame, ids: Ids) -> _Part:
     )
 
 
-def _build(
-    box: list[Text],
-    top: dict[str, Any],
-    warnings: list[str],
-    timings: Timings,
+def _text_chunks(
+    data: Text,
     source: str,
-    scanned: tuple[str, Any] | None = None,
-) -> Trace:
-    data = box.pop()
-    ids = Ids()
-    finish = functools.partial(_part, ids=ids)
+    warnings: list[str],
+    top: dict[str, Any],
+    finish: Callable[[pl.DataFrame], _Part],
+    timings: Timings,
+    scanned: tuple[str, Any] | None,
+) -> tuple[Iterator[pl.DataFrame | _Part], Text | None]:
+    """The batches of a text held whole, and the text itself when events of categories we do
+    not model need their verbatim args from it (None: it can be freed now)."""
     chunks: Iterator[pl.DataFrame | _Part] | None = _scanned_batches(
         data, source, warnings, top, scanned, finish, timings
     )
@@ -968,6 +1106,25 @@ def _build(
             kept_text = None
         del raw_batches
         del batches  # ``chunks`` alone holds them now, and is deleted before linking
+    return chunks, kept_text
+
+
+def _build(
+    box: list[Text | TextStream],
+    top: dict[str, Any],
+    warnings: list[str],
+    timings: Timings,
+    source: str,
+    scanned: tuple[str, Any] | None = None,
+) -> Trace:
+    data = box.pop()
+    ids = Ids()
+    finish = functools.partial(_part, ids=ids)
+    chunks: Iterator[pl.DataFrame | _Part]
+    if isinstance(data, TextStream):  # each piece's verbatim args are cut from it as it is read
+        chunks, kept_text = _streamed_parts(data, source, warnings, top, finish, timings), None
+    else:
+        chunks, kept_text = _text_chunks(data, source, warnings, top, finish, timings, scanned)
     del data
     return_free_memory()  # the scanner's buffers and (when not kept) the JSON text
     ev_parts: list[pl.DataFrame] = []
@@ -1010,7 +1167,9 @@ def _build(
     return_free_memory()
     timings.mark("columns")
 
-    ev, memory, flows = derive(ev, memory, flow_df)
+    box_ev = [ev]
+    del ev
+    ev, memory, flows = derive(in_id_order(box_ev), memory, flow_df)
     del flow_df
     return_free_memory()  # derive's temporaries (24 MB of 366k events' RSS after the read)
     _check_clocks(ev, warnings)

@@ -1,0 +1,228 @@
+"""A file too large to hold whole is read as it inflates (``files.TextStream``), piece by piece.
+
+Streaming must change nothing a user sees: the same Trace, warnings and errors as reading the
+text whole. Whatever the stream cannot take (a value the scanner declines, a damaged gzip
+stream, a layout it cannot cut) is read whole instead, with that path's repairs and warnings.
+``CHUNK_BYTES`` is made small here so that test files stream (a file streams from
+4 x CHUNK_BYTES of text, 64 MB by default).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+
+from torchscope.trace import Trace, read_chrome, reader
+from torchscope.trace.files import TextStream, Unstreamable, open_text
+
+from .conftest import TRACES
+
+SMALL = TRACES / "other_devices" / "mtia_inference.json.gz"  # 5.6 MB of text, 14k events
+CHUNK = 64 * 1024
+
+
+def _whole(path: Path, monkeypatch: pytest.MonkeyPatch) -> Trace:
+    """``path`` read with its text held whole (the path every file took before streaming)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(reader, "CHUNK_BYTES", 1 << 40)
+        return read_chrome(path)
+
+
+def _streamed(path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int = CHUNK) -> Trace:
+    monkeypatch.setattr(reader, "CHUNK_BYTES", chunk)
+    assert isinstance(open_text(path, [], 4 * chunk, chunk), TextStream)
+    return read_chrome(path)
+
+
+def _count_streamed_parts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many parts each stream yielded (0: none; the file was then read whole)."""
+    counts: list[int] = []
+    real = reader._streamed_parts
+
+    def counting(*args: object) -> object:
+        counts.append(0)
+        for part in real(*args):  # type: ignore[arg-type]
+            counts[-1] += 1
+            yield part
+
+    monkeypatch.setattr(reader, "_streamed_parts", counting)
+    return counts
+
+
+def test_the_large_shared_trace_streams_by_default_and_reads_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """87 MB of MTIA events (over the 64 MB a text is held whole up to) stream as they
+    inflate: the same Trace, events, metadata and top-level keys as the whole text gives."""
+    path = TRACES / "other_devices" / "mtia_training_large.json.gz"
+    counts = _count_streamed_parts(monkeypatch)
+    streamed = read_chrome(path)
+    assert counts == [5]  # 87 MB: four pieces of 16 MB or more, and the tail
+    whole = _whole(path, monkeypatch)
+    assert counts == [5]  # (the whole read did not stream)
+    assert streamed.equals(whole) and streamed.meta == whole.meta
+    assert streamed.events.height == 138_377
+    assert streamed.meta.backend == "mtia:hccl,cpu:gloo"  # from the head
+    assert streamed.meta.base_time_ns == 1727743122000000000  # from the tail
+
+
+def test_every_shared_trace_large_enough_streams_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "SCAN_THREADS", 3)  # pieces done out of order, taken in order
+    streamed_files = 0
+    for path in sorted(TRACES.rglob("*.json*")):
+        text = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        if len(text) <= 4 * CHUNK:
+            continue  # held whole whatever the chunk
+        whole = _whole(path, monkeypatch)
+        counts = _count_streamed_parts(monkeypatch)
+        streamed = _streamed(path, monkeypatch, max(CHUNK, len(text) // 16))  # ~16 pieces
+        assert streamed.equals(whole) and streamed.meta == whole.meta, path
+        if b'"traceEvents": [\n' in text:  # Kineto's layout, one event a line: cut as it inflates
+            assert counts[0] > 1, path
+            streamed_files += 1
+        else:  # written on one line (multirank/): read whole
+            assert counts == [0], path
+    assert streamed_files == 10
+
+
+def _document(events: list[dict[str, object]], tail: dict[str, object] | None = None) -> bytes:
+    """A document written as Kineto writes it: keys, then one event a line, then keys again."""
+    body = "},\n  {".join(json.dumps(e)[1:-1] for e in events)
+    after = "".join(f',\n  "{k}": {json.dumps(v)}' for k, v in (tail or {}).items())
+    return ('{\n  "schemaVersion": 1,\n  "traceEvents": [\n  {' + body + "}\n  ]" + after + "\n}").encode()
+
+
+def _ops(n: int, start: int = 0) -> list[dict[str, object]]:
+    return [
+        {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 5}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5}
+        for i in range(start, start + n)
+    ]
+
+
+def test_verbatim_args_of_events_we_do_not_model_are_kept_from_each_piece(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _ops(6000)
+    for i in range(0, 6000, 500):  # one in each few pieces, one in the tail
+        events[i] = {**events[i], "cat": "weird", "args": {"n": i, "s": "é \\n", "nested": [1, {"x": None}]}}
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(_document(events, {"displayTimeUnit": "ms"})))
+    whole = _whole(path, monkeypatch)
+    streamed = _streamed(path, monkeypatch)
+    assert streamed.equals(whole)
+    kept = streamed.events.filter(streamed.events["cat"] == "weird")["args"].to_list()
+    assert [json.loads(a)["n"] for a in kept] == list(range(0, 6000, 500))
+    assert json.loads(kept[0])["s"] == "é \\n"
+
+
+def test_a_piece_the_scanner_declines_is_read_whole_with_its_repairs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _ops(6000)
+    events[3000] = {**events[3000], "dur": "x"}  # a duration that is no number: read as 0, said
+    path = tmp_path / "t.json"
+    path.write_bytes(_document(events))
+    whole = _whole(path, monkeypatch)
+    counts = _count_streamed_parts(monkeypatch)
+    streamed = _streamed(path, monkeypatch)
+    assert counts[0] >= 1  # some pieces streamed before the declined one
+    assert streamed.equals(whole) and streamed.meta.warnings == whole.meta.warnings
+    assert "1 complete events had no usable 'dur'; read as 0" in streamed.meta.warnings
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage after", "cut short"])
+def test_a_damaged_large_file_says_what_the_whole_read_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    text = _document(_ops(6000), {"displayTimeUnit": "ms"})
+    packed = gzip.compress(text)
+    data = {
+        "truncated": packed[: len(packed) * 3 // 4],  # a copy interrupted
+        "garbage after": packed + b"not gzip at all",
+        "cut short": gzip.compress(text[: len(text) * 3 // 4]),  # the writer was killed
+    }[damage]
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(data)
+    whole = _whole(path, monkeypatch)
+    streamed = _streamed(path, monkeypatch)
+    assert streamed.equals(whole) and streamed.meta.warnings == whole.meta.warnings
+    assert streamed.meta.warnings  # each says what was lost
+    assert 0 < streamed.events.height < 6000 or damage == "garbage after"
+
+
+def test_gzip_of_several_members_streams_through_all_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = _document(_ops(6000))
+    third = len(text) // 3  # the trailer gives the last member's size alone: make it the larger
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text[:third]) + gzip.compress(text[third:]))
+    monkeypatch.setattr(reader, "CHUNK_BYTES", CHUNK)
+    stream = open_text(path, [], len(text) // 4, CHUNK)
+    assert isinstance(stream, TextStream)
+    assert b"".join(stream.blocks()) == text
+    streamed = read_chrome(path)
+    assert streamed.equals(_whole(path, monkeypatch)) and streamed.events.height == 6000
+
+
+def test_a_stream_hands_out_bounded_blocks_and_counts_what_it_read(tmp_path: Path) -> None:
+    text = _document(_ops(20000))
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text))
+    stream = open_text(path, [], 4096, 4096)
+    assert isinstance(stream, TextStream)
+    sizes = [len(b) for b in stream.blocks()]
+    assert max(sizes) <= 4096 and sum(sizes) == len(text)
+    assert stream.read == path.stat().st_size
+
+
+def test_a_corrupt_first_block_is_read_whole(tmp_path: Path) -> None:
+    """A stream that fails before handing anything out is not a stream: ``open_text`` reads the
+    file whole, which says what is wrong the way it always did."""
+    packed = bytearray(gzip.compress(_document(_ops(6000))))
+    packed[20:40] = b"\xff" * 20
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(bytes(packed))
+    with pytest.raises(Exception) as got:
+        open_text(path, [], 4096, 4096)
+    assert "corrupt" in str(got.value) and str(path) in str(got.value)
+    assert not isinstance(got.value, (Unstreamable, zlib.error))
+
+
+def test_minified_json_is_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Kineto's one event a line there is nowhere safe to cut: the text is held whole."""
+    path = tmp_path / "t.json"
+    path.write_bytes(json.dumps({"traceEvents": _ops(6000)}).encode())
+    counts = _count_streamed_parts(monkeypatch)
+    streamed = _streamed(path, monkeypatch)
+    assert counts == [0] and streamed.events.height == 6000
+
+
+def test_a_damage_met_while_reading_ahead_says_what_the_whole_read_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``torchscope.load`` inflates a stream's first blocks beside its imports; damage met
+    there is raised where the reader reaches it, and the file is then read whole."""
+    import torchscope
+    from torchscope.trace import files
+
+    text = _document(_ops(20000), {"displayTimeUnit": "ms"})
+    packed = gzip.compress(text)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(packed[: len(packed) // 4])  # a copy interrupted
+    whole = _whole(path, monkeypatch)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", CHUNK)
+    monkeypatch.setattr(files, "WHOLE_BYTES", len(text) // 2)  # read ahead past the damage
+    monkeypatch.setattr(files, "BLOCK_BYTES", CHUNK)
+    early = files.prefetch(path)
+    assert early is not None
+    stream, _ = early.take()
+    assert isinstance(stream, TextStream) and isinstance(stream._failed, Unstreamable)  # met ahead
+    loaded = torchscope.load(path)
+    assert isinstance(loaded, Trace) and loaded.equals(whole) and loaded.meta.warnings == whole.meta.warnings
+    assert loaded.meta.warnings[0].startswith("the gzip stream is truncated: read the ")
+    assert 0 < loaded.events.height < 20000
