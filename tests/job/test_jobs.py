@@ -121,7 +121,9 @@ def test_gloo_straggler_named_with_its_extra_op(gloo_job: Path) -> None:
     s = run["straggler"]
     assert s is not None and s["rank"] == 1
     # the ops it does that rank 0 does not: the matmul chain (aten::mm under aten::matmul) and tanh_
-    assert {o["name"] for o in s["ops"][:2]} == {"aten::mm", "aten::tanh_"}
+    # (within the first three: an op both ranks run, preempted on a loaded machine, once came
+    # second, with a few ms more on rank 1)
+    assert s["ops"][0]["name"] == "aten::mm" and "aten::tanh_" in {o["name"] for o in s["ops"][:3]}
     assert job["runs"][0]["recommendations"][0]["rule"] == "straggler"
     # the fast rank is the one that waits (the straggler waits too now and then, when the
     # machine is loaded and rank 0 reaches a collective last: 0.95 ms once under the full suite)
@@ -237,7 +239,8 @@ def test_torchrun_torchscope_run_names_the_straggler(
     assert main(["report", str(out), "--json", "--no-html"]) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert run["straggler"]["rank"] == 1
-    assert {o["name"] for o in run["straggler"]["ops"][:2]} == {"aten::mm", "aten::tanh_"}
+    ops = run["straggler"]["ops"]
+    assert ops[0]["name"] == "aten::mm" and "aten::tanh_" in {o["name"] for o in ops[:3]}
 
 
 def test_many_runs_stay_within_the_line_bound(
