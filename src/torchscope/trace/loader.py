@@ -138,7 +138,7 @@ def load_dir(
         with (
             ThreadPoolExecutor(max(workers, 1)) as pool,
             tempfile.TemporaryDirectory(prefix="torchscope-") as scratch,
-            LoadProgress(directory.name or str(directory), total=len(files), enabled=progress) as bar,
+            LoadProgress(directory.resolve().name or str(directory), total=len(files), enabled=progress) as bar,
         ):
             if in_processes:
                 futures = [

@@ -263,7 +263,7 @@ def _decode_chunks(
     data: bytes, source: str, warnings: list[str], top: dict[str, Any]
 ) -> Iterator[list[Event]]:
     """The typed events, one piece at a time; fills ``top`` with the top-level keys."""
-    layout = None if _read_whole(data) else _layout(data)
+    layout = None if _read_whole(data) or _event_lists(data) > 1 else _layout(data)
     head_doc = _head_keys(data, layout) if layout is not None else None
     if layout is None or head_doc is False:  # (False: "traceEvents" inside another value)
         whole_top, events = _decode(data, source, warnings)
@@ -279,6 +279,18 @@ def _decode_chunks(
 
 
 Layout: TypeAlias = tuple[int, list[tuple[int, int]], bool]
+
+
+def _event_lists(data: Text) -> int:
+    """How many ``"traceEvents"`` keys ``data`` holds (a quote inside a JSON string is escaped,
+    so this counts keys). A document of two is read as JSON readers read it, the last one
+    winning, whole: read in pieces, the pieces of the first list and the second's events were
+    mixed (68,200 of 100,000 events and the second list's one)."""
+    key = b'"traceEvents"'
+    n, at = 0, data.find(key)
+    while at >= 0:  # (a map has no ``count``)
+        n, at = n + 1, data.find(key, at + len(key))
+    return n
 
 
 def _head_keys(data: Text, layout: Layout) -> Document | None | Literal[False]:
@@ -507,7 +519,10 @@ def _scanned_batches(
     doc = done if kind == "document" else _scan.scan_document(data, release_pages=isinstance(data, OwnedMap))
     if doc is None or doc[0] < 0:
         # not a trace, or JSON the scanner does not take as a whole (a file cut short, one bad
-        # value): its pieces are scanned all the same, the last decoded with its repairs
+        # value): its pieces are scanned all the same, the last decoded with its repairs; but
+        # a document of two event lists is msgspec's, whole (its tail would read the second)
+        if _event_lists(data) > 1:
+            return None
         return _damaged_pieces(data, source, warnings, top, finish, timings)
     lo, hi, keys = doc
     _top_values(data, keys, top, source, warnings)
@@ -707,13 +722,15 @@ def _streamed_parts(
     done = 0
     cuts = _stream_cuts(blocks, rest, separator, tail, lambda done: _estimate_pieces(timings, stream, done))
     del rest
-    for got in _ahead(cuts, _scanned_cut(finish)):
-        if got is None:
-            raise Unstreamable("a piece the scanner declines")
-        yield got
+    for cut, got in _ahead(cuts, _scanned_cut(finish)):
+        yield got if got is not None else _decoded_cut(cut, source, warnings, finish)
         done += 1
     timings.pieces = done + 1  # known now: the pieces and the tail
-    text = _LIST_HEAD + tail.pop()
+    rest = tail.pop()
+    if _event_lists(rest):  # a second event list after the first: read whole (it says so)
+        raise Unstreamable("two event lists")
+    text = _LIST_HEAD + rest
+    del rest
     whole = _scan.scan_trace(text)
     if whole is None or whole[0][2].keys() & head_keys.keys():  # cut short, or a key twice
         raise Unstreamable("a tail the scanner declines")
@@ -737,14 +754,13 @@ def _stream_head(blocks: Iterator[bytes]) -> tuple[tuple[bytes, dict[str, tuple[
             break
     else:
         raise Unstreamable("no event list")
-    lead = text[start + 1 : first] if first >= 0 else b""
-    if first < 0 or b"\n" not in lead or lead.strip():
+    separator = _separator(text[start + 1 : first]) if first >= 0 else None
+    if separator is None:
         raise Unstreamable("not one event a line")  # as ``_cut_points`` would not cut it
     head_text = text[: start + 1] + b"]}"
     head = _scan.scan_document(head_text)
     if head is None or head[0] != start + 1 or head[1] != start + 1:  # "traceEvents" is not the key
         raise Unstreamable("a head the scanner declines")
-    separator = b"},\n" + lead[lead.rfind(b"\n") + 1 :] + b"{"
     return (head_text, head[2]), text[first:], separator
 
 
@@ -771,12 +787,39 @@ def _stream_cuts(
     tail.append(text)
 
 
-def _scanned_cut(finish: Callable[[pl.DataFrame], _Part]) -> Callable[[_Cut], _Part | None]:
-    def scanned(cut: _Cut) -> _Part | None:
+def _scanned_cut(finish: Callable[[pl.DataFrame], _Part]) -> Callable[[_Cut], tuple[_Cut, _Part | None]]:
+    """Scanning a piece into its tables, on a worker thread (None: the scanner declines it)."""
+
+    def scanned(cut: _Cut) -> tuple[_Cut, _Part | None]:
         got = _scan.scan_events(cut.text, 0, cut.end)
-        return None if got is None else _with_raw_args(_scanned_part(got, finish), cut.text)
+        return cut, None if got is None else _with_raw_args(_scanned_part(got, finish), cut.text)
 
     return scanned
+
+
+def _decoded_cut(cut: _Cut, source: str, warnings: list[str], finish: Callable[[pl.DataFrame], _Part]) -> _Part:
+    """A piece the scanner declines, decoded by msgspec with the repairs of values a whole read
+    makes (a duration written as a string: one such value sent a 1.5 GB file to the whole read,
+    at 8x the memory). JSON msgspec refuses is no run of events (a second event list, a file
+    cut short): ``Unstreamable``, and the whole read says what is wrong."""
+    piece = b"[" + cut.text[: cut.end] + b"]"
+    try:
+        events = _EVENTS_DECODER.decode(piece)
+    except msgspec.ValidationError:
+        events = _lenient_events(piece, source, warnings)
+    except REFUSALS:
+        raise Unstreamable("a piece msgspec refuses") from None
+    return _with_raw_args(finish(raw.from_events(events, warnings)), piece)
+
+
+def _lenient_events(piece: bytes, source: str, warnings: list[str]) -> list[Event]:
+    """``_lenient``'s events of a piece that is valid JSON (its repairs of the JSON itself would
+    cut a piece short without saying it was the file's end: those are ``Unstreamable``)."""
+    try:
+        _ANY_DECODER.decode(piece)
+    except REFUSALS:
+        raise Unstreamable("a piece msgspec refuses") from None
+    return _lenient(piece, source, warnings)[1]
 
 
 def _with_raw_args(part: _Part, text: bytes) -> _Part:
@@ -790,8 +833,9 @@ def _with_raw_args(part: _Part, text: bytes) -> _Part:
 
 def _estimate_pieces(timings: Timings, stream: TextStream, done: int) -> None:
     """How many pieces the stream will make, from how much of the file ``done`` took (for the
-    progress bar: the text's size is not known before it is inflated)."""
-    timings.pieces = max(done + 1, round(done * stream.size / max(stream.used, 1)))
+    progress bar: the text's size is not known before it is inflated). It only grows, until
+    the last piece makes it exact (it went 49, 50, 52, 51, 52, 53, 52 on a 1.25 GB file)."""
+    timings.pieces = max(timings.pieces, done + 1, round(done * stream.size / max(stream.used, 1)))
 
 
 def _scan_piece(data: Text, begin: int, end: int, finish: Callable[[pl.DataFrame], _Part]) -> _Part | None:
@@ -909,10 +953,9 @@ def _cut_points(data: Text, lo: int, hi: int) -> list[tuple[int, int]]:
     2.13 in one piece, on one core (a 142 MB one peaked at 401 MB instead of 302 MB).
     """
     first = data.find(b"{", lo, min(hi, lo + 256))  # indentation is a few bytes, not padding
-    lead = data[lo:first] if first > 0 else b""
-    if b"\n" not in lead or lead.strip():
+    separator = _separator(data[lo:first] if first > 0 else b"")
+    if separator is None:
         return []
-    separator = b"},\n" + lead[lead.rfind(b"\n") + 1 :] + b"{"
     cuts: list[tuple[int, int]] = []
     pos = lo + CHUNK_BYTES
     while pos < hi - CHUNK_BYTES // 2:
@@ -922,6 +965,17 @@ def _cut_points(data: Text, lo: int, hi: int) -> list[tuple[int, int]]:
         cuts.append((k, k + len(separator) - 1))
         pos = k + CHUNK_BYTES
     return cuts
+
+
+def _separator(lead: bytes) -> bytes | None:
+    """The bytes between two events, from ``lead``, those between the list's ``[`` and its first
+    event: ``},``, the line end (CR LF in a file written on Windows: such a file was read whole),
+    then the indentation of the last line of ``lead``; None when ``lead`` is not a line end
+    and indentation (events written on one line: nowhere safe to cut)."""
+    if b"\n" not in lead or lead.strip():
+        return None
+    line_end = b"\r\n" if b"\r\n" in lead else b"\n"
+    return b"}," + line_end + lead[lead.rfind(b"\n") + 1 :] + b"{"
 
 
 def _pieces(lo: int, cuts: list[tuple[int, int]], hi: int) -> list[tuple[int, int]]:
@@ -1093,6 +1147,11 @@ def _text_chunks(
     )
     if chunks is None:
         data = _as_bytes(data)
+        if (lists := _event_lists(data)) > 1:
+            warnings.append(
+                f'the document has {lists} "traceEvents" keys: read the last one\'s events, as JSON'
+                " readers do (the others' are not read)"
+            )
         chunks = (raw.from_events(events, warnings) for events in _decode_chunks(data, source, warnings, top))
     kept_text: Text | None = data  # for the verbatim args of events we do not model
     if _read_whole(data):
