@@ -259,3 +259,18 @@ def test_a_damage_met_while_reading_ahead_says_what_the_whole_read_says(
     assert isinstance(loaded, Trace) and loaded.equals(whole) and loaded.meta.warnings == whole.meta.warnings
     assert loaded.meta.warnings[0].startswith("the gzip stream is truncated: read the ")
     assert 0 < loaded.events.height < 20000
+
+
+def test_bytes_after_the_document_are_left_out_and_said_at_any_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log line appended to a trace (or padding) was "not valid JSON (trailing characters)",
+    where the same bytes after a gzip stream were a warning: the document is read, and the
+    warning says how many bytes were not."""
+    path = tmp_path / "t.json"
+    path.write_bytes(_document(_ops(6000), {"traceName": "x"}) + b"garbage{{{ trailing\0\n")
+    said = "the JSON document is followed by 21 bytes that are not JSON: not read"
+    for read in (lambda: _whole(path, monkeypatch), lambda: _streamed(path, monkeypatch)):
+        got = read()
+        assert got.events.height == 6000 and got.meta.warnings == (said,)
+        assert got.meta.extra["traceName"] == "x"

@@ -358,6 +358,9 @@ def _decode_piece(data: Text, lo: int, hi: int, source: str, warnings: list[str]
         return _decode(_repaired(piece, source, warnings, exc, place), source, warnings, place)[1]
 
 
+_TRAILING_AT = re.compile(r"trailing characters \(byte (\d+)\)")
+
+
 def _repaired(
     data: bytes, source: str, warnings: list[str], exc: Exception, place: Place | None = None
 ) -> bytes:
@@ -370,6 +373,12 @@ def _repaired(
     never pays for one) and each class of repair, finding nothing more, ends the loop.
     """
     message = str(exc)
+    after = _TRAILING_AT.search(message)
+    if after is not None and 0 < (at := int(after.group(1)) - 1) < len(data):  # (msgspec says one past)
+        # a whole document and then bytes that are not JSON (a log line appended, padding):
+        # the document is kept, as a gzip stream followed by other bytes is
+        warnings.append(f"the JSON document is followed by {len(data) - at:,} bytes that are not JSON: not read")
+        return data[:at]
     if isinstance(exc, UnicodeDecodeError):
         fixed, note = replace_invalid_utf8(data)
         if note is not None:
