@@ -162,9 +162,9 @@ class TextStream:
 
     A 1.2 GB trace read whole held its text and the columns built from it at once (2.1 GB
     peak; a 10 GB one needs its 10 GB of text besides), and inflated it all before scanning
-    any of it. The reader cuts these blocks into pieces between two events and scans them while the next
-    block inflates (``zlib`` and our scanner both release the GIL), so only a few pieces of
-    text are alive at any time. Only a clean stream is handed out: anything unusual raises
+    any of it. The reader cuts these blocks into pieces between two events and scans them
+    while the next block inflates (``zlib`` and our scanner both release the GIL), so only a
+    few pieces of text are alive at any time. Only a clean stream is handed out: anything unusual raises
     ``Unstreamable`` while reading, and the reader starts over with ``read_bytes``.
     """
 
