@@ -649,15 +649,35 @@ def followed_document(data: Text, followed: Followed) -> tuple[Any, Any, list[di
     scanned = [got for _, _, got in pieces if got is not None]
     if len(scanned) < len(pieces) or not 0 < lo <= rest <= len(data):
         return None
-    head_text = data[:lo] + b"]}"
-    head = _scan.scan_document(head_text)
-    if head is None or head[0] != lo or head[1] != lo:
+    head = _head_document(data[:lo])
+    tail = None if head is None else _tail_document(data[rest:], head[1])
+    if head is None or tail is None:
         return None
-    tail_text = _LIST_HEAD + data[rest:]
-    tail = _scan.scan_trace(tail_text)
-    if tail is None or head[2].keys() & tail[0][2].keys():
+    return head, tail, scanned
+
+
+def _head_document(prefix: bytes) -> tuple[bytes, dict[str, tuple[int, int]]] | None:
+    """``prefix``, a document up to its event list's ``[``, closed and scanned: its text and
+    top-level key spans; None when the scanner declines it or "traceEvents" is not that
+    list's key."""
+    text = prefix + b"]}"
+    head = _scan.scan_document(text)
+    if head is None or head[0] != len(prefix) or head[1] != len(prefix):
         return None
-    return (head_text, head[2]), (tail_text, tail[0][2], tail[1]), scanned
+    return text, head[2]
+
+
+def _tail_document(
+    rest: bytes, head_keys: dict[str, tuple[int, int]]
+) -> tuple[bytes, dict[str, tuple[int, int]], dict[str, Any]] | None:
+    """``rest``, the events from one on and the document's end, scanned as a document: its
+    text, top-level key spans and events; None when the scanner declines it (a file cut
+    short) or it repeats a key of the head (a duplicate ``scan_document`` refuses)."""
+    text = _LIST_HEAD + rest
+    tail = _scan.scan_trace(text)
+    if tail is None or head_keys.keys() & tail[0][2].keys():
+        return None
+    return text, tail[0][2], tail[1]
 
 
 _T = TypeVar("_T")
@@ -717,8 +737,9 @@ def _streamed_parts(
     the keys after it) are checked as ``followed_document`` checks a followed file's; the
     pieces between are cut where ``_cut_points`` cuts, and scanned on every core while the
     next block inflates. Raises ``Unstreamable`` at anything the scanner declines (the reader
-    then reads the file whole, with the repairs only that path makes): a value it does not
-    take, a file cut short, a layout without Kineto's one event a line, a bare list.
+    then reads the file whole, with the repairs only that path makes): a file cut short, a
+    layout without Kineto's one event a line, a bare list, a second event list. A piece whose
+    values the scanner does not take is decoded by msgspec (``_decoded_cut``).
     """
     if _scan is None or not SCANNER_ENABLED:
         raise Unstreamable("the scanner is off")
@@ -738,12 +759,12 @@ def _streamed_parts(
     rest = tail.pop()
     if _event_lists(rest):  # a second event list after the first: read whole (it says so)
         raise Unstreamable("two event lists")
-    text = _LIST_HEAD + rest
+    whole = _tail_document(rest, head_keys)
     del rest
-    whole = _scan.scan_trace(text)
-    if whole is None or whole[0][2].keys() & head_keys.keys():  # cut short, or a key twice
+    if whole is None:
         raise Unstreamable("a tail the scanner declines")
-    (_, _, keys), columns = whole
+    text, keys, columns = whole
+    del whole
     _top_values(text, keys, top, source, warnings)
     yield _with_raw_args(_scanned_part(columns, finish), text)
 
@@ -766,11 +787,10 @@ def _stream_head(blocks: Iterator[bytes]) -> tuple[tuple[bytes, dict[str, tuple[
     separator = _separator(text[start + 1 : first]) if first >= 0 else None
     if separator is None:
         raise Unstreamable("not one event a line")  # as ``_cut_points`` would not cut it
-    head_text = text[: start + 1] + b"]}"
-    head = _scan.scan_document(head_text)
-    if head is None or head[0] != start + 1 or head[1] != start + 1:  # "traceEvents" is not the key
+    head = _head_document(text[: start + 1])
+    if head is None:
         raise Unstreamable("a head the scanner declines")
-    return (head_text, head[2]), text[first:], separator
+    return head, text[first:], separator
 
 
 def _stream_cuts(
