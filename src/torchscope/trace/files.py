@@ -49,8 +49,12 @@ def read_bytes(path: str | Path, warnings: list[str] | None = None) -> bytes:
     ``warnings`` is given: then what inflates is returned and a warning says what was lost.
     """
     p = Path(path)
-    raw = _read_regular(p)
-    if raw[:2] == b"\x1f\x8b":
+    return _text_of(_read_regular(p), p, warnings)
+
+
+def _text_of(raw: bytes, p: Path, warnings: list[str] | None) -> bytes:
+    """The JSON text of the bytes ``raw`` of the file ``p`` (``read_bytes``)."""
+    if raw[:2] == _GZIP_MAGIC:
         try:
             raw = _gunzip(raw)
         except (OSError, EOFError, zlib.error) as exc:
@@ -80,10 +84,15 @@ _NOT_REGULAR = (
 def _read_regular(p: Path) -> bytes:
     """The bytes of the regular file ``p``; a one-line TraceError for anything else."""
     with _open_regular(p) as f:
-        try:
-            return f.read()
-        except OSError as exc:
-            raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
+        return _read_rest(f, p)
+
+
+def _read_rest(f: BinaryIO, p: Path) -> bytes:
+    """The rest of the open file ``p``; a one-line TraceError when it cannot be read."""
+    try:
+        return f.read()
+    except OSError as exc:
+        raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
 
 
 def _open_regular(p: Path) -> BinaryIO:
@@ -164,8 +173,9 @@ class TextStream:
     peak; a 10 GB one needs its 10 GB of text besides), and inflated it all before scanning
     any of it. The reader cuts these blocks into pieces between two events and scans them
     while the next block inflates (``zlib`` and our scanner both release the GIL), so only a
-    few pieces of text are alive at any time. Only a clean stream is handed out: anything unusual raises
-    ``Unstreamable`` while reading, and the reader starts over with ``read_bytes``.
+    few pieces of text are alive at any time. Only a clean stream is handed out: anything
+    unusual raises ``Unstreamable`` while reading, and the reader starts over with
+    ``read_bytes``.
     """
 
     def __init__(self, path: Path, f: BinaryIO, gzipped: bool, block: int) -> None:
@@ -257,7 +267,9 @@ def open_text(
     then may have wrapped). ``block``: the stream's (default ``BLOCK_BYTES``)."""
     whole_up_to = WHOLE_BYTES if whole_up_to is None else whole_up_to
     p = Path(path)
-    with _open_regular(p) as f:
+    f = _open_regular(p)  # once: the stream keeps it, or the whole text is read from it
+    handed = False
+    try:
         try:
             size = os.fstat(f.fileno()).st_size
             gzipped = f.read(2) == _GZIP_MAGIC
@@ -266,15 +278,22 @@ def open_text(
                 large = int.from_bytes(f.read(4), "little") > whole_up_to or size > whole_up_to
             else:
                 large = size > whole_up_to and not gzipped
+            f.seek(0)
         except OSError as exc:
             raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
-    if large:
-        f = _open_regular(p)
-        try:
-            return TextStream(p, f, gzipped, BLOCK_BYTES if block is None else block)
-        except Unstreamable:  # its first block already: read whole, with the repairs
+        if large:
+            try:
+                stream = TextStream(p, f, gzipped, BLOCK_BYTES if block is None else block)
+            except Unstreamable:  # its first block already: read whole, with the repairs
+                f.seek(0)
+            else:
+                handed = True  # the stream's now
+                return stream
+        raw = _read_rest(f, p)
+    finally:
+        if not handed:
             f.close()
-    return read_bytes(p, warnings)
+    return _text_of(raw, p, warnings)
 
 
 class Prefetch:
