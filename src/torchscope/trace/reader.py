@@ -260,10 +260,11 @@ def _read_whole(data: Text) -> bool:
 
 
 def _decode_chunks(
-    data: bytes, source: str, warnings: list[str], top: dict[str, Any]
+    data: bytes, source: str, warnings: list[str], top: dict[str, Any], whole: bool = False
 ) -> Iterator[list[Event]]:
-    """The typed events, one piece at a time; fills ``top`` with the top-level keys."""
-    layout = None if _read_whole(data) or _event_lists(data) > 1 else _layout(data)
+    """The typed events, one piece at a time; fills ``top`` with the top-level keys.
+    ``whole``: decode it in one piece whatever its size (a document of two event lists)."""
+    layout = None if whole or _read_whole(data) else _layout(data)
     head_doc = _head_keys(data, layout) if layout is not None else None
     if layout is None or head_doc is False:  # (False: "traceEvents" inside another value)
         whole_top, events = _decode(data, source, warnings)
@@ -1181,7 +1182,8 @@ def _text_chunks(
                 f'the document has {lists} "traceEvents" keys: read the last one\'s events, as JSON'
                 " readers do (the others' are not read)"
             )
-        chunks = (raw.from_events(events, warnings) for events in _decode_chunks(data, source, warnings, top))
+        decoded = _decode_chunks(data, source, warnings, top, whole=lists > 1)
+        chunks = (raw.from_events(events, warnings) for events in decoded)
     kept_text: Text | None = data  # for the verbatim args of events we do not model
     if _read_whole(data):
         # one piece: decode it first, then free the JSON text before the columns are built,
