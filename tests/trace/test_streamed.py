@@ -18,6 +18,7 @@ import pytest
 
 from torchscope.trace import Trace, read_chrome, reader
 from torchscope.trace.files import TextStream, Unstreamable, open_text
+from torchscope.trace.stream_pieces import StreamPieces
 
 from .conftest import TRACES
 
@@ -71,7 +72,11 @@ def test_the_large_shared_trace_streams_by_default_and_reads_the_same(
 
 
 def test_every_shared_trace_large_enough_streams_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchscope.trace import derive
+
     monkeypatch.setattr(reader, "SCAN_THREADS", 3)  # pieces done out of order, taken in order
+    # the pieces' events put in order a few columns at a time, as a table over 256 MB is
+    monkeypatch.setattr(derive, "_SORTED_WHOLE_UP_TO", 0)
     streamed_files = 0
     for path in sorted(TRACES.rglob("*.json*")):
         text = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
@@ -235,11 +240,47 @@ def test_minified_json_is_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert counts == [0] and streamed.events.height == 6000
 
 
+def test_a_streams_first_pieces_are_scanned_beside_the_imports_and_read_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prefetch cuts a stream's first pieces and scans them while the reader's modules
+    import (the 87 MB MTIA trace's scanning all waited for Polars' import); the reader takes
+    them in file order, scans the rest itself, and the Trace is the one the whole text gives."""
+    import torchscope
+    from torchscope.trace import files
+
+    events = _ops(20000)
+    for i in range(0, 20000, 1500):  # verbatim args in pieces scanned ahead and after
+        events[i] = {**events[i], "cat": "weird", "args": {"n": i}}
+    text = _document(events, {"displayTimeUnit": "ms"})
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    whole = _whole(path, monkeypatch)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", CHUNK)
+    monkeypatch.setattr(files, "WHOLE_BYTES", len(text) // 3)  # a third ahead, the rest after
+    monkeypatch.setattr(files, "BLOCK_BYTES", CHUNK)
+    early = files.prefetch(path)
+    assert early is not None
+    early._thread.join()  # as when the imports outlast the read
+    assert early.scanned is not None and early.scanned[0] == "stream"
+    pieces = early.scanned[1]
+    assert isinstance(pieces, StreamPieces)
+    ahead = list(pieces._early)
+    assert len(ahead) >= 3 and all(scan is not None for _, scan in ahead)
+    assert sum(len(cut.text) for cut, _ in ahead) < len(text) // 2  # not the whole file
+    counts = _count_streamed_parts(monkeypatch)
+    loaded = torchscope.load(path, early=early)
+    assert counts[0] > len(ahead) + 1  # pieces cut after the reader took over, and the tail
+    assert isinstance(loaded, Trace) and loaded.equals(whole) and loaded.meta == whole.meta
+    args = loaded.events.filter(loaded.events["cat"] == "weird")["args"].to_list()
+    assert args == [json.dumps({"n": i}) for i in range(0, 20000, 1500)]
+
+
 def test_a_damage_met_while_reading_ahead_says_what_the_whole_read_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``torchscope.load`` inflates a stream's first blocks beside its imports; damage met
-    there is raised where the reader reaches it, and the file is then read whole."""
+    """``torchscope.load`` inflates and scans a stream's first pieces beside its imports;
+    damage met there is raised where the reader reaches it, and the file is then read whole."""
     import torchscope
     from torchscope.trace import files
 
@@ -253,8 +294,12 @@ def test_a_damage_met_while_reading_ahead_says_what_the_whole_read_says(
     monkeypatch.setattr(files, "BLOCK_BYTES", CHUNK)
     early = files.prefetch(path)
     assert early is not None
+    early._thread.join()  # as when the imports outlast the read: it scans ahead to its limit
     stream, _ = early.take()
-    assert isinstance(stream, TextStream) and isinstance(stream._failed, Unstreamable)  # met ahead
+    assert isinstance(stream, TextStream) and early.scanned is not None
+    kind, pieces = early.scanned
+    assert kind == "stream" and isinstance(pieces, StreamPieces)
+    assert isinstance(pieces._failed, Unstreamable)  # met ahead, raised where the reader gets to
     loaded = torchscope.load(path)
     assert isinstance(loaded, Trace) and loaded.equals(whole) and loaded.meta.warnings == whole.meta.warnings
     assert loaded.meta.warnings[0].startswith("the gzip stream is truncated: read the ")

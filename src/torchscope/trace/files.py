@@ -308,20 +308,25 @@ class Prefetch:
         self.warnings: list[str] = []
         # what the scanner made of the text, for the reader to use or ignore: ("trace", the
         # whole file's ``scan_trace``), ("cut short", ``short.scan_cut_short`` of a whole file
-        # the scanner declined: most often one cut short) or ("document", ``scan_document``:
-        # a large file's layout)
+        # the scanner declined: most often one cut short), ("document", ``scan_document``:
+        # a large file's layout) or ("stream", ``stream_pieces.StreamPieces`` of a stream,
+        # its first pieces scanned, or the exception that stopped it)
         self.scanned: tuple[str, Any] | None = None
         self._scan_too = scan and _scan is not None
         self._text: bytes | TextStream | None = None
         self._error: BaseException | None = None
+        self._taken = threading.Event()  # the reader is here: a stream's scanning ahead stops
         self._thread = threading.Thread(target=self._read, name="torchscope-read", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
         try:
             self._text = text = open_text(self.path, self.warnings)
-            if isinstance(text, TextStream):  # its pieces are scanned as the reader cuts them
-                text.read_ahead(WHOLE_BYTES)
+            if isinstance(text, TextStream):
+                if self._scan_too:
+                    self._scan_ahead(text)
+                else:  # its pieces are scanned as the reader cuts them
+                    text.read_ahead(WHOLE_BYTES)
                 return
             if self._scan_too:
                 if len(text) > WHOLE_BYTES:
@@ -332,6 +337,21 @@ class Prefetch:
                     self.scanned = ("cut short", self._cut_short(text))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread by take()
             self._error = exc
+
+    def _scan_ahead(self, stream: TextStream) -> None:
+        """A stream's first pieces cut and scanned beside the imports, up to WHOLE_BYTES of
+        text or until the reader takes them (``stream_pieces``): the 87 MB MTIA trace only
+        inflated here, and all its scanning waited for Polars' import. What stops the stream
+        (a head the scanner declines, a file that cannot be read) is the reader's to raise."""
+        from torchscope.trace.stream_pieces import StreamPieces  # no Polars: beside the imports
+
+        try:
+            pieces = StreamPieces(stream, BLOCK_BYTES)  # the reader's pieces too, by default
+        except (Unstreamable, TraceError) as exc:
+            self.scanned = ("stream", exc)
+            return
+        self.scanned = ("stream", pieces)
+        pieces.scan_ahead(WHOLE_BYTES, self._taken)
 
     @staticmethod
     def _cut_short(text: bytes) -> Any:
@@ -348,6 +368,7 @@ class Prefetch:
     def take(self) -> tuple[bytes | TextStream, list[str]]:
         """The file's text (a stream, when large) and the warnings reading it gave (once: the
         text is handed over); ``scanned`` is final once this returns."""
+        self._taken.set()
         self._thread.join()
         if self._error is not None:
             raise self._error

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import msgspec
 import numpy as np
@@ -77,6 +77,7 @@ from torchscope.trace.short import (
     said_cut,
     scan_cut_short,
 )
+from torchscope.trace.stream_pieces import Cut, StreamPieces, head_document, separator_of
 
 I64 = npt.NDArray[np.int64]
 
@@ -650,22 +651,11 @@ def followed_document(data: Text, followed: Followed) -> tuple[Any, Any, list[di
     scanned = [got for _, _, got in pieces if got is not None]
     if len(scanned) < len(pieces) or not 0 < lo <= rest <= len(data):
         return None
-    head = _head_document(data[:lo])
+    head = head_document(data[:lo])
     tail = None if head is None else _tail_document(data[rest:], head[1])
     if head is None or tail is None:
         return None
     return head, tail, scanned
-
-
-def _head_document(prefix: bytes) -> tuple[bytes, dict[str, tuple[int, int]]] | None:
-    """``prefix``, a document up to its event list's ``[``, closed and scanned: its text and
-    top-level key spans; None when the scanner declines it or "traceEvents" is not that
-    list's key."""
-    text = prefix + b"]}"
-    head = _scan.scan_document(text)
-    if head is None or head[0] != len(prefix) or head[1] != len(prefix):
-        return None
-    return text, head[2]
 
 
 def _tail_document(
@@ -717,13 +707,6 @@ def _taken(items: list[_T]) -> Iterator[_T]:
 
 
 # -- a file too large to hold whole: read as it inflates -----------------------------------------
-class _Cut(NamedTuple):
-    """A piece of a streamed event list: events from ``text[0]`` to ``text[end]``."""
-
-    text: bytes
-    end: int
-
-
 def _streamed_parts(
     stream: TextStream,
     source: str,
@@ -731,6 +714,7 @@ def _streamed_parts(
     top: dict[str, Any],
     finish: Callable[[pl.DataFrame], _Part],
     timings: Timings,
+    ahead: StreamPieces | Exception | None = None,
 ) -> Iterator[_Part]:
     """The tables of a ``TextStream``, piece by piece as it inflates: its text is never whole.
 
@@ -741,23 +725,25 @@ def _streamed_parts(
     then reads the file whole, with the repairs only that path makes): a file cut short, a
     layout without Kineto's one event a line, a bare list, a second event list. A piece whose
     values the scanner does not take is decoded by msgspec (``_decoded_cut``).
+    ``ahead``: the stream's pieces as the prefetch began them, its first pieces scanned beside
+    the imports (``StreamPieces.scan_ahead``), or what stopped it there.
     """
     if _scan is None or not SCANNER_ENABLED:
         raise Unstreamable("the scanner is off")
-    blocks = stream.blocks()
-    head, rest, separator = _stream_head(blocks)
-    head_keys = head[1]
-    _top_values(head[0], head_keys, top, source, warnings)
-    del head
-    tail: list[bytes] = []
+    if isinstance(ahead, Exception):
+        raise ahead
+    pieces = ahead if ahead is not None else StreamPieces(stream, CHUNK_BYTES)
+    pieces.piece_bytes = CHUNK_BYTES
+    pieces.on_cut = lambda done: _estimate_pieces(timings, stream, done)
+    head_text, head_keys = pieces.head
+    _top_values(head_text, head_keys, top, source, warnings)
+    del head_text
     done = 0
-    cuts = _stream_cuts(blocks, rest, separator, tail, lambda done: _estimate_pieces(timings, stream, done))
-    del rest
-    for cut, got in _ahead(cuts, _scanned_cut(finish)):
+    for cut, got in _ahead(pieces.pieces(), _scanned_cut(finish)):
         yield got if got is not None else _decoded_cut(cut, source, warnings, finish)
         done += 1
     timings.pieces = done + 1  # known now: the pieces and the tail
-    rest = tail.pop()
+    rest = pieces.tail.pop()
     if _event_lists(rest):  # a second event list after the first: read whole (it says so)
         raise Unstreamable("two event lists")
     whole = _tail_document(rest, head_keys)
@@ -770,64 +756,21 @@ def _streamed_parts(
     yield _with_raw_args(_scanned_part(columns, finish), text)
 
 
-def _stream_head(blocks: Iterator[bytes]) -> tuple[tuple[bytes, dict[str, tuple[int, int]]], bytes, bytes]:
-    """The document's head (its text closed after the list's ``[``, and its top-level keys),
-    the text from the first event on, and the separator between two events."""
-    text = b""
-    for block in blocks:
-        text += block
-        key = text.find(b'"traceEvents"')
-        start = text.find(b"[", key) if key >= 0 else -1
-        first = text.find(b"{", start + 1, start + 257) if start >= 0 else -1
-        if first >= 0:
-            break
-        if len(text) > 4 * CHUNK_BYTES:
-            break
-    else:
-        raise Unstreamable("no event list")
-    separator = _separator(text[start + 1 : first]) if first >= 0 else None
-    if separator is None:
-        raise Unstreamable("not one event a line")  # as ``_cut_points`` would not cut it
-    head = _head_document(text[: start + 1])
-    if head is None:
-        raise Unstreamable("a head the scanner declines")
-    return head, text[first:], separator
+def _scanned_cut(
+    finish: Callable[[pl.DataFrame], _Part],
+) -> Callable[[tuple[Cut, Future[Any] | None]], tuple[Cut, _Part | None]]:
+    """Scanning a piece into its tables, on a worker thread (None: the scanner declines it);
+    a piece scanned ahead (its ``Future``) is waited for instead."""
 
-
-def _stream_cuts(
-    blocks: Iterator[bytes], text: bytes, separator: bytes, tail: list[bytes], on_cut: Callable[[int], None]
-) -> Iterator[_Cut]:
-    """Pieces of about CHUNK_BYTES or more, each ending at the last ``separator`` in what has
-    been read; what follows the last one when the blocks end goes into ``tail``."""
-    done = 0
-    for block in blocks:
-        text = text + block if text else block
-        del block
-        if len(text) < CHUNK_BYTES:
-            continue
-        k = text.rfind(separator)
-        if k < 0:
-            if len(text) > 16 * CHUNK_BYTES:  # one event this large is not Kineto's
-                raise Unstreamable("no event boundary")
-            continue
-        yield _Cut(text, k + 1)
-        text = text[k + len(separator) - 1 :]
-        done += 1
-        on_cut(done)
-    tail.append(text)
-
-
-def _scanned_cut(finish: Callable[[pl.DataFrame], _Part]) -> Callable[[_Cut], tuple[_Cut, _Part | None]]:
-    """Scanning a piece into its tables, on a worker thread (None: the scanner declines it)."""
-
-    def scanned(cut: _Cut) -> tuple[_Cut, _Part | None]:
-        got = _scan.scan_events(cut.text, 0, cut.end)
+    def scanned(item: tuple[Cut, Future[Any] | None]) -> tuple[Cut, _Part | None]:
+        cut, early = item
+        got = early.result() if early is not None else _scan.scan_events(cut.text, 0, cut.end)
         return cut, None if got is None else _with_raw_args(_scanned_part(got, finish), cut.text)
 
     return scanned
 
 
-def _decoded_cut(cut: _Cut, source: str, warnings: list[str], finish: Callable[[pl.DataFrame], _Part]) -> _Part:
+def _decoded_cut(cut: Cut, source: str, warnings: list[str], finish: Callable[[pl.DataFrame], _Part]) -> _Part:
     """A piece the scanner declines, decoded by msgspec with the repairs of values a whole read
     makes (a duration written as a string: one such value sent a 1.5 GB file to the whole read,
     at 8x the memory). JSON msgspec refuses is no run of events (a second event list, a file
@@ -983,7 +926,7 @@ def _cut_points(data: Text, lo: int, hi: int) -> list[tuple[int, int]]:
     2.13 in one piece, on one core (a 142 MB one peaked at 401 MB instead of 302 MB).
     """
     first = data.find(b"{", lo, min(hi, lo + 256))  # indentation is a few bytes, not padding
-    separator = _separator(data[lo:first] if first > 0 else b"")
+    separator = separator_of(data[lo:first] if first > 0 else b"")
     if separator is None:
         return []
     cuts: list[tuple[int, int]] = []
@@ -995,17 +938,6 @@ def _cut_points(data: Text, lo: int, hi: int) -> list[tuple[int, int]]:
         cuts.append((k, k + len(separator) - 1))
         pos = k + CHUNK_BYTES
     return cuts
-
-
-def _separator(lead: bytes) -> bytes | None:
-    """The bytes between two events, from ``lead``, those between the list's ``[`` and its first
-    event: ``},``, the line end (CR LF in a file written on Windows: such a file was read whole),
-    then the indentation of the last line of ``lead``; None when ``lead`` is not a line end
-    and indentation (events written on one line: nowhere safe to cut)."""
-    if b"\n" not in lead or lead.strip():
-        return None
-    line_end = b"\r\n" if b"\r\n" in lead else b"\n"
-    return b"}," + line_end + lead[lead.rfind(b"\n") + 1 :] + b"{"
 
 
 def _pieces(lo: int, cuts: list[tuple[int, int]], hi: int) -> list[tuple[int, int]]:
@@ -1212,7 +1144,8 @@ def _build(
     finish = functools.partial(_part, ids=ids)
     chunks: Iterator[pl.DataFrame | _Part]
     if isinstance(data, TextStream):  # each piece's verbatim args are cut from it as it is read
-        chunks, kept_text = _streamed_parts(data, source, warnings, top, finish, timings), None
+        ahead = scanned[1] if scanned is not None and scanned[0] == "stream" else None
+        chunks, kept_text = _streamed_parts(data, source, warnings, top, finish, timings, ahead), None
     else:
         chunks, kept_text = _text_chunks(data, source, warnings, top, finish, timings, scanned)
     del data
