@@ -321,6 +321,10 @@ def test_a_run_of_several_cycles_opens_on_the_latest(tmp_path: Path, page: Any) 
     page.click("#tabs button[data-view=report]")
     page.wait_for_selector("#view[data-rendered=report]")
     assert "Cycle step_40" in page.eval_on_selector_all("#view h2", "hs => hs.map(x => x.textContent)")  # not "Rank"
+    # the run knows its torch (Kineto's file does not say it): "torch version –" before
+    import torch
+
+    assert f"torch version\n{torch.__version__}\n" in page.inner_text("#view")
     assert page.errors == []
 
 

@@ -69,6 +69,9 @@ def test_run_trains_resnet_with_a_schedule_from_optimizer_steps(
     conv = next(r for r in run["operators"] if r["name"] == "aten::conv2d")
     assert conv["calls"] == 2 * 20  # ResNet-18 has 20 convolutions, two recorded steps
     assert report["run"]["exit_code"] == 0 and report["env"]["torch"].startswith("2.")
+    import torch
+
+    assert run["meta"]["torch_version"] == torch.__version__  # the Report tab's "torch version"
     assert (out / "report.html").stat().st_size > 10_000
     assert "where the time goes" in captured.err and "aten::convolution_backward" in captured.err
 

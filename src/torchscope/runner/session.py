@@ -612,6 +612,9 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
     if not options.record_all:
         rec.cap = hook.cap = RecordingCap(options.cap_mb, rec.session, rec.stop_at_cap)
     env = environment()
+    # Kineto writes no torch version into its file, so the report's "torch version" (meta) was
+    # empty although the run knows it: every cycle carries it, where the reader looks for it
+    prof.preset_metadata_json("torch_version", json.dumps(str(env["torch"])))
     sampler = (
         Sampler(interval_s=options.sample_interval_s, script_only=True, recording=hook.recording)
         if options.sample_interval_s > 0
