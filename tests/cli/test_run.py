@@ -855,6 +855,18 @@ def test_hot_spots_of_a_module_level_adam_loop_name_step_and_backward(
     assert "Adam.step" in capsys.readouterr().err
 
 
+def test_hot_spots_of_an_adamw_loop_say_adamw(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """torch's AdamW inherits ``Adam.step``: its hot spot row said ``Adam.step`` where the op
+    table says ``Optimizer.step#AdamW.step``."""
+    script = tmp_path / "adamw_loop.py"
+    script.write_text((SCRIPTS / "adam_loop.py").read_text().replace("optim.Adam(", "optim.AdamW("))
+    out = tmp_path / "adamw"
+    assert main(["run", "--out", str(out), "--all", str(script), "60"]) == 0
+    functions = {r["function"] for r in _report(out)["hotspots"]}
+    assert "AdamW.step" in functions and "Adam.step" not in functions
+    assert "AdamW.step" in capsys.readouterr().err
+
+
 def test_a_run_killed_by_sigkill_says_so_in_its_directorys_report(tmp_path: Path) -> None:
     """The out-of-memory killer sends SIGKILL: nothing in the process runs after it, so the
     run's record is written when it starts and replaced when it ends. A report of a killed

@@ -124,6 +124,22 @@ def test_a_module_level_training_loop_charges_self_time_to_the_calls_into_torch(
         assert r["self_ns"] <= r["total_ns"]
 
 
+def test_an_inherited_optimizer_step_is_named_by_the_class_that_stepped() -> None:
+    """AdamW's step is Adam's code: its row says ``AdamW.step`` when AdamW stepped, and stays
+    ``Adam.step`` when Adam stepped too (the samples cannot tell the two apart)."""
+    import torch
+
+    from torchscope.runner.sampler import HotSpots
+
+    p = torch.zeros(1, requires_grad=True)
+    torch.optim.Adam([p]), torch.optim.AdamW([p])  # torch wraps each class's step on first use
+    empty = np.zeros(0, dtype=np.int64)
+    hs = HotSpots(1_000_000, 0, empty, empty.astype(np.int32), ((),), (("train.py", "Adam.step", 12),))
+    assert hs.named_by_class({torch.optim.AdamW}).hot == (("train.py", "AdamW.step", 12),)
+    assert hs.named_by_class({torch.optim.Adam, torch.optim.AdamW}).hot == hs.hot
+    assert hs.named_by_class({torch.optim.Adam}).hot == hs.hot
+
+
 def test_a_sample_after_an_unrecorded_gap_weighs_only_its_own_interval() -> None:
     """Two recorded windows with unrecorded time between them (the default schedule): the
     sampler keeps sampling in the gap, so the first sample of the second window weighs one

@@ -17,13 +17,15 @@ rather than the NumPy helpers inside it.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
 import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from types import CodeType, FrameType
 from typing import Any
 
@@ -171,7 +173,8 @@ def _call_label(codes: tuple[CodeType, ...]) -> str | None:
     inner functions (``Optimizer.profile_hook_step.<locals>.wrapper``), private helpers
     (``Module._call_impl``) and the context managers they open (``record_function.__enter__``)
     on the way; ``for x in loader`` is ``_BaseDataLoaderIter.__next__``. A method is named by
-    the class that defines it (``AdamW``'s inherited step is ``Adam.step``). ``codes`` is leaf first; None when no frame of this sample qualifies."""
+    the class that defines it (``AdamW``'s inherited step is ``Adam.step``: the runner renames
+    it, ``HotSpots.named_by_class``). ``codes`` is leaf first; None when no frame of this sample qualifies."""
     for depth, code in enumerate(reversed(codes)):
         qualname = getattr(code, "co_qualname", code.co_name)
         name = code.co_name
@@ -366,6 +369,25 @@ class HotSpots:
 
     def hot_of(self, sid: int) -> Func:
         return self.hot[sid] if sid < len(self.hot) else hot_frame(self.stacks[sid])
+
+    def named_by_class(self, optimizers: Iterable[type]) -> HotSpots:
+        """The rows of these optimizer classes' ``step`` named by the class that stepped.
+
+        A code object knows only the class that defines it: torch's ``AdamW`` inherits
+        ``Adam.step``, so an AdamW run's hot spots said ``Adam.step`` where its trace says
+        ``Optimizer.step#AdamW.step``. When one class of the run stepped through an inherited
+        ``step`` (and the defining class itself did not step), its rows take that class's name.
+        The function is unwrapped first: torch puts its profiling wrapper on each subclass.
+        """
+        owners: dict[str, set[str]] = {}
+        for cls in optimizers:
+            with contextlib.suppress(AttributeError, ValueError):
+                label = str(inspect.unwrap(cls.step).__qualname__)  # type: ignore[attr-defined]
+                owners.setdefault(label, set()).add(f"{cls.__qualname__}.step")
+        names = {label: min(used) for label, used in owners.items() if len(used) == 1 and label not in used}
+        if not names:
+            return self
+        return replace(self, hot=tuple((f, names.get(name, name), line) for f, name, line in self.hot))
 
     @classmethod
     def from_samples(cls, sampler: Sampler) -> HotSpots:

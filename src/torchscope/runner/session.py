@@ -159,6 +159,8 @@ class _StepHook:
         self._deferred_handle: Any = None
         self.inside_wrapped = False  # in the owner's step() through ``after_step.wrap_step``
         self._pending = False  # its post-hook ran: the profiler steps when it returns
+        # every optimizer class that stepped: names the hot spots' rows (``named_by_class``)
+        self.optimizer_classes: set[type] = set()
 
     def start(self) -> None:
         """Start ``prof`` with the setup span open instead of ``ProfilerStep#0``."""
@@ -260,6 +262,7 @@ class _StepHook:
         torch opens around ``step()``. The owner's later steps go through the wrapper
         ``after_step.wrap_step`` puts on its ``step``, and ``step_returned`` steps the profiler
         once that range is closed."""
+        self.optimizer_classes.add(type(optimizer))
         if self.owner is None:
             self.owner = id(optimizer)
             self._disarm()
@@ -664,7 +667,7 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
                 file=sys.stderr,
                 flush=True,
             )
-        hotspots = sampler.stop() if sampler is not None else None
+        hotspots = sampler.stop().named_by_class(hook.optimizer_classes) if sampler is not None else None
         wall_s = time.perf_counter() - t0
         if rec.cap is not None:
             rec.cap.stop_watching()
