@@ -64,3 +64,39 @@ def test_pieces_make_a_bar_and_hold_the_phase(monkeypatch: pytest.MonkeyPatch) -
         bar.piece(3, 3)
         bar.phase("columns")  # the last piece's: linking comes next
         assert bar._description() == "big.json: linking events"
+
+
+def test_a_folder_counts_each_rank_when_it_is_read(
+    traces_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ranks were counted in file order: three small ranks read while the first, large one
+    was still being read showed "0/4" until it was done. Each is counted once it is read."""
+    from torchscope.trace import loader
+    from torchscope.trace.model import Trace
+    from torchscope.trace.reader import read_chrome
+
+    small = (traces_dir / "cuda" / "backward_thread_small.json").read_bytes()
+    for rank in range(4):
+        (tmp_path / f"rank{rank}.json").write_bytes(small)
+    bars: list[progress.LoadProgress] = []
+
+    class Kept(progress.LoadProgress):
+        def __enter__(self) -> progress.LoadProgress:
+            bars.append(self)
+            return super().__enter__()
+
+    counted_while_rank0_read: list[int] = []
+
+    def read(path: Path) -> Trace:
+        if path.name == "rank0.json":  # the large one: still read when the others are done
+            deadline = time.monotonic() + 10
+            while bars[0]._done < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            counted_while_rank0_read.append(bars[0]._done)
+        return read_chrome(path)
+
+    monkeypatch.setattr(loader, "LoadProgress", Kept)
+    monkeypatch.setattr(loader.os, "cpu_count", lambda: 4)  # rank0 blocks one thread of four
+    ranks = loader.load_dir(tmp_path, read, progress=False)
+    assert len(ranks.traces) == 4
+    assert counted_while_rank0_read == [3]  # "3/4" (it was 0/4)

@@ -146,12 +146,16 @@ def load_dir(
                 ]
             else:
                 futures = [pool.submit(read, f) for f in files]
+            # counted when read, in any order: counted below, in file order, the small ranks
+            # read while the first, large one was still read showed "0/4" until it was done
+            name_of = {fut: f.name for f, fut in zip(files, futures, strict=True)}
+            for fut in futures:
+                fut.add_done_callback(lambda done: bar.advance(name_of[done]))
             for f, fut in zip(files, futures, strict=True):
                 try:
                     traces.append((f, fut.result()))
                 except TraceError as exc:  # one bad file must not lose the others: said, not silent
                     skipped.append((f, exc))
-                bar.advance(f.name)
     if stores:
         from torchscope.trace.store import load_trace
 
