@@ -67,7 +67,6 @@ class StreamPieces:
     """
 
     def __init__(self, stream: TextStream, piece_bytes: int) -> None:
-        self.stream = stream
         self.piece_bytes = piece_bytes  # the reader sets its own when it takes over
         self.on_cut: Callable[[int], None] | None = None  # told how many pieces are cut
         self.tail: list[bytes] = []  # what follows the last piece, once the blocks end
@@ -122,8 +121,8 @@ class StreamPieces:
         self.tail.append(text)
 
     def scan_ahead(self, up_to: int, stop: threading.Event) -> None:
-        """Cut pieces until ``up_to`` bytes of text are held or ``stop`` is set, each scanned
-        on a thread of its own as soon as it is cut, while the next one inflates here."""
+        """Cut pieces until ``up_to`` bytes of text are held or ``stop`` is set, each scanned on
+        one more thread as soon as it is cut, while the next one inflates here."""
         held = 0
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchscope-scan-ahead")
         try:
