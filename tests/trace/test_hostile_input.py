@@ -625,3 +625,47 @@ def test_a_malformed_field_is_named_in_the_warning(tmp_path: Path) -> None:
     path.write_text(json.dumps({"traceEvents": events}))
     trace = read_chrome(path)
     assert "dropped malformed fields of 3 events (args.External id, ts)" in trace.meta.warnings
+
+
+def test_junk_with_a_stray_quote_mid_file_gets_its_error_not_a_repair(
+    original: tuple[bytes, pl.DataFrame], tmp_path: Path
+) -> None:
+    """A new user overwrote 4 KB of a 355 MB trace with random bytes: their one odd quote put
+    every later string out of step, so the repairs escaped the 1.5M "strings with raw line
+    ends" between values into one 104 MB line and then searched it back from each find (8.5
+    minutes before the error, in both read paths). The junk is named where it is, and the
+    values after it are not rewritten into one line."""
+    text = original[0]
+    at = text.index(b'"name": "cudaLaunchKernel"', len(text) // 2)
+    junk = b'\x8d/<|\xcb\xa7"\x05\xcd\x88oJ\n\xdc\xc4\x04\xeb\x1f\t\x99\xfa|,\xf3'
+    path = tmp_path / "junk.json"
+    path.write_bytes(text[:at] + junk + text[at + len(junk) :])
+    with pytest.raises(TraceError) as raised:
+        read_chrome(path)
+    assert str(raised.value).startswith(f"{path}: not valid JSON (")
+    assert f"(byte {at:,}" in str(raised.value) or f"(byte {at}" in str(raised.value)
+    from torchscope.trace.json_repair import repair_values
+
+    # one stray quote after a member's comma: every later "string" is the text between two
+    # values, raw line end included; it was escaped (the values after joined into one line)
+    end = text.index(b'"name": "cudaLaunchKernel",', len(text) // 2) + len(b'"name": "cudaLaunchKernel",')
+    shifted = text[:end] + b'"' + text[end:]
+    assert repair_values(shifted) == (shifted, [])
+    # a value of raw white space is a value: escaped
+    assert repair_values(b'["\n\t", "a"]') == (b'["\\u000a\\u0009", "a"]', ["escaped raw control characters in 1 string"])
+
+
+def test_a_long_line_of_damage_is_looked_at_once(tmp_path: Path) -> None:
+    """Each find of a value to repair looked for its line's start from the text's start: on
+    one 64 MB line with a find every 256 bytes that is hours of searching, here one pass."""
+    from torchscope.trace.json_repair import MAX_LINE, escape_raw_strings
+
+    line = (b'"k": "a\x01' + b"x" * 248) * (1 << 18)
+    text = b'{"traceEvents": [\n' + line + b"\n]}"
+    assert len(line) > MAX_LINE
+    result: list[tuple[bytes, list[str]]] = []
+    worker = threading.Thread(target=lambda: result.append(escape_raw_strings(text)), daemon=True)
+    worker.start()
+    worker.join(60)  # not a speed bound: the quadratic search is the failure (hours)
+    assert not worker.is_alive(), "the repair searched the line again for each find"
+    assert result == [(text, [])]  # a line this long is no member of Kineto's: left alone

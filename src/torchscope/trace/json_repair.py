@@ -49,8 +49,13 @@ def escape_raw_strings(text: bytes) -> tuple[bytes, list[str]]:
     repaired: list[str] = []
     done = 0  # text[:done] is in parts
     looked = -1  # the start of the last line looked at and left alone
+    start = searched = 0  # the line holding text[searched] starts at ``start``
     for match in _BROKEN_VALUE.finditer(text):
-        start = text.rfind(b"\n", 0, match.start()) + 1
+        # the line's start, searched for only since the last find: searched back from each
+        # find to the text's start, a 104 MB line of damage with many finds took 8 minutes
+        line_end = text.rfind(b"\n", searched, match.start())
+        start = start if line_end < 0 else line_end + 1
+        searched = match.start()
         if start < done or start == looked:
             continue  # a second find on a line already repaired, or already left alone
         end = text.find(b"\n", match.end())
@@ -251,6 +256,19 @@ _BAD_NUMBER = rb"-?(?:Infinity|NaN|inf|nan)|-?(?:\d{300,}(?:\.\d+)?(?:[eE][+-]?\
 _VALUES = re.compile(rb"(" + _CLEAN_RUN + rb")|(" + _STRING + rb")|" + _BAD_NUMBER, re.DOTALL)
 _NESTING = re.compile(rb"(" + _STRING + rb")|[\[{]|[\]}]", re.DOTALL)
 _RAW_CONTROL = re.compile(rb"[\x00-\x1f]")
+# a "string" of white space and JSON punctuation only, a line end and a comma or colon among
+# them: the text between two values of Kineto's layout (``",\n    "``), read as a string
+# because a stray quote before it shifted every string after it (damage, not a value to
+# escape; a value of raw white space alone, ``"\n\t"``, is one)
+_PUNCTUATION_ONLY = re.compile(rb'"[ \t\r\n,:\[\]{}]*"')
+
+
+def _between_values(string: bytes) -> bool:
+    return bool(_PUNCTUATION_ONLY.fullmatch(string)) and b"\n" in string and (b"," in string or b":" in string)
+
+
+class _Shifted(Exception):
+    """The strings are out of step: no value-by-value repair makes this text JSON."""
 
 
 def replace_invalid_utf8(text: bytes) -> tuple[bytes, str | None]:
@@ -314,6 +332,8 @@ def repair_values(text: bytes) -> tuple[bytes, list[str]]:
         if m.group(2) is not None:
             if _RAW_CONTROL.search(m.group(2)) is None:
                 return m.group(2)  # a string broken some other way: not ours to change
+            if _between_values(m.group(2)):
+                raise _Shifted
             controls += 1
             return _RAW_CONTROL.sub(lambda c: b"\\u%04x" % c.group(0)[0], m.group(2))
         token = m.group(0)
@@ -322,7 +342,13 @@ def repair_values(text: bytes) -> tuple[bytes, list[str]]:
         numbers += 1
         return b"null"
 
-    fixed = _VALUES.sub(fix, text)
+    try:
+        fixed = _VALUES.sub(fix, text)
+    except _Shifted:
+        # 4 KB of binary junk 267 MB into a trace: its one odd quote made the 1.5M values after
+        # it "strings with raw line ends", escaped into one 104 MB line (10 s per pass, and no
+        # JSON at the end): the decoder's one-line error says where the damage is instead
+        return text, []
     notes = [note] if (note := nonfinite_note(numbers)) else []
     if controls:
         notes.append(f"escaped raw control characters in {controls:,} string{'s' if controls != 1 else ''}")
