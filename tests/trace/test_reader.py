@@ -566,6 +566,28 @@ def test_a_bad_file_in_a_directory_is_skipped_and_named(
         assert build_payload(job, with_timeline=False)["warnings"][:1] == list(job.skipped)
 
 
+def test_random_bytes_named_gz_are_said_to_be_neither_gzip_nor_json(
+    traces_dir: Path, tmp_path: Path
+) -> None:
+    """A new user's random bytes saved as ``rank-5.json.gz`` were skipped as "not JSON": the
+    name promised gzip, and the docs' "not a readable gzip file" is for a damaged stream."""
+    from torchscope.trace import loader
+
+    junk = bytes(range(7, 256)) * 40  # no gzip header, no JSON
+    (tmp_path / "rank-0.json.gz").symlink_to(traces_dir / "multirank" / "rank-0.json.gz")
+    (tmp_path / "rank-5.json.gz").write_bytes(junk)
+    said = "neither gzip (no gzip header, though named .gz) nor JSON (does not start with '{' or '[')"
+    job = loader.load(tmp_path)
+    assert isinstance(job, TraceSet) and list(job) == ["rank0"]
+    assert job.skipped == (f"skipped rank-5.json.gz: {said}",)
+    with pytest.raises(TraceError) as err:
+        read_chrome(tmp_path / "rank-5.json.gz")
+    assert str(err.value) == f"{tmp_path / 'rank-5.json.gz'}: {said}"
+    (tmp_path / "rank-5.json").write_bytes(junk)  # named as JSON: only "not JSON"
+    with pytest.raises(TraceError, match=r"rank-5\.json: not JSON \(does not start with"):
+        read_chrome(tmp_path / "rank-5.json")
+
+
 def test_a_directory_with_no_readable_trace_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "rank-1.json").write_text('{"traceEvents": [')
     with pytest.raises(TraceError, match=r"rank-1\.json: not valid JSON"):

@@ -197,7 +197,7 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> Head:
     text = raw.decode("utf-8", errors="replace")
     body = text.lstrip()
     if not body.startswith(("{", "[")):
-        raise ValueError(not_a_document(raw, whole=len(raw) < size))
+        raise ValueError(not_a_document(raw, whole=len(raw) < size, name=path.name))
     if body.startswith("{") and _EVENTS.search(text) is None:
         if _OURS.match(body):
             raise NotATrace("torchscope's own output, not a trace", named=False)

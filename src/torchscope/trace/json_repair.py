@@ -399,10 +399,11 @@ _JSON_KINDS = {
 }
 
 
-def not_a_document(text: bytes, whole: bool) -> str:
+def not_a_document(text: bytes, whole: bool, name: str = "") -> str:
     """Why ``text``, which does not start with ``{`` or ``[``, is not a trace: empty, only white
     space, a JSON value that is no object or list (``null``: valid JSON, so "not JSON" was
-    wrong), or not JSON at all. ``whole``: ``text`` is the whole file, not its head."""
+    wrong), or not JSON at all. ``whole``: ``text`` is the whole file, not its head. ``name``:
+    the file's, which may promise gzip (gzip is told by its first bytes, not its name)."""
     body = text.strip()
     if whole and not text:
         return "file is empty"
@@ -415,4 +416,6 @@ def not_a_document(text: bytes, whole: bool) -> str:
             pass
         else:
             return f"JSON, but {_JSON_KINDS.get(type(value), 'a bare value')}: not a trace (an object or a list of events)"
+    if name.endswith(".gz"):  # random bytes saved as rank-5.json.gz were only "not JSON"
+        return "neither gzip (no gzip header, though named .gz) nor JSON (does not start with '{' or '[')"
     return "not JSON (does not start with '{' or '[')"

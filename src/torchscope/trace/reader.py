@@ -961,7 +961,7 @@ def _decode(
     head = data[first.start() : first.start() + 64]
     if head[:1] not in (b"{", b"["):
         rest = data[first.start() : first.start() + 8192]
-        raise TraceError(source, not_a_document(rest, whole=first.start() + len(rest) == len(data)))
+        raise TraceError(source, not_a_document(rest, whole=first.start() + len(rest) == len(data), name=source))
     try:
         if head.startswith(b"["):
             return {}, _EVENTS_DECODER.decode(data)
