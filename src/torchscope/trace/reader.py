@@ -420,11 +420,12 @@ def _repaired(
 
 
 def _in_file(message: str, place: Place | None) -> str:
-    """A decoder's message with its "(byte N)" counted in the file, not in the piece decoded:
-    a bad byte 236 MB into a 472 MB file was said to be at byte 1,237,364."""
-    if place is None:
-        return message
-    return BYTE.sub(lambda m: f"(byte {int(m.group(1)) + place.shift:,} of the file)", message)
+    """A decoder's message with its "(byte N)" counted in the file, not in the piece decoded
+    (a bad byte 236 MB into a 472 MB file was said to be at byte 1,237,364), and written one
+    way whichever path read it (a whole file's said "byte 17412642", a piece's "byte
+    43,470,384 of the file")."""
+    shift = 0 if place is None else place.shift
+    return BYTE.sub(lambda m: f"(byte {int(m.group(1)) + shift:,})", message)
 
 
 _COUNT = re.compile(r"(\d[\d,]*)( \w+)?")
