@@ -14,7 +14,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from torchscope.analysis.advisor import advise
 from torchscope.analysis.diff import STRUCTURAL, SURE_FLOORS, diff_traces
 from torchscope.analysis.overview import HOST_CATEGORIES, overview
-from torchscope.cli.diff import distinct_labels
+from torchscope.render.payload import distinct_labels
 from torchscope.trace.loader import load
 from torchscope.trace.model import Trace
 
@@ -100,6 +100,31 @@ def test_equal_file_names_are_labelled_by_their_distinct_folders() -> None:
     )
     assert distinct_labels("a/x.json", "a/y.json") == ("x.json", "y.json")
     assert distinct_labels("a/x.json", "a/x.json") == ("x.json", "x.json")
+
+
+def test_the_pages_diff_names_two_runs_files_of_one_name_by_their_folders(
+    traces_dir: Path, tmp_path: Path
+) -> None:
+    """``torchscope diff a/traces/step_40.pt.trace.json b/traces/step_40.pt.trace.json --html``:
+    the page's Diff view said "Diff: step_40 → step_40", "A: step_40", "B: step_40"."""
+    from torchscope.render.payload import build_payload
+
+    sides = []
+    for run in ("a", "b"):
+        (tmp_path / run / "traces").mkdir(parents=True)
+        path = tmp_path / run / "traces" / "step_40.json.gz"
+        path.symlink_to(traces_dir / "cpu" / "cpu_only_gloo_rank34.pt.trace.json.gz")
+        sides.append(load(path))
+    a, b = sides
+    assert isinstance(a, Trace) and isinstance(b, Trace)
+    diff = build_payload(a, compare=b, with_timeline=False)["diff"]
+    assert (diff["a"], diff["b"]) == ("a/traces/step_40.json.gz", "b/traces/step_40.json.gz")
+    other = tmp_path / "b" / "traces" / "step_22.json.gz"  # names that differ stay short
+    other.symlink_to(traces_dir / "cpu" / "cpu_only_gloo_rank34.pt.trace.json.gz")
+    c = load(other)
+    assert isinstance(c, Trace)
+    diff = build_payload(a, compare=c, with_timeline=False)["diff"]
+    assert (diff["a"], diff["b"]) == ("step_40", "step_22")
 
 
 def test_cpu_only_communication_is_one_name_in_the_table_and_the_advice(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchscope.analysis import keys as K
@@ -83,7 +82,7 @@ class DiffCommand:
         warn_on_stderr(self.name, later)
         if args.html and one_a is not None and one_b is not None:
             from torchscope.render.html import write_html
-            from torchscope.render.payload import build_payload
+            from torchscope.render.payload import build_payload, distinct_labels
 
             write_html(
                 build_payload(
@@ -95,6 +94,7 @@ class DiffCommand:
             print_json({**diff, "warnings": [*said, *later]})
             return EXIT_OK
         from torchscope.render.console import terminal
+        from torchscope.render.payload import distinct_labels
 
         console = terminal(sys.stdout)
         print_diff(diff, console, *distinct_labels(args.a, args.b), top=args.top)
@@ -211,18 +211,6 @@ def compared_lines(da: dict[str, Any], db: dict[str, Any]) -> list[str]:
             + "; ".join(f"{n} kept {d['kept']}, {d['kept'] - d['steps']} left out" for n, d in left)
         )
     return lines
-
-
-def distinct_labels(a: str, b: str) -> tuple[str, str]:
-    """Short names that tell A and B apart: the file names, or when those are equal (two runs'
-    ``traces/step_8.pt.trace.json``) the shortest path suffixes that differ (``base/traces/...``
-    vs ``slow/traces/...``, joined with ``/``)."""
-    pa, pb = Path(a).resolve().parts, Path(b).resolve().parts
-    for k in range(1, max(len(pa), len(pb)) + 1):
-        la, lb = "/".join(pa[-k:]), "/".join(pb[-k:])
-        if la != lb:
-            return la, lb
-    return Path(a).name, Path(b).name  # the same file twice
 
 
 def _one_run(path: str) -> Discovery | None:

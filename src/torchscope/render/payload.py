@@ -15,8 +15,10 @@ import base64
 import datetime as _dt
 import gzip
 import json
+import os
 import traceback
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -378,9 +380,12 @@ def build_payload(
             return _jsonable(diff_traces(items[0][1], compare).to_dict())
 
         d = warnings.attempt("diff", peer_diff)
+        a_name, b_name = runs[0]["name"], _short_name(compare.meta.source) or "B"
+        if a_name == b_name:  # two runs' traces/step_40.pt.trace.json: both were "step_40"
+            a_name, b_name = distinct_labels(source, compare.meta.source)
         payload["diff"] = {
-            "a": runs[0]["name"],
-            "b": _short_name(compare.meta.source) or "B",
+            "a": a_name,
+            "b": b_name,
             "report": d,
             "units": units_of(*(d or {}).get(K.DIFF_CHANGES, [])[:1], d or {}),
             "flame": warnings.attempt(
@@ -409,6 +414,19 @@ def full_report(payload: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(payload, Payload) and payload.full_report is not None:
         return payload.full_report
     return payload.get("report")
+
+
+def distinct_labels(a: str, b: str) -> tuple[str, str]:
+    """Short names that tell A and B apart: the file names, or when those are equal (two runs'
+    ``traces/step_8.pt.trace.json``) the shortest path suffixes that differ (``base/traces/...``
+    vs ``slow/traces/...``, joined with ``/``)."""
+    # as written, made absolute: resolved, two runs' links to one file were both "step_40"
+    pa, pb = Path(os.path.abspath(a)).parts, Path(os.path.abspath(b)).parts
+    for k in range(1, max(len(pa), len(pb)) + 1):
+        la, lb = "/".join(pa[-k:]), "/".join(pb[-k:])
+        if la != lb:
+            return la, lb
+    return Path(a).name, Path(b).name  # the same file twice
 
 
 def _short_name(source: str) -> str:
