@@ -228,8 +228,47 @@ def test_diff_waterfall_walks_from_a_to_b(traces_dir: Path, tmp_path: Path, page
     )
     kernel = d["breakdown_us"]["Kernel"]["delta"]
     assert f"Kernel: +{fmt(kernel, 'us')}" in titles
-    # the changes that explain it follow
+    # the changes that explain it follow; those the terminal dims as noise are dimmed here too
     assert page.query_selector("[data-testid=diff-table] tbody tr")
+    noise = [x["name"] for x in d["changes"] if x.get("noise")]
+    assert len(noise) == 112
+    dimmed = page.eval_on_selector_all(
+        "[data-testid=diff-table] tbody tr.noise td:first-child", "t => t.map(x => x.title || x.textContent)"
+    )
+    assert len(dimmed) == len(noise)
+    assert page.is_visible("text=Dimmed: the same calls")
+    assert page.errors == []
+
+
+def test_diff_waterfall_labels_long_names_inside_the_chart(
+    traces_dir: Path, tmp_path: Path, page: Any
+) -> None:
+    """Two runs' files of one name are labelled by their folders ("A: runA/traces/...");
+    at a fixed 190 px label column such a label began 25 px left of the chart, its "A:" cut
+    off. The column widens to its labels; a longer one keeps its start and end, whole in a
+    tooltip."""
+    sides = []
+    for run in ("runA_of_the_baseline_model", "runB_of_the_baseline_model"):
+        (tmp_path / run / "traces").mkdir(parents=True)
+        path = tmp_path / run / "traces" / "step_4.pt.trace.json.gz"
+        path.symlink_to(traces_dir / "cuda/diff_control_rank3_of_8.json.gz")
+        sides.append(torchscope.load(path))
+    payload = build_payload(sides[0], compare=sides[1], with_timeline=False)
+    page.goto(write_html(payload, tmp_path / "diff.html").as_uri())
+    page.click("#tabs button[data-view=diff]")
+    svg = page.wait_for_selector("[data-testid=diff-waterfall]")
+    labels = svg.eval_on_selector_all(
+        "text[text-anchor=end]",
+        "ts => ts.filter(t => t.querySelector('title')).map(t => [t.firstChild.textContent, t.getBBox().x,"
+        " t.querySelector('title').textContent])",
+    )
+    full_a = f"A: {payload['diff']['a']}"
+    assert full_a == "A: runA_of_the_baseline_model/traces/step_4.pt.trace.json.gz"
+    shown, x, whole = labels[0]
+    assert (
+        shown.startswith("A: runA_of_the") and shown.endswith("step_4.pt.trace.json.gz") and whole == full_a
+    )
+    assert min(x for _, x, _ in labels) >= 0  # every label inside the chart
     assert page.errors == []
 
 

@@ -53,7 +53,13 @@ const TorchscopeCharts = (() => {
    */
   function waterfall(cats, a, b, fmt, labelA, labelB) {
     const rows = cats.filter((c) => c.delta);
-    const W = 900, row = 22, L = 190, R = 110, top = 22, H = top + (rows.length + 2) * row + 6;
+    // the label column as wide as its longest label (about 7 px a character), up to 360 px:
+    // at a fixed 190 px, "A: runA/traces/step_4.pt.trace.json" was drawn from 25 px left of
+    // the chart, its "A:" cut off; longer ones keep their start and end, the whole in a tooltip
+    const CH = 7, widest = Math.max(...[labelA, labelB, ...rows.map((c) => c.category)].map((t) => t.length));
+    const W = 900, row = 22, L = Math.min(360, Math.max(190, widest * CH + 12)), R = 110, top = 22, H = top + (rows.length + 2) * row + 6;
+    const room = Math.floor((L - 12) / CH);
+    const fit = (/** @type {string} */ t) => (t.length <= room ? t : t.slice(0, Math.ceil(room / 2) - 1) + "…" + t.slice(t.length - Math.floor(room / 2)));
     /** @type {{label: string, from: number, to: number, color: string, text: string}[]} */
     const bars = [{ label: labelA, from: 0, to: a, color: "#868e96", text: fmt(a) }];
     let run = a;
@@ -72,7 +78,9 @@ const TorchscopeCharts = (() => {
     }
     bars.forEach((x, i) => {
       const y = top + i * row, lo = Math.min(x.from, x.to), hi = Math.max(x.from, x.to);
-      svg.append(s("text", { x: L - 6, y: y + 14, "text-anchor": "end" }, x.label));
+      const label = s("text", { x: L - 6, y: y + 14, "text-anchor": "end" }, fit(x.label));
+      label.append(s("title", {}, x.label));
+      svg.append(label);
       const r = s("rect", { x: X(lo), y: y + 3, width: Math.max(1, X(hi) - X(lo)), height: row - 6, fill: x.color });
       r.append(s("title", {}, `${x.label}: ${x.text}`));
       svg.append(r);

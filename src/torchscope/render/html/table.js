@@ -5,7 +5,7 @@
 
 /** @typedef {Record<string, any>} Row a table row (a report record) */
 /** @typedef {{key: string, label: string, num?: boolean, cls?: string | null, fmt?: (v: any, row: Row) => any}} Col */
-/** @typedef {{id?: string, sort?: string, asc?: boolean, limit?: number, onRow?: (row: Row) => void}} TableOpts */
+/** @typedef {{id?: string, sort?: string, asc?: boolean, limit?: number, onRow?: (row: Row) => void, rowClass?: (row: Row) => string | null}} TableOpts */
 
 const TorchscopeTable = (() => {
   const { h } = TorchscopeDom;
@@ -54,7 +54,11 @@ const TorchscopeTable = (() => {
         /** @type {HTMLElement} */ (e.currentTarget).classList.add("picked");
         if (onRow) onRow(x);
       };
-      const body = r.slice(0, o.limit || 1000).map((x) => h("tr", onRow ? { class: x === picked ? "clickable picked" : "clickable", onclick: (/** @type {Event} */ e) => pick(e, x) } : {}, cols.map((c) => {
+      // a row's own class (the diff's noise rows: dimmed, as the terminal dims them)
+      const own = (/** @type {Row} */ x) => (o.rowClass && o.rowClass(x)) || "";
+      const body = r.slice(0, o.limit || 1000).map((x) => h("tr", onRow
+        ? { class: [x === picked ? "clickable picked" : "clickable", own(x)].join(" ").trim(), onclick: (/** @type {Event} */ e) => pick(e, x) }
+        : (own(x) ? { class: own(x) } : {}), cols.map((c) => {
         const v = x[c.key];
         return h("td", { class: c.num ? "num" : (c.cls || null) }, c.fmt ? c.fmt(v, x) : (v ?? "–"));
       })));

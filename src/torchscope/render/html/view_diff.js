@@ -26,10 +26,12 @@ const viewDiff = (() => {
         { key: "delta", label: "change", num: true, fmt: (v) => signed(v, "us") }], cats, { id: "diff-breakdown" }));
     }
     out.push(h("h3", {}, "The ops and kernels that explain it (per step, biggest change first)"));
+    if ((D.changes || []).some((/** @type {any} */ x) => x.noise))
+      out.push(h("p", { class: "muted" }, `Dimmed: the same calls, and a change under ${fmtUs(st.noise_floor)} (1% of the step): likely the machine's jitter.`));
     out.push(table([nameCol("name", "name"), { key: "what", label: "what" }, { key: "status", label: "status" },
       { key: "a_calls", label: "calls A", num: true, fmt: (v) => fmt(v, U.a_calls) }, { key: "b_calls", label: "calls B", num: true, fmt: (v) => fmt(v, U.b_calls) },
       { key: "a_us", label: "A", num: true, fmt: (v) => fmt(v, U.a_us) }, { key: "b_us", label: "B", num: true, fmt: (v) => fmt(v, U.b_us) },
-      { key: "delta_us", label: "change", num: true, fmt: (v) => signed(v, U.delta_us) }], D.changes || [], { id: "diff-table" }));
+      { key: "delta_us", label: "change", num: true, fmt: (v) => signed(v, U.delta_us) }], D.changes || [], { id: "diff-table", rowClass: (x) => (x.noise ? "noise" : null) }));
     return out;
   }
 
