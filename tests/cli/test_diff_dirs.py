@@ -86,6 +86,21 @@ def test_files_numbered_differently_say_that_a_is_cut_to_bs_count(
     out = capsys.readouterr().out
     assert "only the first 2 of each (their step numbers differ) compared: A kept 3, 1 left out" in out
     assert "cycles" not in out  # two single files: no cycle line
+    assert "compared in order" not in out  # one line says it
+
+
+def test_files_of_as_many_steps_numbered_differently_say_so(
+    runs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Steps 2, 3 against 6, 7 were compared without a word (only ``--json`` showed it) where
+    the docs say the terminal says so."""
+    a, _, _ = runs
+    first, second = _cycles(a)[:2]
+    assert main(["diff", str(first), str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "compared in order, their step numbers differ: A's 2, 3 with B's 6, 7\n" in out
+    assert main(["diff", str(first), str(first)]) == 0  # the same steps: nothing to say
+    assert "compared in order" not in capsys.readouterr().out
 
 
 def test_a_portable_trace_against_a_kineto_one_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

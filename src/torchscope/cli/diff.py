@@ -199,6 +199,13 @@ def compared_lines(da: dict[str, Any], db: dict[str, Any]) -> list[str]:
                 f"{name}'s {d['kept']} steps count as {_steps(d['steps'])}"
             )
     left = [(n, d) for n, d in (("A", da), ("B", db)) if d.get("kept", 0) > d["steps"] and d["step_numbers"]]
+    if not left and da["step_numbers"] and db["step_numbers"] and da["step_numbers"] != db["step_numbers"]:
+        # all of each compared, in order: steps 2, 3, 4 against 7, 8, 9 went without a word
+        lines.append(
+            "compared in order, their step numbers differ: A's {} with B's {}".format(
+                _numbers(da["step_numbers"]), _numbers(db["step_numbers"])
+            )
+        )
     if left:
         same = da["step_numbers"] == db["step_numbers"]
         why = (
@@ -211,6 +218,12 @@ def compared_lines(da: dict[str, Any], db: dict[str, Any]) -> list[str]:
             + "; ".join(f"{n} kept {d['kept']}, {d['kept'] - d['steps']} left out" for n, d in left)
         )
     return lines
+
+
+def _numbers(steps: list[int], most: int = 6) -> str:
+    """Step numbers for a line: "2, 3, 4", or the first few and how many more."""
+    shown = ", ".join(str(n) for n in steps[:most])
+    return shown + (f" and {len(steps) - most} more" if len(steps) > most else "")
 
 
 def _one_run(path: str) -> Discovery | None:
