@@ -121,6 +121,40 @@ def test_the_diff_leads_with_what_changed(load_trace: Callable[[str], Trace]) ->
     assert all(c["status"] != "unchanged" for c in r["changes"])
 
 
+def test_the_headline_says_how_long_each_sides_steps_took(
+    load_trace: Callable[[str], Trace], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mean step time can hide an outlier: a new user's run made slower on purpose came out
+    11 ms faster, its steps 2.2-70.2 ms. Each side's shortest, median and longest compared
+    step (as ``overview`` times the steps) come with it, and a change within that spread says so."""
+    import statistics
+
+    from torchscope.analysis.overview import overview
+    from torchscope.cli.diff import spread_line
+
+    a, b = load_trace(CONTROL), load_trace(TEST)
+    d = diff_traces(a, b)
+    step = d.to_dict()["step_us"]
+    for side, trace, numbers in (("a", a, d.a.step_numbers), ("b", b, d.b.step_numbers)):
+        durs = overview(trace).steps.filter(pl.col("step").is_in(list(numbers)))["dur_ns"].to_list()
+        assert len(durs) == len(numbers) == 6
+        want = [min(durs) / 1000, statistics.median(durs) / 1000, max(durs) / 1000]
+        got = step[f"{side}_steps"]
+        assert [got["shortest"], got["median"], got["longest"]] == pytest.approx(want, abs=1e-3)
+    # +46.6 ms against steps of 75.7-81.1 ms: a change, not jitter
+    spreads = [step[k]["longest"] - step[k]["shortest"] for k in ("a_steps", "b_steps")]
+    assert step["within_spread"] is (abs(step["delta"]) < max(spreads)) is False
+    line = spread_line(step)
+    assert line is not None and line.startswith("steps took ") and "jitter" not in line
+    # the same steps with one made far longer: the change is now within the spread, and said
+    jittery = {**step, "b_steps": {**step["b_steps"], "longest": step["b_steps"]["longest"] + 10 * step["delta"]}}
+    jittery["within_spread"] = True
+    assert (spread_line(jittery) or "").endswith(
+        "so it may be the machine's jitter (compare the medians, or record more steps)"
+    )
+    assert spread_line({**step, "a_steps": None, "b_steps": None}) is None  # compared whole: nothing to say
+
+
 def _without_one_kernel(src: Path, dst: Path, step: int) -> tuple[str, str, int]:
     """``src`` with the first kernel of ``step``'s launches removed (its launch stays): the
     kernel's name, the op that launched it, and its duration (ns)."""

@@ -228,6 +228,13 @@ def test_diff_waterfall_walks_from_a_to_b(traces_dir: Path, tmp_path: Path, page
     )
     kernel = d["breakdown_us"]["Kernel"]["delta"]
     assert f"Kernel: +{fmt(kernel, 'us')}" in titles
+    # how long each side's steps took, as the terminal says it
+    a_steps, b_steps = d["step_us"]["a_steps"], d["step_us"]["b_steps"]
+    assert page.text_content("[data-testid=diff-spread]") == (
+        f"steps took {fmt(a_steps['shortest'], 'us')}–{fmt(a_steps['longest'], 'us')} in A"
+        f" (median {fmt(a_steps['median'], 'us')}) and {fmt(b_steps['shortest'], 'us')}–"
+        f"{fmt(b_steps['longest'], 'us')} in B (median {fmt(b_steps['median'], 'us')})"
+    )
     # the changes that explain it follow; those the terminal dims as noise are dimmed here too
     assert page.query_selector("[data-testid=diff-table] tbody tr")
     noise = [x["name"] for x in d["changes"] if x.get("noise")]

@@ -99,6 +99,7 @@ def test_files_of_as_many_steps_numbered_differently_say_so(
     assert main(["diff", str(first), str(second)]) == 0
     out = capsys.readouterr().out
     assert "compared in order, their step numbers differ: A's 2, 3 with B's 6, 7\n" in out
+    assert "\nsteps took " in out and " in A (median " in out and " in B (median " in out
     assert main(["diff", str(first), str(first)]) == 0  # the same steps: nothing to say
     assert "compared in order" not in capsys.readouterr().out
 

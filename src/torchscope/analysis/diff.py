@@ -35,6 +35,7 @@ change put fifteen kernels of 1-100 us that appeared or vanished above ``aten::m
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -78,6 +79,8 @@ class Side:
     cycles: int = 1  # cycle files (of one rank) the compared steps came from
     kept: int = 0  # steps the side kept in all (of one rank): more than ``steps`` when some were left out
     ranks: int = 1
+    # the shortest, median and longest compared step of any rank (None: compared whole)
+    step_spread_ns: tuple[float, float, float] | None = None
 
 
 Ranks = dict[str, list[Any]]  # rank -> its cycles (Traces, or files of a ``JobDir``) in the order written
@@ -252,6 +255,7 @@ class _RankPart:
     matched_cycles: int
     kept: list[int] | None
     step_ns: list[float]  # per cycle
+    step_durs: list[float]  # each compared step's own duration (none when compared whole)
     breakdown: list[dict[str, float]]  # per cycle
     host_breakdown: list[dict[str, float]]  # per cycle
     ops: list[pl.DataFrame]
@@ -267,6 +271,7 @@ def _rank_part(t: Any, cycles: list[Any], steps: tuple[int, ...], n_tr: int, fir
     kers: list[pl.DataFrame] = []
     n_rows = matched = 0
     kept: list[int] | None = []
+    durs: list[float] = []
     for cycle in cycles:
         tr = _read(t, cycle)
         if tr is None:  # gone since the first read
@@ -276,6 +281,8 @@ def _rank_part(t: Any, cycles: list[Any], steps: tuple[int, ...], n_tr: int, fir
         hwin = ov.host_steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.host_steps
         n_rows += win.height
         matched += 1 if win.height or not steps else 0
+        if steps:
+            durs += map(float, win["dur_ns"].to_list())
         sums.append(
             (
                 float(win["dur_ns"].sum()),
@@ -295,6 +302,7 @@ def _rank_part(t: Any, cycles: list[Any], steps: tuple[int, ...], n_tr: int, fir
         matched,
         kept if first else None,
         [dur / n / n_tr for dur, _, _ in sums],
+        durs,
         [{c: v / n / n_tr for c, v in br.items()} for _, br, _ in sums],
         [{c: v / n / n_tr for c, v in hb.items()} for _, _, hb in sums],
         [f.with_columns(pl.col("calls") / div, pl.col("ns") / div) for f in ops],
@@ -347,7 +355,8 @@ def _side(t: Trace | TraceSet | JobDir, steps: tuple[int, ...], ranks: Ranks | N
                 hb[c] += part.host_breakdown[k][c]
         ops += part.ops
         kers += part.kernels
-    first = parts[0] if parts else _RankPart(0, 0, None, [], [], [], [], [])
+    first = parts[0] if parts else _RankPart(0, 0, None, [], [], [], [], [], [])
+    durs = [d for part in parts for d in part.step_durs]
     kept = first.kept
 
     def total(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -368,6 +377,7 @@ def _side(t: Trace | TraceSet | JobDir, steps: tuple[int, ...], ranks: Ranks | N
         cycles=first.matched_cycles,
         kept=len(kept) if kept else first.n,  # a side compared whole still says its steps
         ranks=len(ranks),
+        step_spread_ns=(min(durs), statistics.median(durs), max(durs)) if durs else None,
     )
 
 
@@ -477,6 +487,15 @@ class TraceDiff:
         d = {c: b[c] - a[c] for c in cats}
         return dict(sorted(d.items(), key=lambda kv: -abs(kv[1])))
 
+    @property
+    def within_spread(self) -> bool:
+        """Whether the step time's change is smaller than the spread of either side's steps
+        (longest less shortest): a run whose steps took 2.2-70.2 ms came out 11 ms faster than
+        one of 26.9-45.4 ms although a slowdown had been added to it."""
+        spans = [spread for spread in (self.a.step_spread_ns, self.b.step_spread_ns) if spread is not None]
+        spreads = [longest - shortest for shortest, _, longest in spans]
+        return bool(spreads) and abs(self.b.step_ns - self.a.step_ns) < max(spreads)
+
     def _breakdown(self, side: Side) -> dict[str, float]:
         return side.breakdown_ns if self.categories is BREAKDOWN_CATEGORIES else side.host_breakdown_ns
 
@@ -495,6 +514,11 @@ class TraceDiff:
                 "delta": us_of(b.step_ns - a.step_ns),
                 "ratio": (b.step_ns / a.step_ns) if a.step_ns else None,
                 "noise_floor": us_of(self.noise_floor_ns),
+                # each side's shortest, median and longest compared step: a change within
+                # their spread may be the machine's jitter (None: a side compared whole)
+                "a_steps": _spread_us(a.step_spread_ns),
+                "b_steps": _spread_us(b.step_spread_ns),
+                "within_spread": self.within_spread,
             },
             K.DIFF_BREAKDOWN: {
                 c: {"a": us_of(self._breakdown(a)[c]), "b": us_of(self._breakdown(b)[c]), "delta": us_of(d)}
@@ -504,6 +528,12 @@ class TraceDiff:
             K.DIFF_OPERATORS: records(self.operators, top),
             K.DIFF_KERNELS: records(self.kernels, top),
         }
+
+
+def _spread_us(spread: tuple[float, float, float] | None) -> dict[str, float | None] | None:
+    if spread is None:
+        return None
+    return dict(zip(("shortest", "median", "longest"), map(us_of, spread), strict=True))
 
 
 def _side_dict(s: Side) -> dict[str, Any]:

@@ -132,6 +132,8 @@ def print_diff(
         + (f", ×{step['ratio']:.2f}" if step.get("ratio") else "")
         + ")"
     )
+    if (spread := spread_line(step)) is not None:
+        console.print(_esc(spread))
     t = Table(title="step time by category, per step (B - A)", title_justify="left")
     for col in ("category", "A", "B", "change"):
         t.add_column(col, justify="left" if col == "category" else "right")
@@ -218,6 +220,28 @@ def compared_lines(da: dict[str, Any], db: dict[str, Any]) -> list[str]:
             + "; ".join(f"{n} kept {d['kept']}, {d['kept'] - d['steps']} left out" for n, d in left)
         )
     return lines
+
+
+def spread_line(step: dict[str, Any]) -> str | None:
+    """How long each side's steps took (shortest, median, longest) and, when the change is
+    smaller than that spread, that the medians may say more: a run made slower on purpose
+    headlined "-11.3 ms" without a word that its steps took 2.2-70.2 ms."""
+    from torchscope.render.units import fmt_us
+
+    said = [
+        f"{fmt_us(s['shortest'])}–{fmt_us(s['longest'])} in {side} (median {fmt_us(s['median'])})"
+        for side in ("A", "B")
+        if (s := step.get(f"{side.lower()}_steps")) and s["longest"] > s["shortest"]
+    ]
+    if not said:
+        return None
+    caveat = (
+        ": the change is smaller than that spread, so it may be the machine's jitter (compare the"
+        " medians, or record more steps)"
+        if step.get("within_spread")
+        else ""
+    )
+    return "steps took " + " and ".join(said) + caveat
 
 
 def _numbers(steps: list[int], most: int = 6) -> str:

@@ -15,6 +15,12 @@ const viewDiff = (() => {
     /** @type {Node[]} */
     const out = [h("h2", {}, `Diff: ${d.a} → ${d.b}`),
       h("div", { class: "cards" }, card("step A", fmtUs(st.a)), card("step B", fmtUs(st.b)), card("change", (st.delta > 0 ? "+" : "") + fmtUs(st.delta)))];
+    // how long each side's steps took, as the terminal says it (a mean can hide an outlier)
+    const spread = [["A", st.a_steps], ["B", st.b_steps]].filter(([, x]) => x && x.longest > x.shortest)
+      .map(([k, x]) => `${fmtUs(x.shortest)}–${fmtUs(x.longest)} in ${k} (median ${fmtUs(x.median)})`);
+    if (spread.length)
+      out.push(h("p", { class: st.within_spread ? "warn" : "muted", "data-testid": "diff-spread" }, "steps took " + spread.join(" and ")
+        + (st.within_spread ? ": the change is smaller than that spread, so it may be the machine's jitter (compare the medians, or record more steps)" : "")));
     const cats = Object.entries(D.breakdown_us || {}).filter(([c]) => c !== "Total").map(([c, x]) => ({ category: c, ...x }));
     if (cats.length && !none(st.a) && !none(st.b)) {
       out.push(h("h3", {}, "Where the step time went: A's step, each category's change, B's step"));
