@@ -147,7 +147,10 @@ def test_the_headline_says_how_long_each_sides_steps_took(
     line = spread_line(step)
     assert line is not None and line.startswith("steps took ") and "jitter" not in line
     # the same steps with one made far longer: the change is now within the spread, and said
-    jittery = {**step, "b_steps": {**step["b_steps"], "longest": step["b_steps"]["longest"] + 10 * step["delta"]}}
+    jittery = {
+        **step,
+        "b_steps": {**step["b_steps"], "longest": step["b_steps"]["longest"] + 10 * step["delta"]},
+    }
     jittery["within_spread"] = True
     assert (spread_line(jittery) or "").endswith(
         "so it may be the machine's jitter (compare the medians, or record more steps)"
