@@ -225,6 +225,11 @@ def test_a_trace_with_one_kernel_removed(
 def test_asking_for_a_step_a_run_did_not_keep_names_it(load_trace: Callable[[str], Trace]) -> None:
     with pytest.raises(ValueError, match=r"run B has no step \[7\]: the steps it kept are 1009, 1010"):
         diff_traces(load_trace(CONTROL), load_trace(TEST), steps_a=[1009], steps_b=[7])
+    # an empty list asks for nothing: said so, not "run A has no step []"
+    with pytest.raises(
+        ValueError, match=r"^run A: no steps given \(an empty list\): the steps it kept are 1009, "
+    ):
+        diff_traces(load_trace(CONTROL), load_trace(TEST), steps_a=[], steps_b=[])
 
 
 def test_differently_numbered_runs_compare_their_first_steps(load_trace: Callable[[str], Trace]) -> None:

@@ -218,7 +218,9 @@ def choose_steps(
             missing = [s for s in want if s not in have_kept]
             if missing or not want:
                 have = ", ".join(map(str, kept)) if kept else "none (no ProfilerStep annotations)"
-                raise ValueError(f"run {side} has no step {missing or want}: the steps it kept are {have}")
+                # an empty list asks for no step at all ("run A has no step []" said otherwise)
+                asked = f" has no step {missing}" if missing else ": no steps given (an empty list)"
+                raise ValueError(f"run {side}{asked}: the steps it kept are {have}")
         return tuple(want_a), tuple(want_b)
     if not ka or not kb:
         return (), ()
