@@ -158,6 +158,33 @@ def test_the_headline_says_how_long_each_sides_steps_took(
     assert spread_line({**step, "a_steps": None, "b_steps": None}) is None  # compared whole: nothing to say
 
 
+def test_two_devices_are_named_in_the_terminal(load_trace: Callable[[str], Trace]) -> None:
+    """An A100's trace against an MI250's was compared without a word, though their kernels
+    are each device's own; the devices each side lists go into ``--json`` and one line."""
+    from torchscope.cli.diff import compared_lines
+
+    def said(d: dict[str, Any]) -> list[str]:
+        return [line for line in compared_lines(d["a"], d["b"]) if " ran on " in line]
+
+    alexnet = load_trace("cuda/alexnet_benchmark.json.gz")
+    mi250 = load_trace("other_devices/amd_mi250_rocm6.json.gz")
+    d = diff_traces(alexnet, mi250).to_dict()
+    assert d["a"]["devices"] == ["NVIDIA A100-PG509-200"] and d["b"]["devices"] == ["AMD Radeon Graphics"]
+    assert said(d) == [
+        "A ran on NVIDIA A100-PG509-200, B on AMD Radeon Graphics: their kernels are each device's own,"
+        " so many appear or vanish"
+    ]
+    # the shared control/test pair is an A100's and a V100's too
+    pair = diff_traces(load_trace(CONTROL), load_trace(TEST)).to_dict()
+    assert said(pair) == [
+        "A ran on NVIDIA A100-PG509-200, B on Tesla V100-SXM2-16GB: their kernels are each device's own,"
+        " so many appear or vanish"
+    ]
+    assert said(diff_traces(alexnet, load_trace(CONTROL)).to_dict()) == []  # two A100s: nothing to say
+    cpu = diff_traces(load_trace("cpu/cpu_only_gloo_rank34.pt.trace.json.gz"), alexnet).to_dict()
+    assert cpu["a"]["devices"] == [] and said(cpu) == []  # a CPU trace lists no device
+
+
 def _without_one_kernel(src: Path, dst: Path, step: int) -> tuple[str, str, int]:
     """``src`` with the first kernel of ``step``'s launches removed (its launch stays): the
     kernel's name, the op that launched it, and its duration (ns)."""

@@ -81,6 +81,7 @@ class Side:
     ranks: int = 1
     # the shortest, median and longest compared step of any rank (None: compared whole)
     step_spread_ns: tuple[float, float, float] | None = None
+    devices: tuple[str, ...] = ()  # the device names its trace lists (none: a CPU trace)
 
 
 Ranks = dict[str, list[Any]]  # rank -> its cycles (Traces, or files of a ``JobDir``) in the order written
@@ -258,6 +259,7 @@ class _RankPart:
     kept: list[int] | None
     step_ns: list[float]  # per cycle
     step_durs: list[float]  # each compared step's own duration (none when compared whole)
+    devices: tuple[str, ...]  # the device names the rank's first cycle lists
     breakdown: list[dict[str, float]]  # per cycle
     host_breakdown: list[dict[str, float]]  # per cycle
     ops: list[pl.DataFrame]
@@ -274,10 +276,13 @@ def _rank_part(t: Any, cycles: list[Any], steps: tuple[int, ...], n_tr: int, fir
     n_rows = matched = 0
     kept: list[int] | None = []
     durs: list[float] = []
+    devices: tuple[str, ...] | None = None
     for cycle in cycles:
         tr = _read(t, cycle)
         if tr is None:  # gone since the first read
             continue
+        if devices is None:
+            devices = tr.meta.device_models
         ov = overview(tr)
         win = ov.steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.steps
         hwin = ov.host_steps.filter(pl.col("step").is_in(list(steps))) if steps else ov.host_steps
@@ -305,6 +310,7 @@ def _rank_part(t: Any, cycles: list[Any], steps: tuple[int, ...], n_tr: int, fir
         kept if first else None,
         [dur / n / n_tr for dur, _, _ in sums],
         durs,
+        devices or (),
         [{c: v / n / n_tr for c, v in br.items()} for _, br, _ in sums],
         [{c: v / n / n_tr for c, v in hb.items()} for _, _, hb in sums],
         [f.with_columns(pl.col("calls") / div, pl.col("ns") / div) for f in ops],
@@ -357,7 +363,7 @@ def _side(t: Trace | TraceSet | JobDir, steps: tuple[int, ...], ranks: Ranks | N
                 hb[c] += part.host_breakdown[k][c]
         ops += part.ops
         kers += part.kernels
-    first = parts[0] if parts else _RankPart(0, 0, None, [], [], [], [], [], [])
+    first = parts[0] if parts else _RankPart(0, 0, None, [], [], (), [], [], [], [])
     durs = [d for part in parts for d in part.step_durs]
     kept = first.kept
 
@@ -380,6 +386,7 @@ def _side(t: Trace | TraceSet | JobDir, steps: tuple[int, ...], ranks: Ranks | N
         kept=len(kept) if kept else first.n,  # a side compared whole still says its steps
         ranks=len(ranks),
         step_spread_ns=(min(durs), statistics.median(durs), max(durs)) if durs else None,
+        devices=first.devices,
     )
 
 
@@ -548,6 +555,7 @@ def _side_dict(s: Side) -> dict[str, Any]:
         "kept": s.kept,
         "cycles": s.cycles,
         "ranks": s.ranks,
+        "devices": list(s.devices),
     }
 
 

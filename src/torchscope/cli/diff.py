@@ -190,6 +190,13 @@ def compared_lines(da: dict[str, Any], db: dict[str, Any]) -> list[str]:
                 " (of each rank)" if max(da.get("ranks", 1), db.get("ranks", 1)) > 1 else "",
             )
         )
+    devices_a, devices_b = da.get("devices") or [], db.get("devices") or []
+    if devices_a and devices_b and devices_a != devices_b:
+        # an A100 against an MI250 was compared without a word: kernels are each device's own
+        lines.append(
+            f"A ran on {', '.join(devices_a)}, B on {', '.join(devices_b)}: their kernels are each"
+            " device's own, so many appear or vanish"
+        )
     if not da["step_numbers"] and not db["step_numbers"]:
         # one side has no ProfilerStep steps, so neither is compared per step: say so, or a
         # whole trace reads as one step of the other's

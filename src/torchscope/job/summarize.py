@@ -174,7 +174,7 @@ def summarize_cycle(trace: Trace, *, last: bool = True) -> dict[str, Any]:
         "collectives": compact(collectives(trace)),
         "cut": was_cut(trace.meta),  # a damaged file the reader cut: its collectives end early
         # the device models the trace names (``reduce.mixed_devices``: traces of other jobs)
-        "devices": sorted({str(p["name"]) for p in trace.meta.device_properties if p.get("name")}),
+        "devices": sorted(trace.meta.device_models),
         "findings": findings,
         "warnings": list(trace.meta.warnings),
     }

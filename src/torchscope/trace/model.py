@@ -41,6 +41,12 @@ class TraceMeta:
     extra: dict[str, Any] = field(default_factory=dict)  # other top-level keys of the file
     warnings: tuple[str, ...] = ()  # what a best-effort read skipped or repaired, one line each
 
+    @property
+    def device_models(self) -> tuple[str, ...]:
+        """The distinct device names ``deviceProperties`` lists, in order (none: a CPU trace)."""
+        names = (str(p["name"]) for p in self.device_properties if isinstance(p, dict) and p.get("name"))
+        return tuple(dict.fromkeys(names))
+
 
 # a table given as the function that makes it from the trace's events (``Deferred``)
 Later = Callable[[pl.DataFrame], pl.DataFrame]
