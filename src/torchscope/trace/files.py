@@ -6,7 +6,8 @@ GIL, and importing polars and NumPy (~0.15 s) holds it while doing little else, 
 instead of adding up. The scanner needs no polars (it returns plain buffers); the reader turns
 them into columns once its imports are done. This module therefore imports nothing beyond the
 standard library, our error type and the scanner. A file too large to hold whole is a
-``TextStream`` instead: its first block is read there, the rest as the reader cuts it.
+``TextStream`` instead: its first block is read there, the rest as its pieces are cut
+(``stream_pieces``: the first of them on the prefetch's thread, when the scanner is built).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import os
 import stat
 import threading
 import zlib
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -87,12 +87,17 @@ def _read_regular(p: Path) -> bytes:
         return _read_rest(f, p)
 
 
+def _unreadable(p: Path, exc: OSError) -> TraceError:
+    """The one-line error for a file the OS would not let us open or read."""
+    return TraceError(str(p), f"cannot read file: {exc.strerror or exc}")
+
+
 def _read_rest(f: BinaryIO, p: Path) -> bytes:
     """The rest of the open file ``p``; a one-line TraceError when it cannot be read."""
     try:
         return f.read()
     except OSError as exc:
-        raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
+        raise _unreadable(p, exc) from None
 
 
 def _open_regular(p: Path) -> BinaryIO:
@@ -102,7 +107,7 @@ def _open_regular(p: Path) -> BinaryIO:
     except IsADirectoryError:
         raise TraceError(str(p), "is a directory; use torchscope.load() for log directories") from None
     except OSError as exc:
-        raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
+        raise _unreadable(p, exc) from None
     # checked on the descriptor before wrapping it: ``open(fd)`` of a directory raises
     # IsADirectoryError naming the descriptor number, not the file
     mode = os.fstat(fd).st_mode
@@ -188,31 +193,15 @@ class TextStream:
         # the first block, read here (on the prefetch's thread, beside the imports): a stream
         # that fails at once is no stream (``open_text`` reads the file whole)
         first = next(self._blocks, b"")
-        self._early: deque[bytes] | None = deque([first[3:] if first[:3] == b"\xef\xbb\xbf" else first])
-        self._failed: Exception | None = None  # what reading ahead met, raised in its place
-
-    def read_ahead(self, up_to: int) -> None:
-        """Inflate blocks ahead until ``up_to`` bytes are held (the prefetch does this beside
-        the imports: the 87 MB MTIA trace inflated 0.1 s later without it)."""
-        early = self._early
-        held = sum(map(len, early or ()))
-        try:
-            while early is not None and held < up_to and (block := next(self._blocks, None)) is not None:
-                early.append(block)
-                held += len(block)
-        except (Unstreamable, TraceError) as exc:  # raised where ``blocks`` reaches it
-            self._failed = exc
+        self._first: bytes | None = first[3:] if first[:3] == b"\xef\xbb\xbf" else first
 
     def blocks(self) -> Iterator[bytes]:
         """The text's blocks in order (once); the file is closed when they end."""
-        early, self._early = self._early, None
-        if early is None:
+        first, self._first = self._first, None
+        if first is None:
             raise RuntimeError("TextStream.blocks() called twice")
         try:
-            while early:
-                yield early.popleft()
-            if self._failed is not None:
-                raise self._failed
+            yield first
             yield from self._blocks
         finally:
             self._file.close()
@@ -222,7 +211,7 @@ class TextStream:
         try:
             got = self._file.read(size)
         except OSError as exc:
-            raise TraceError(str(self.path), f"cannot read file: {exc.strerror or exc}") from None
+            raise _unreadable(self.path, exc) from None
         self.read += len(got)
         return got
 
@@ -280,7 +269,7 @@ def open_text(
                 large = size > whole_up_to and not gzipped
             f.seek(0)
         except OSError as exc:
-            raise TraceError(str(p), f"cannot read file: {exc.strerror or exc}") from None
+            raise _unreadable(p, exc) from None
         if large:
             try:
                 stream = TextStream(p, f, gzipped, BLOCK_BYTES if block is None else block)
@@ -323,10 +312,10 @@ class Prefetch:
         try:
             self._text = text = open_text(self.path, self.warnings)
             if isinstance(text, TextStream):
+                # without the scanner the reader reads it whole (``reader._streamed_parts``):
+                # nothing to do ahead
                 if self._scan_too:
                     self._scan_ahead(text)
-                else:  # its pieces are scanned as the reader cuts them
-                    text.read_ahead(WHOLE_BYTES)
                 return
             if self._scan_too:
                 if len(text) > WHOLE_BYTES:
