@@ -881,3 +881,49 @@ def test_a_file_missing_only_its_closing_brace_says_so(tmp_path: Path) -> None:
     trace = read_chrome(path)
     assert trace.meta.warnings == ("the file ends before its closing brace (truncated?): read all its events and keys",)
     assert trace.meta.profiler_settings["displayTimeUnit"] == "ms"
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "msgspec"])
+@pytest.mark.parametrize(
+    ("durations", "expected_ns", "unusable"),
+    [
+        # integers, one event without: read from the null counts alone
+        (['"dur": 3', "", '"dur": 7'], [3000, 0, 7000], "1 complete events had no usable 'dur'; read as 0"),
+        # Kineto's three decimals, one event without
+        (['"dur": 3.250', "", '"dur": 7.001'], [3250, 0, 7001], "1 complete events had no usable 'dur'; read as 0"),
+        # both ways in one file, and one too large for int64 ns
+        (
+            ['"dur": 3', '"dur": 7.001', '"dur": 9300000000000000'],
+            [3000, 7001, 0],
+            "1 complete events had no usable 'dur' (1 too large to represent); read as 0",
+        ),
+    ],
+    ids=["integers", "decimals", "mixed"],
+)
+def test_times_present_one_way_and_absent_on_some_are_read_exactly(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scanner: bool,
+    durations: list[str],
+    expected_ns: list[int],
+    unusable: str,
+) -> None:
+    """``us_to_ns`` takes the few-nulls shortcut only when every present value is written one
+    way; each way gives the ns the digits say, with or without our scanner, and an event
+    without a usable ``dur`` is still said."""
+    from torchscope.trace import reader
+
+    monkeypatch.setattr(reader, "SCANNER_ENABLED", scanner)
+    names = ["aten::a", "aten::b", "aten::c"]
+    lines = [
+        f'{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": 1, "tid": 1, "ts": {10 * k}'
+        + (f", {dur}}}" if dur else "}")
+        for k, (name, dur) in enumerate(zip(names, durations, strict=True))
+    ]
+    path = tmp_path / "durs.json"
+    path.write_text('{"traceEvents": [' + ",\n".join(lines) + "]}")
+    trace = read_chrome(path)
+    got = dict(zip(trace.events["name"].cast(pl.String), trace.events["dur_ns"], strict=True))
+    assert got == dict(zip(names, expected_ns, strict=True))
+    assert trace.events.sort("name")["start_ns"].to_list() == [0, 10000, 20000]
+    assert unusable in trace.meta.warnings

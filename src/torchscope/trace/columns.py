@@ -98,10 +98,20 @@ def us_to_ns(
     """
     if exact.len() and not exact.null_count():  # all written with decimals, as Kineto writes ns
         return exact.to_numpy(), np.ones(exact.len(), bool), np.zeros(exact.len(), bool)
-    if ints.len() and not ints.null_count():  # all integers, as older traces write microseconds
-        whole = ints.to_numpy().astype(np.int64, copy=False)
+    n = floats.len()
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, bool)
+    # every value present written one way, the others absent (instant events have no "dur"):
+    # the null counts say so without a pass over the rows (1.7 ms of nccl_rank1_of_2's 28k
+    # instants otherwise)
+    absent = floats.null_count()
+    if exact.null_count() == n and ints.null_count() == absent:  # integers, as most traces write
+        whole = ints.fill_null(0).to_numpy().astype(np.int64, copy=False)
         if whole.max() <= _LIMIT and whole.min() >= -_LIMIT:
-            return whole * 1000, np.ones(whole.size, bool), np.zeros(whole.size, bool)
+            valid = np.ones(n, bool) if not absent else ints.is_not_null().to_numpy()
+            return whole * 1000, valid, np.zeros(n, bool)
+    elif ints.null_count() == n and exact.null_count() == absent:  # all with decimals, some absent
+        return exact.fill_null(0).to_numpy(), exact.is_not_null().to_numpy(), np.zeros(n, bool)
     f = floats.fill_null(np.nan).to_numpy().astype(np.float64, copy=False)
     is_int = ints.is_not_null().to_numpy()
     i = ints.fill_null(0).to_numpy().astype(np.int64, copy=False)
