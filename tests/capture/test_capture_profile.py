@@ -852,4 +852,5 @@ def test_a_trace_whose_one_step_the_error_cut_has_no_step_time(tmp_path: Path) -
 
     out = StringIO()
     print_summary(payload, Console(file=out, width=200, color_system=None))
-    assert "where the time goes (one step, cut by the script's error, " in out.getvalue()
+    assert "note its one step was cut by the script's error: its time is not a whole step's" in out.getvalue()
+    assert "where the time goes (one step, cut short, " in out.getvalue()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import torchscope
+from torchscope.analysis.report import build_report
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -43,6 +44,12 @@ def test_the_cap_ends_one_cycle_and_the_schedule_records_the_later_ones(tmp_path
     assert len(traces) == 3  # the capped first cycle, then steps 20-22 and 38-40
     later = [sorted(torchscope.load(p).steps["step"].to_list()) for p in traces[1:]]
     assert later == [[20, 21, 22], [38, 39, 40]]
+    # the capped cycle says the cap cut its step (it was counted as a whole 1.1 s step)
+    ended = [json.loads(p.read_text()).get("torchscope_cycle_ended_by") for p in traces]
+    assert ended == ["cap", None, None]
+    capped = build_report(torchscope.load(traces[0]))["meta"]
+    assert capped["only_cut_step"] is True
+    assert capped["notes"] == ["its one step was cut by the memory cap: its time is not a whole step's"]
 
 
 def test_a_device_runtime_starting_inside_a_cycle_is_not_the_recordings_memory() -> None:
@@ -117,3 +124,24 @@ def test_the_default_schedule_says_what_share_of_the_run_it_recorded() -> None:
     # a run that ends inside the second cycle: steps 0-4 and 20-21 were recorded
     assert "recorded 7 of the run's 22 steps (0–4, 20–21)" in DefaultSchedule().describe(22)
     assert "recorded 5 of the run's 8 steps (0–4)," in DefaultSchedule().describe(8)  # no span it never reached
+
+
+def test_a_step_the_cap_cuts_is_left_out_of_its_cycles_steps(tmp_path: Path) -> None:
+    """A new user's 6000-step run hit the default cap at step 7: the cut step (10.7 ms against
+    27-32 ms) was one of the cycle's steps and its "shortest". It is left out, and said."""
+    out = tmp_path / "run"
+    args = ["--cap-mb", "100", "--wait", "0", "--warmup", "1", "--active", "300", "--repeat", "1", "--no-summary"]
+    done = subprocess.run(
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), *args, str(SCRIPTS / "growing_steps.py")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = (Path(p) for p in json.loads((out / "run.json").read_text())["traces"])
+    assert json.loads(path.read_text())["torchscope_cycle_ended_by"] == "cap"
+    trace = torchscope.load(path)
+    recorded = sorted(trace.steps["step"].to_list())  # as the trace holds them, the cut one too
+    report = build_report(trace)
+    assert [s["step"] for s in report["steps"]] == recorded[:-1]
+    assert report["meta"]["notes"] == ["its last step is left out of the steps: the memory cap cut it"]
+    assert min(s["dur_us"] for s in report["steps"]) > 80_000  # each whole step sleeps 80 ms

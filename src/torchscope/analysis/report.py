@@ -34,7 +34,7 @@ from torchscope.analysis.memory import allocations_by_op, leak_candidates, memor
 from torchscope.analysis.modules import module_ops, module_tree
 from torchscope.analysis.operators import call_stacks, flops, kernels_by_op, operators
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES, Overview, exit_step, overview
-from torchscope.trace.dialect import CYCLE_ENDED_BY_KEY
+from torchscope.trace.dialect import CUT_BY, CYCLE_ENDED_BY_KEY
 from torchscope.trace.model import Trace, TraceSet
 
 TOP = 200  # rows per table: the page shows exactly these rows, the terminal the first few
@@ -66,16 +66,16 @@ def _exit_notes(trace: Trace, ov: Overview) -> tuple[list[str], bool, bool]:
     (then the first flag: it has no step of the run to advise on), or whose one step the
     script's error cut (then the second: that step ran, and keeps its findings, but its time
     is not a whole step's)."""
-    error = trace.meta.extra.get(CYCLE_ENDED_BY_KEY) == "error"
+    cut_by = CUT_BY.get(str(trace.meta.extra.get(CYCLE_ENDED_BY_KEY)))
     if ov.exit_step_left_out:
         return [
             "its last step is left out of the steps: "
-            + ("the script's error cut it" if error else "it is the profile's exit (from the last step() to the end)")
+            + (f"{cut_by} cut it" if cut_by else "it is the profile's exit (from the last step() to the end)")
         ], False, False
     if not exit_step(trace, ov.steps, ov.steps_from_trace, last=True):
         return [], False, False
-    if error:
-        return ["its one step was cut by the script's error: its time is not a whole step's"], False, True
+    if cut_by:
+        return [f"its one step was cut by {cut_by}: its time is not a whole step's"], False, True
     return [
         "this trace is only the profile's exit (from the last step() to the end of the profile):"
         " no step of the run, so no recommendations"

@@ -406,6 +406,8 @@ def _print_summary(payload: dict | None, result: object, options: object, files:
             top = (cycle.get("operators") or [{}])[0].get("name", "–")
             n = len(cycle.get("steps") or [])
             time_text = f"{n} step{'s' if n != 1 else ''}, {fmt_us(total)} per step" if has_steps else f"no step, {fmt_us(total)}"
+            if (cycle.get("meta") or {}).get("only_cut_step"):  # by the script's error or the cap
+                time_text = f"one step, cut short, {fmt_us(total)}"
             # each cycle's findings by rule: the summary above is the latest cycle's alone, and a
             # finding of an earlier one never reached the terminal (a new user's find)
             rules = list(dict.fromkeys(f.get("rule") for f in cycle.get("recommendations") or []))

@@ -16,6 +16,7 @@ from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES
 from torchscope.analysis.report_model import units_of
 from torchscope.job.straggler import align, implausible, per_step, run_steps, straggler, wait_per_step
 from torchscope.render.units import fmt_ns
+from torchscope.trace.dialect import CUT_BY
 
 OUTLIER_MADS = 3.0  # a rank is an outlier when its step is this many MADs from the median
 OUTLIER_MIN_SHARE = 0.05  # ... and at least 5% away from it (a tight job has a tiny MAD)
@@ -60,15 +61,15 @@ def counted(rank: dict[str, Any]) -> dict[str, Any]:
 
 def cycle_note(cycles: list[dict[str, Any]], left_out: bool) -> str | None:
     """What the cycle line and the page's Cycles table say of a cycle's exit step (or of the
-    step the profiled block's error cut, when our profiler says so)."""
-    error = any(c.get("ended_by") == "error" for c in cycles)
+    step the profiled block's error or torchscope run's memory cap cut, when our profiler says so)."""
+    cut_by = next((CUT_BY[c["ended_by"]] for c in cycles if c.get("ended_by") in CUT_BY), None)
     if all(all_exit(c) for c in cycles):
-        what = "only the step the script's error cut" if error else "only the profile's exit"
+        what = f"only the step {cut_by} cut" if cut_by else "only the profile's exit"
         return f"{what} (no step)" + (": left out of the run's steps and findings" if left_out else "")
     if left_out:
         return "no step in it (the work after the last step): left out of the run's steps and findings"
     if any(c.get("exit_step") and c["steps"] for c in cycles):
-        return "its last step, cut by the script's error, left out" if error else "its last step, the profile's exit, left out"
+        return f"its last step, cut by {cut_by}, left out" if cut_by else "its last step, the profile's exit, left out"
     return None
 
 

@@ -109,7 +109,7 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
         label = (
             "only the profile's exit, no step of the run"
             if meta.get("only_exit")
-            else "one step, cut by the script's error"
+            else "one step, cut short"  # by what: the note printed above says
             if meta.get("only_cut_step")
             else f"{n} step{'s' if n != 1 else ''}"
             if meta.get("steps_from_trace")

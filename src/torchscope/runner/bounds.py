@@ -25,13 +25,13 @@ later stay far below it, and those are the ones a user wants.
 from __future__ import annotations
 
 import ctypes
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from torchscope.capture.schedule import Action
 from torchscope.process_memory import rss_mb
+from torchscope.runner.tool_thread import ToolThread
 
 # Kineto holds ~0.5 KB per event while recording and its stop costs several KB and ~60 us per
 # event (24 s and 1.8 GB for 400k events on a 2-core machine); five steps of ResNet-18 on CPU
@@ -143,8 +143,7 @@ class RecordingCap:
         self._recording = recording
         self._stop = stop
         self._interval_s = interval_s
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker: ToolThread | None = None
         self.busy = False  # set by the runner around its own calls into the profiler
         self._due: float | None = None  # growth in MB, once the cap is reached
         self._rebase = False  # set on the main thread at the first optimizer step
@@ -155,25 +154,29 @@ class RecordingCap:
     def start(self) -> None:
         if rss_mb() is None:  # no way to measure here: the cap cannot work, say nothing
             return
-        self._thread = threading.Thread(target=self._watch, name="torchscope-cap", daemon=True)
-        self._thread.start()
+        self._worker = ToolThread(self._watch, self._interval_s)
+        self._worker.start()
+
+    @property
+    def own_thread(self) -> int | None:
+        """The native id of the watching thread (None when it does not run): the tool's."""
+        return self._worker.native_id if self._worker is not None else None
 
     def first_step(self) -> None:
         """The first optimizer step ended: measure the cycle from here, at the plain cap."""
         self._stepped = self._rebase = True
 
     def stop_watching(self) -> None:
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)
+        if self._worker is not None:
+            self._worker.stop(timeout=1.0)
 
-    def _watch(self) -> None:
+    def _watch(self, stopped: Callable[[], bool]) -> None:
         session: Any = None
         capped: Any = None  # the cycle the cap last stopped: not measured again
         base = 0.0
         started = None  # whether the device runtime had started when the cycle was based
         waited = 0.0  # seconds over the cap while waiting for a starting runtime
-        while not self._done.wait(self._interval_s):
+        while not stopped():
             current = self._recording()
             if current is None or current is capped:
                 session = None

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from torchscope.runner import target as _target
+from torchscope.runner.tool_thread import ToolThread
 
 # Frames of the machinery around the user's code; never reported as hot spots.
 _SKIP_PARTS = (
@@ -268,12 +269,10 @@ class Sampler:
     _levels: array = field(default_factory=lambda: array("b"))
     _recorded: array = field(default_factory=lambda: array("b"))
     _stacks: dict[tuple[tuple[CodeType, ...], tuple[int, ...]], int] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _worker: ToolThread | None = None
     _switch: float | None = None  # the interpreter's switch interval before start(), restored by stop()
 
     def start(self) -> None:
-        self._stop.clear()
         # A thread waiting for the GIL gets it only after the interpreter's switch interval (5 ms
         # by default): a script busy in pure Python was sampled every ~5 ms, and each such gap,
         # taken for a C call holding the GIL (``_charge_long_gaps``), went to the frames the
@@ -281,22 +280,27 @@ class Sampler:
         # ``<module>``'s self time. Switching as often as we sample keeps gaps for real C calls.
         self._switch = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch, self.interval_s))
-        self._thread = threading.Thread(target=self._loop, name="torchscope-sampler", daemon=True)
-        self._thread.start()
+        self._worker = ToolThread(self._loop, self.interval_s)
+        self._worker.start()
+
+    @property
+    def own_thread(self) -> int | None:
+        """The native id of the thread that samples (None before ``start``): the tool's, never
+        the script's (``dialect.TOOL_THREADS_KEY``)."""
+        return self._worker.native_id if self._worker is not None else None
 
     def stop(self) -> HotSpots:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._worker is not None:
+            self._worker.stop()
         if self._switch is not None:
             sys.setswitchinterval(self._switch)
             self._switch = None
         return HotSpots.from_samples(self)
 
-    def _loop(self) -> None:
-        interval, tid, recording = self.interval_s, self.thread_id, self.recording
+    def _loop(self, stopped: Callable[[], bool]) -> None:
+        tid, recording = self.thread_id, self.recording
         stacks = self._stacks
-        while not self._stop.wait(interval):
+        while not stopped():
             frame: FrameType | None = sys._current_frames().get(tid)
             codes: list[CodeType] = []
             lines: list[int] = []

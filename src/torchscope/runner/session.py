@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 import warnings
@@ -37,7 +38,7 @@ from torchscope.runner.bounds import (
 from torchscope.runner.launch import LaunchRank
 from torchscope.runner.sampler import HotSpots, Sampler
 from torchscope.runner.target import SAVING_THROUGH_ONE_SIGNAL, STOP_SIGNALS, Target, execute
-from torchscope.trace.dialect import RUN_KEY
+from torchscope.trace.dialect import CYCLE_ENDED_BY_KEY, RUN_KEY, TOOL_THREADS_KEY
 
 ACTIVITIES = ("cpu", "cuda", "xpu", "mtia")
 # what a run was doing when a Ctrl-C stops the command: "" (starting or running the script),
@@ -106,6 +107,15 @@ def _activities(names: tuple[str, ...] | None) -> list[Any]:
             chosen.append("xpu")
         names = tuple(chosen)
     return [getattr(ProfilerActivity, n.upper()) for n in names]
+
+
+def _own_threads(cap: RecordingCap | None, sampler: Sampler | None) -> str | None:
+    """Which threads are the tool's, as every cycle is told (``dialect.TOOL_THREADS_KEY``):
+    torch's Python tracer records each thread alive when a cycle starts, ours included, and the
+    reader leaves them out of the Trace. None when none of ours runs."""
+    threads = (cap.own_thread if cap else None, sampler.own_thread if sampler else None)
+    tids = [t for t in threads if t is not None]
+    return json.dumps({"pid": os.getpid(), "tids": tids}) if tids else None
 
 
 def _warm_lazy_imports() -> None:
@@ -400,6 +410,7 @@ class _Recording:
         self.hook: _StepHook | None = None
         self.cap: RecordingCap | None = None
         self._adopted: list[Any] = []  # the script's own profilers, whose cycles we copy
+        self.own_threads: str | None = None  # the tool's threads, as cycles name them (_own_threads)
         # a rank's files carry its rank: the loader keys a directory of ranks by it
         self.prefix = f"{options.launch.directory}." if options.launch is not None else ""
 
@@ -476,6 +487,8 @@ class _Recording:
             " trace holds what came before, and the schedule's later cycles, if any, are recorded."
             " Record less with --wait/--warmup/--active, more with --cap-mb MB, or the whole run with --all"
         )
+        if self.prof.step_rec_fn is not None:  # in a step: the cap cut it, no step of the run
+            self.prof.add_metadata_json(CYCLE_ENDED_BY_KEY, '"cap"')
         self._stop_ours()
         if self.hook is not None and not self._adopted:
             self.hook.resume = True
@@ -521,6 +534,8 @@ class _Recording:
         if any(known is other for known in self._adopted):
             return
         self._adopted.append(other)
+        if self.own_threads is not None and hasattr(other, "add_metadata_json"):
+            other.add_metadata_json(TOOL_THREADS_KEY, self.own_threads)  # our threads run beside it too
         steps = self.hook.count if self.hook is not None else 0
         if self.prof is not None and self.prof._started:
             self._step_aside()
@@ -644,6 +659,9 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         rec.cap.start()
     if sampler is not None:
         sampler.start()
+    rec.own_threads = _own_threads(rec.cap, sampler)
+    if rec.own_threads is not None:
+        prof.add_metadata_json(TOOL_THREADS_KEY, rec.own_threads)
     outcome = None
     RUN_PHASE[0] = ""
     try:

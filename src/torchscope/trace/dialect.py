@@ -66,13 +66,26 @@ MEMORY_EVENT_NAME = "[memory]"
 # top-level key our profiler writes into each scheduled cycle: how it ended, "schedule",
 # "stop" (the end of the ``with`` block, mid-cycle: its last step is then the exit, from the
 # last ``step()`` to ``stop()``) or "error" (the block raised: its last step is the one the
-# error cut). Neither last step is one of the run's (docs/jobs.md).
+# error cut), and from ``torchscope run`` "cap" (its memory cap stopped the cycle in a step).
+# None of those last steps is one of the run's (docs/jobs.md).
 CYCLE_ENDED_BY_KEY = "torchscope_cycle_ended_by"
-CYCLE_CUT = ("stop", "error")  # the values that make the cycle's last step no step of the run
+CYCLE_CUT = ("stop", "error", "cap")  # the values that make the cycle's last step no step of the run
+# what cut a cycle's last step, for the notes that say it was left out (the exit is no cut)
+CUT_BY = {"error": "the script's error", "cap": "the memory cap"}
 
 # top-level key ``torchscope run`` writes into each of its cycles ("1"): a cycle in the middle
 # of a run has neither its setup span nor its tail, and its advice points at the run's sampler
 RUN_KEY = "torchscope_run"
+# top-level key ``torchscope run`` writes into each cycle when its own threads run beside the
+# script (the stack sampler, the memory-cap watcher): {"pid": P, "tids": [...]}. With
+# ``with_stack`` torch's Python tracer records every thread that exists when a cycle starts, so
+# from the second cycle on their lock waits topped the table and tripled its "Self CPU time
+# total"; the reader leaves those threads out of the Trace (the file keeps them as written).
+TOOL_THREADS_KEY = "torchscope_tool_threads"
+# the frames a tool thread can be in while it waits (``runner.tool_thread``), as Kineto names
+# Python frames ("path(line): function"): a thread that made no call during a cycle has only
+# those, written with tid 0 (torch never learned its id), where they are left out too
+TOOL_FRAME_PATTERN = r"(^|/)torchscope/runner/(tool_thread|bounds|sampler)\.py\(\d+\): "
 
 # the ``traceName`` of a trace our portable collector wrote (``capture.portable_doc``): its op
 # times include the collector's own per-op cost, so a diff against a Kineto trace says so

@@ -103,6 +103,7 @@ class Document(msgspec.Struct):
     pytorch_version: Any = None
     torchscope_cycle_ended_by: Any = None  # dialect.CYCLE_ENDED_BY_KEY
     torchscope_run: Any = None  # dialect.RUN_KEY
+    torchscope_tool_threads: Any = None  # dialect.TOOL_THREADS_KEY
 
 
 class RawArgsDocument(msgspec.Struct):

@@ -46,6 +46,7 @@ from torchscope.trace.columns import (
 )
 from torchscope.trace.cut import cut_before_device_work
 from torchscope.trace.derive import derive, in_id_order
+from torchscope.trace.dialect import TOOL_FRAME_PATTERN, TOOL_THREADS_KEY
 from torchscope.trace.events import Args, Document, Event, RawArgsDocument, RawArgsEvent
 from torchscope.trace.files import OwnedMap, Prefetch, TextStream, Unstreamable, open_text, read_bytes
 from torchscope.trace.json_repair import (
@@ -1182,7 +1183,11 @@ def _build(
     flow_df = pl.concat(flow_parts, how="diagonal_relaxed") if len(flow_parts) > 1 else flow_parts[0]
     del ev_parts, mem_parts, flow_parts
     meta = _meta(top, source)
-    threads = threads_frame(pl.concat(meta_parts).unique(["what", "pid", "tid"], keep="last"), ev, ids)
+    metas = pl.concat(meta_parts).unique(["what", "pid", "tid"], keep="last")
+    if (tool := _tool_threads(meta)) is not None:
+        memory, flow_df, metas = (df.filter(~tool) for df in (memory, flow_df, metas))
+        ev = ev.filter(~(tool | _tool_frames_without_tid(ev, meta)))
+    threads = threads_frame(metas, ev, ids)
     del chunks
     if kept_text is not None and ev.height and (ev["kind"] == "other").any():
         ev = _attach_raw_args(ev, kept_text, n_spans, warnings)
@@ -1314,6 +1319,30 @@ def _attach_raw_args(ev: pl.DataFrame, text: Text, n_spans: int, warnings: list[
 
 
 # -- metadata -----------------------------------------------------------------------------------
+def _tool_threads(meta: TraceMeta) -> pl.Expr | None:
+    """The rows of ``torchscope run``'s own threads (``dialect.TOOL_THREADS_KEY``), or None.
+
+    The sampler and the memory-cap watcher are the tool, not the script: with ``with_stack``
+    their lock waits were most of a cycle's Python events and of its self time."""
+    got = meta.extra.get(TOOL_THREADS_KEY)
+    if not isinstance(got, dict):
+        return None
+    pid, tids = got.get("pid"), got.get("tids")
+    if not raw.is_i64(pid) or not isinstance(tids, list) or not tids or not all(map(raw.is_i64, tids)):
+        return None
+    return (pl.col("pid") == pid) & pl.col("tid").is_in(tids)
+
+
+def _tool_frames_without_tid(ev: pl.DataFrame, meta: TraceMeta) -> pl.Expr:
+    """The frames of a tool thread that made no call during the cycle: torch writes them with
+    tid 0, with any other idle thread's; ours are told by where they are (``runner.tool_thread``)."""
+    pid = meta.extra[TOOL_THREADS_KEY]["pid"]
+    silent = (pl.col("pid") == pid) & (pl.col("tid") == 0) & (pl.col("kind") == "python_function")
+    names = ev.filter(silent)["name"].unique().cast(pl.String)
+    ours = names.filter(names.str.contains(TOOL_FRAME_PATTERN))
+    return silent & pl.col("name").cast(pl.String).is_in(ours.implode()) if ours.len() else pl.lit(False)
+
+
 def _literal(value: Any) -> Any:
     """Kineto writes some keys as Python reprs ("[{'id': 0, ...}]"); read them safely."""
     if isinstance(value, str) and value[:1] in "[{":
