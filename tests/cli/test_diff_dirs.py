@@ -122,3 +122,30 @@ def test_a_portable_trace_against_a_kineto_one_is_said(tmp_path: Path, capsys: p
     assert "A was recorded by Kineto, B by the portable collector" in err
     assert main(["diff", kineto, kineto, "--json"]) == 0
     assert "collector" not in capsys.readouterr().err
+
+
+def test_a_run_whose_script_has_its_own_profiler_is_one_run_diff_compares(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The script's profiler took over before the first optimizer step: OUT/traces/ held ours,
+    setup only ("run: no step"), and the copy of the script's cycle. ``report`` read them as 2
+    runs (the setup a 13 ms step) and ``diff`` refused the folder ("holds 2 runs")."""
+    out = tmp_path / "own"
+    script = [str(SCRIPT.parent / "own_profiler.py"), str(tmp_path / "tb"), "0"]
+    assert main(["run", "--out", str(out), "--no-summary", *script]) == 0
+    capsys.readouterr()  # what the script printed
+    assert sorted(p.name for p in (out / "traces").iterdir()) == [
+        "run.pt.trace.json",
+        "script_profiler1.cycle1.pt.trace.json",
+    ]
+    assert main(["report", str(out), "--json", "--no-html"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert (run["run"], run["ranks"], run["cycles"]) == ("own", 1, 2)
+    # the script's two active steps, and no step of the setup
+    steps = load(out / "traces" / "script_profiler1.cycle1.pt.trace.json").steps["dur_ns"].to_list()
+    assert run["steps_ns"]["count"] == 2 and run["steps_ns"]["max"] == max(steps)
+    assert run["cycle_table"][0]["left_out"]
+
+    d = _diff_json(out, out, capsys)
+    for side in ("a", "b"):
+        assert d[side]["step_numbers"] == [2, 3] and d[side]["cycles"] == 1 and d[side]["ranks"] == 1

@@ -92,3 +92,21 @@ def test_cycles_are_listed_in_number_order(tmp_path: Path, traces_dir: Path) -> 
     finally:
         served.close()
     assert [Path(name).name for name in files] == [f"step_{n}.pt.trace.json" for n in (1, 3, 11, 23)]
+
+
+def test_a_run_whose_script_has_its_own_profiler_is_listed_as_one_job(
+    tmp_path: Path, traces_dir: Path
+) -> None:
+    """torchscope run's setup-only cycle and the copies of the script's profiler's cycles were
+    loose files, no job: discovery knew only its step_N names."""
+    traces = tmp_path / "log" / "prof2" / "traces"
+    traces.mkdir(parents=True)
+    text = gzip.decompress((traces_dir / SOURCE).read_bytes())
+    for name in ("run", "script_profiler1.cycle1", "script_profiler1.cycle2", "script_profiler1.cycle3"):
+        (traces / f"{name}.pt.trace.json").write_bytes(text)
+    served = Served(tmp_path / "log")
+    try:
+        jobs = [r["name"] for r in served.runs() if r.get("kind") == "job"]
+    finally:
+        served.close()
+    assert jobs == ["prof2 (job: 1 rank, 4 cycles)"]

@@ -113,8 +113,9 @@ class JobDir:
         ranks: Ranks = {}
         for rf in found.rank_files:
             key = str(rf.rank) if len(runs) == 1 else f"{rf.run}/{rf.rank}"
-            # a file naming no rank beside files of rank 0 is a rank of its own, as in ``report``
-            ranks[key if key not in ranks else f"{key}+{len(ranks)}"] = list(rf.files)
+            # a file naming no rank beside files of rank 0 is a rank of its own, as in ``report``;
+            # torchscope run's setup-only cycle holds no step to compare (``RankFiles.step_files``)
+            ranks[key if key not in ranks else f"{key}+{len(ranks)}"] = list(rf.step_files)
         # said with the folder: a diff has two, and the same file may be skipped in each
         return cls(root, ranks, tuple(f"{root}: {line}" for line in (*found.skipped, *mixed_world_sizes(found))))
 
@@ -163,11 +164,12 @@ def ranks_of(t: Trace | TraceSet | JobDir) -> Ranks:
         found = discover(root).rank_files
         grouped: Ranks = {}
         for rf in found:
-            cycles = [by_file[f.resolve()] for f in rf.files if f.resolve() in by_file]
+            # torchscope run's setup-only cycle holds no step to compare (``RankFiles.step_files``)
+            cycles = [by_file[f.resolve()] for f in rf.step_files if f.resolve() in by_file]
             key = str(rf.rank) if len({r.run for r in found}) == 1 else f"{rf.run}/{rf.rank}"
             if cycles:
                 grouped[key] = cycles
-        if sum(map(len, grouped.values())) == len(traces):
+        if sum(f.resolve() in by_file for rf in found for f in rf.files) == len(traces):  # every trace placed
             return grouped
     return {k: [tr] for k, tr in t.items()}
 

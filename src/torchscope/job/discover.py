@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchscope.runner import cycle_names
 from torchscope.trace.json_repair import not_a_document
 from torchscope.writes import hidden
 
@@ -27,8 +28,9 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)
 # tensorboard_trace_handler: {worker}.{time_ns or ms}.pt.trace.json[.gz]
 _TB = re.compile(r"^(?P<worker>.+?)\.(?P<stamp>\d+)\.pt\.trace\.json(\.gz)?$")
-# torchscope run's own cycles (runner.session): traces/step_{N}.pt.trace.json, one writer
-_OUR_CYCLE = re.compile(r"^step_\d+\.pt\.trace\.json(\.gz)?$")
+# the writer of torchscope run's cycles (``runner.cycle_names``: step_N, the setup-only run,
+# the script's own profiler's copies), as a run's worker and family
+_RUN_WRITER = "torchscope run"
 _DIST = re.compile(r'"distributedInfo"\s*:\s*\{')
 _DIST_RANK = re.compile(r'"rank"\s*:\s*(\d+)')
 _DIST_WORLD = re.compile(r'"world_size"\s*:\s*(\d+)')
@@ -58,6 +60,14 @@ class RankFiles:
     @property
     def cycles(self) -> int:
         return len(self.files)
+
+    @property
+    def step_files(self) -> tuple[Path, ...]:
+        """Its cycles that hold its steps: all but ``torchscope run``'s setup-only cycle
+        (``cycle_names.SETUP_CYCLE``, the work before the first optimizer step), which the run's
+        own summary calls "no step", when the rank has others. A diff compares steps."""
+        stepped = tuple(f for f in self.files if not cycle_names.is_setup_cycle(f.name))
+        return stepped or self.files
 
 
 @dataclass(frozen=True)
@@ -385,10 +395,11 @@ def rank_in_name(path: Path, root: Path) -> int | None:
 def _run_of(path: Path, root: Path) -> str:
     """The folder the file sits in, relative to root; with torchrun-style ``rank-N`` folders
     (``OUT/rank-N/traces/``), the folder above the first of them; for ``torchscope run``'s own
-    cycles (``OUT/traces/step_N...``), ``OUT`` (the run was headed "traces")."""
+    cycles (``OUT/traces/step_N...``, ``run...``, ``script_profilerK.cycleN...``), ``OUT`` (the
+    run was headed "traces")."""
     parts = path.relative_to(root).parent.parts
     cut = next((i for i, p in enumerate(parts) if _RANK.fullmatch(p)), len(parts))
-    ours = _OUR_CYCLE.match(path.name) is not None
+    ours = cycle_names.is_cycle_file(path.name)
     if cut == len(parts) and parts and parts[-1] == "traces" and ours:
         cut -= 1
     if parts[:cut]:
@@ -402,13 +413,13 @@ def _run_of(path: Path, root: Path) -> str:
 
 def _worker(path: Path) -> str:
     """The writer of a file without a rank: ``tensorboard_trace_handler``'s worker name (its
-    cycles share it), ``torchscope run``'s ``step_N`` files (one run's cycles), else the file's
-    own name (a file of its own)."""
+    cycles share it), ``torchscope run``'s cycle files (one run's cycles, whatever recorded
+    them: ``cycle_names``), else the file's own name (a file of its own)."""
     m = _TB.match(path.name)
     if m:
         return m.group("worker")
-    if _OUR_CYCLE.match(path.name):
-        return "step"
+    if cycle_names.is_cycle_file(path.name):
+        return _RUN_WRITER
     for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
         if path.name.endswith(suffix):
             return path.name[: -len(suffix)]
@@ -417,16 +428,23 @@ def _worker(path: Path) -> str:
 
 def _family(path: Path) -> str:
     """The name shared by the files of one ranked run: ``tensorboard_trace_handler``'s files
-    are all one run per folder (""); others by their name with each number a ``*``
-    (``nccl_rank*_of_*``, ``rank-*.step_*``)."""
+    are all one run per folder (""), and so are ``torchscope run``'s (``rank-N.step_M``, and
+    ``rank-N.script_profilerK.cycleM`` once the script's profiler took over); others by their
+    name with each number a ``*`` (``nccl_rank*_of_*``)."""
     if _TB.match(path.name):
         return ""
+    if cycle_names.is_cycle_file(path.name):
+        return _RUN_WRITER
     return re.sub(r"\d+", "*", _worker(path))
 
 
 def _cycle_order(path: Path) -> tuple[object, ...]:
     m = _TB.match(path.name)
-    return (int(m.group("stamp")), path.name) if m else (0, *natural(path.name))
+    if m:
+        return (int(m.group("stamp")), path.name)
+    if cycle_names.is_cycle_file(path.name):  # as written: the setup, ours, the script's
+        return (0, *cycle_names.written_order(path.name))
+    return (0, *natural(path.name))
 
 
 def natural(key: str) -> tuple[object, ...]:

@@ -9,6 +9,7 @@ one line per cycle, and the advisor's findings deduplicated across ranks and cyc
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from statistics import median
 from typing import Any
 
@@ -16,6 +17,7 @@ from torchscope.analysis.overview import BREAKDOWN_CATEGORIES, HOST_CATEGORIES
 from torchscope.analysis.report_model import units_of
 from torchscope.job.straggler import align, implausible, per_step, run_steps, straggler, wait_per_step
 from torchscope.render.units import fmt_ns
+from torchscope.runner import cycle_names
 from torchscope.trace.dialect import CUT_BY
 
 OUTLIER_MADS = 3.0  # a rank is an outlier when its step is this many MADs from the median
@@ -49,13 +51,22 @@ def _stepless(cycle: dict[str, Any], cycles: list[dict[str, Any]]) -> bool:
     return not cycle["steps_from_trace"] and any(c["steps_from_trace"] for c in cycles)
 
 
+def setup_cycle(cycle: dict[str, Any]) -> bool:
+    """Whether the cycle is ``torchscope run``'s setup-only one (``cycle_names.SETUP_CYCLE``:
+    ours, ended before the script's first optimizer step when the script's own profiler took
+    over). Its whole span is the setup, no step, as the run's own summary says ("run: no step"),
+    also beside cycles without ``ProfilerStep`` (each then one whole-cycle step): read as a step,
+    it made the run's median step 13 ms among 0.4 ms ones."""
+    return cycle_names.is_setup_cycle(Path(str(cycle.get("file", ""))).name)
+
+
 def counted(rank: dict[str, Any]) -> dict[str, Any]:
     """The rank with only the cycles its medians, averages and findings are over: not those
-    that hold only the exit or no step at all, when it has others. A one-step run's log dir
-    showed its exit (92 µs, "Python outside ops 100 %") as the median cycle and averaged it
-    into the step."""
+    that hold only the exit, the setup (``setup_cycle``) or no step at all, when it has others.
+    A one-step run's log dir showed its exit (92 µs, "Python outside ops 100 %") as the median
+    cycle and averaged it into the step."""
     cycles = rank["cycles"]
-    kept = [c for c in cycles if not all_exit(c) and not _stepless(c, cycles)]
+    kept = [c for c in cycles if not all_exit(c) and not setup_cycle(c) and not _stepless(c, cycles)]
     return {**rank, "cycles": kept} if kept and len(kept) < len(cycles) else rank
 
 
@@ -63,6 +74,9 @@ def cycle_note(cycles: list[dict[str, Any]], left_out: bool) -> str | None:
     """What the cycle line and the page's Cycles table say of a cycle's exit step (or of the
     step the profiled block's error or torchscope run's memory cap cut, when our profiler says so)."""
     cut_by = next((CUT_BY[c["ended_by"]] for c in cycles if c.get("ended_by") in CUT_BY), None)
+    if all(setup_cycle(c) for c in cycles):
+        said = "torchscope run's setup before the first optimizer step (no step)"
+        return said + (": left out of the run's steps and findings" if left_out else "")
     if all(all_exit(c) for c in cycles):
         what = f"only the step {cut_by} cut" if cut_by else "only the profile's exit"
         return f"{what} (no step)" + (": left out of the run's steps and findings" if left_out else "")

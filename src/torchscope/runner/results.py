@@ -21,8 +21,9 @@ import polars as pl
 from torchscope.analysis import names
 from torchscope.analysis.flame import sampled_flame_json
 from torchscope.render.text import cut_strings
+from torchscope.runner.cycle_names import SCRIPT_CYCLE
 from torchscope.runner.sampler import HotSpots, covered_by
-from torchscope.runner.session import SCRIPT_CYCLE, SETUP_SPAN, TAIL_SPAN, RunOptions, RunResult
+from torchscope.runner.session import SETUP_SPAN, TAIL_SPAN, RunOptions, RunResult
 from torchscope.trace.model import Trace, TraceSet
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from torchscope.capture.schedule import schedule as make_schedule
 from torchscope.errors import CycleLostError
+from torchscope.runner import cycle_names
 from torchscope.runner.after_step import wrap_step
 from torchscope.runner.bounds import (
     DEFAULT_CAP_MB,
@@ -430,7 +431,7 @@ class _Recording:
         """Write ``prof``'s latest cycle as ``traces/NAME.pt.trace.json``, whole or not at all."""
         from torchscope.writes import write_atomically
 
-        path = self.traces_dir / f"{self.prefix}{name}.pt.trace.json"
+        path = self.traces_dir / cycle_names.file_name(name, self.prefix)
         try:
             write_atomically(path, lambda tmp: prof.export_chrome_trace(str(tmp)))
         except CycleLostError as exc:  # Kineto gave no trace (a full TMPDIR): said once, by cause
@@ -452,7 +453,7 @@ class _Recording:
         # the profiler has already moved on to the next step; one that stop() ends (the cap,
         # the script's end) is saved at the step it was recording
         last = prof.step_num - 1 if prof._started else prof.step_num
-        name = f"step_{last}" if steps or self.options.scheduled else "run"
+        name = cycle_names.own_cycle(last) if steps or self.options.scheduled else cycle_names.SETUP_CYCLE
         if prof._cycles:
             prof._cycles[-1]._torchscope_exported = True
         if self.ended_before_a_step:
@@ -560,7 +561,7 @@ class _Recording:
                 cycle._torchscope_copied = True
                 n = getattr(other, "_torchscope_copies", 0) + 1
                 other._torchscope_copies = n
-                path = self.traces_dir / f"{self.prefix}{SCRIPT_CYCLE}{k}.cycle{n}.pt.trace.json"
+                path = self.traces_dir / cycle_names.file_name(cycle_names.script_cycle(k, n), self.prefix)
                 try:
                     cycle.export(path)  # whole or not at all
                 except Exception as exc:  # noqa: BLE001 - the script's own files are unaffected
@@ -569,9 +570,6 @@ class _Recording:
                 self.written.append(path)
                 self.keep(path)
 
-
-# the files of the cycles a script's own profiler recorded (``copy_script_cycles``) start with this
-SCRIPT_CYCLE = "script_profiler"
 
 _NO_WARMUP = (
     "no warmup step (--warmup 0): the first recorded step of each cycle also holds the profiler's "
