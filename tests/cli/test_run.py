@@ -1067,6 +1067,23 @@ def test_a_script_that_ends_as_a_cycle_begins_writes_no_empty_cycle(tmp_path: Pa
     assert [p.name for p in (out / "traces").iterdir()] == ["step_4.pt.trace.json"]
 
 
+def test_a_cycle_cut_by_the_script_s_end_is_named_by_its_last_step(tmp_path: Path) -> None:
+    """A 40-step script ends inside the default schedule's last cycle (steps 38-40): its last
+    step is 39, and the work after it is no step. The file was named step_40 (the step the
+    profiler had opened when the script ended), where docs/cli.md says "step_N: the cycle that
+    ended at step N"."""
+    from torchscope.trace.loader import load
+
+    out = tmp_path / "cut"
+    quiet = ["--no-summary", "--sample-ms", "0"]
+    assert main(["run", "--out", str(out), *quiet, str(SCRIPTS / "linear_steps.py"), "40"]) == 0
+    names = [Path(p).name for p in json.loads((out / "run.json").read_text())["traces"]]
+    assert names == ["step_4.pt.trace.json", "step_22.pt.trace.json", "step_39.pt.trace.json"]
+    trace = load(out / "traces" / "step_39.pt.trace.json")
+    assert isinstance(trace, torchscope.Trace)
+    assert trace.steps["step"].to_list() == [38, 39]
+
+
 def test_a_relative_out_stays_where_it_was_named_when_the_script_changes_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -450,9 +450,16 @@ class _Recording:
         while it runs)."""
         steps = self.hook.count if self.hook is not None else 0
         # named by the cycle's last step: a cycle the schedule ends is saved inside step(), once
-        # the profiler has already moved on to the next step; one that stop() ends (the cap,
-        # the script's end) is saved at the step it was recording
-        last = prof.step_num - 1 if prof._started else prof.step_num
+        # the profiler has already moved on to the next step; one the cap's stop() ends is saved
+        # at the step it was recording; one stopped at the script's end (or as ours steps aside)
+        # holds, after its last step, the work after the last optimizer.step(), which is no step
+        # (``_rename_tail``): a script that raised after step 39 left "step_40"
+        if prof._started:
+            last = prof.step_num - 1
+        elif self.stopping and self.stopping[0] > 0:
+            last = self.stopping[0] - 1
+        else:
+            last = prof.step_num
         name = cycle_names.own_cycle(last) if steps or self.options.scheduled else cycle_names.SETUP_CYCLE
         if prof._cycles:
             prof._cycles[-1]._torchscope_exported = True
