@@ -566,6 +566,30 @@ def test_a_full_disk_never_changes_the_exit_code_nor_leaves_partial_files(
     assert json.loads((out / "run.json").read_text())["exit_code"] == 3
 
 
+def test_the_summary_sends_the_user_to_report_html_only_when_it_was_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills as the page is written: the cycles' line said "each in report.html" of a
+    page that was never written."""
+    write_bytes = Path.write_bytes
+
+    def full_page(self: Path, data: bytes) -> int:
+        if self.name.endswith("report.html"):
+            raise _enospc()
+        return write_bytes(self, data)
+
+    out = tmp_path / "nopage"
+    args = ["run", "--out", str(out), "--sample-ms", "0", str(SCRIPTS / "linear_steps.py"), "45"]
+    assert main(args) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "cycles (3; the last is shown above, each in report.html)" in err
+    monkeypatch.setattr(Path, "write_bytes", full_page)
+    assert main(args) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "report.html: No space left on device" in err and not (out / "report.html").exists()
+    assert "cycles (3; the last is shown above)" in err
+
+
 @pytest.fixture
 def tiny_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A 256 KiB tmpfs, where this machine lets us mount one (root in a container); else skip."""

@@ -398,7 +398,10 @@ def _print_summary(payload: dict | None, result: object, options: object, files:
         print_summary(payload, console)
     if len(cycles) > 1:
         which = "the last" if shown == len(names) - 1 else f"{names[shown]}, the last with a step,"
-        console.print(f"[bold]cycles[/bold] ({len(cycles)}; {which} is shown above, each in report.html)")
+        # the page is named only when it was written: on a full disk it was not, and the line
+        # sent the user to a report.html that was not there
+        where = ", each in report.html" if "html" in files else ""
+        console.print(f"[bold]cycles[/bold] ({len(cycles)}; {which} is shown above{where})")
         for (name, cycle), has_steps in zip(cycles.items(), stepped, strict=True):
             total = (cycle.get("breakdown_us") or {}).get("Total") or (
                 cycle.get("host_breakdown_us") or {}
