@@ -618,6 +618,58 @@ def test_a_real_full_disk_keeps_the_exit_code(tiny_disk: Path) -> None:
                 json.loads(f.read_text())  # whole, or absent
 
 
+def test_a_disk_the_script_fills_still_gets_the_run_s_end_and_its_lost_cycles(
+    tmp_path: Path, tiny_disk: Path
+) -> None:
+    """The script fills the disk after step 10 and exits 0: every later write fails, run.json's
+    final record too (its temporary needs room beside the record of the start), and run.json
+    stayed "running", which the report reads as a run killed by SIGKILL. The room the run kept
+    for that record lets it say the script's exit and the cycles it could not write."""
+    script = tmp_path / "fills.py"
+    script.write_text(
+        "import os, sys, torch\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for i in range(45):\n"
+        "    opt.zero_grad(); model(torch.randn(4, 8)).sum().backward(); opt.step()\n"
+        "    if i == 10:\n"
+        "        fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT)\n"
+        "        try:\n"
+        "            while os.write(fd, b'x' * 4096): pass\n"
+        "        except OSError: pass\n"
+    )
+    out = tiny_disk / "run"
+    done = _run_cli("--out", str(out), "--sample-ms", "0", str(script), str(tiny_disk / "filler"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    facts = json.loads((out / "run.json").read_text())
+    assert facts["state"] == "ended" and facts["exit_code"] == 0
+    lost = [Path(p).name for p in facts["traces_not_written"]]
+    assert lost[-2:] == ["step_22.pt.trace.json", "step_40.pt.trace.json"]  # step_4 was before the filler
+    assert not (out / ".run.json-room").exists()
+
+
+def test_run_json_names_the_cycles_a_full_disk_lost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only step_22's write fails: its file is missing and no file said it was recorded."""
+    from torchscope.capture.profiler import profile
+
+    export = profile.export_chrome_trace
+
+    def full_once(self: object, path: str, use_python_export: bool = False) -> None:
+        if "step_22" in path:
+            raise _enospc()
+        export(self, path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(profile, "export_chrome_trace", full_once)
+    out = tmp_path / "lost"
+    assert main(["run", "--out", str(out), "--no-summary", str(SCRIPTS / "linear_steps.py"), "45"]) == 0
+    facts = json.loads((out / "run.json").read_text())
+    assert [Path(p).name for p in facts["traces"]] == ["step_4.pt.trace.json", "step_40.pt.trace.json"]
+    assert facts["traces_not_written"] == [str(out / "traces" / "step_22.pt.trace.json")]
+    assert "could not write" in capsys.readouterr().err
+
+
 def test_tensorboard_trace_handler_on_a_full_disk_leaves_no_partial_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -207,6 +207,8 @@ notes:
             "notes": list(result.notes),
             **files,
         }
+        if result.unwritten_paths:  # the cycles a full disk lost: no file says they were recorded
+            facts["traces_not_written"] = [str(p) for p in result.unwritten_paths]
         from torchscope.runner.target import SIGNALS_WHILE_SAVING
 
         if SIGNALS_WHILE_SAVING:  # saved through it: the script's exit code and error stand
@@ -281,6 +283,27 @@ def _record_start(out: Path, command: list[str]) -> None:
         "command": command,
     }
     _write_record(out, facts)
+    _reserve_room(out)
+
+
+# A hidden file beside run.json, written when the run starts and removed just before the run's
+# final record: a disk the traces filled had no room left for that record (its temporary needs
+# room while the old run.json still holds its own), and run.json stayed "running", which a
+# report reads as a run killed by SIGKILL although the script exited 0. 64 KiB holds the record
+# of hundreds of cycles; random bytes, since a compressing file system stores zeros in nothing.
+RECORD_ROOM = ".run.json-room"
+ROOM_BYTES = 64 * 1024
+
+
+def _reserve_room(out: Path) -> None:
+    """Keep ``ROOM_BYTES`` of the disk for the run's final record (``RECORD_ROOM``); nothing
+    when the disk has not even that (the final record then says what it can)."""
+    room = out / RECORD_ROOM
+    try:
+        room.write_bytes(os.urandom(ROOM_BYTES))
+    except OSError:
+        with contextlib.suppress(OSError):
+            room.unlink()
 
 
 @contextlib.contextmanager
@@ -319,6 +342,9 @@ def _write_record(out: Path, facts: Mapping[str, object], *, say_failure: bool =
     second Ctrl-C are left unsaid (the final one, or the interruption's line, speaks)."""
     from torchscope.writes import write_atomically
 
+    if facts.get("state") == "ended":  # the last record: the room kept for it is its own now
+        with contextlib.suppress(OSError):
+            (out / RECORD_ROOM).unlink()
     text = json.dumps(facts, indent=1)
     try:
         write_atomically(out / "run.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))

@@ -93,6 +93,8 @@ class RunResult:
     setup_s: float | None = None  # wall seconds before the first training iteration (no step)
     notes: list[str] = field(default_factory=list)  # what the run chose to record, and why
     kept_paths: list[Path] = field(default_factory=list)  # the cycles the report reads, in order
+    # cycles recorded but not written (a full disk): run.json names them, as no file can
+    unwritten_paths: list[Path] = field(default_factory=list)
 
 
 def _activities(names: tuple[str, ...] | None) -> list[Any]:
@@ -399,6 +401,7 @@ class _Recording:
         self.options = options
         self.traces_dir = traces_dir
         self.written: list[Path] = []
+        self.unwritten: list[Path] = []  # cycles recorded but not written (a full disk)
         self.kept: list[Path] = []  # the files the report reads
         self.problems: list[str] = []
         self.notes: list[str] = []
@@ -437,9 +440,11 @@ class _Recording:
         except CycleLostError as exc:  # Kineto gave no trace (a full TMPDIR): said once, by cause
             if exc.reason not in self.problems:
                 self.problems.append(exc.reason)
+            self.unwritten.append(path)
             return None
         except OSError as exc:
             self.problems.append(f"could not write {path}: {exc.strerror or exc}")
+            self.unwritten.append(path)
             return None
         self.written.append(path)
         return path
@@ -573,6 +578,7 @@ class _Recording:
                     cycle.export(path)  # whole or not at all
                 except Exception as exc:  # noqa: BLE001 - the script's own files are unaffected
                     self.problems.append(f"could not write {path}: {exc}")
+                    self.unwritten.append(path)
                     continue
                 self.written.append(path)
                 self.keep(path)
@@ -742,6 +748,7 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
         steps=hook.count,
         trace_paths=rec.written,
         kept_paths=rec.kept,
+        unwritten_paths=rec.unwritten,
         hotspots=hotspots,
         env=env,
         step_marks=marks,
