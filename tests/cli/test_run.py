@@ -845,8 +845,10 @@ def test_a_stop_signal_saves_what_was_recorded_as_ctrl_c_does(tmp_path: Path, si
     returncode, err = _stopped_when_ready(["--all", "--out", str(out), str(script)], sig)
     assert returncode == 128 + sig
     assert f"torchscope run: {signame} received: saving what was recorded and writing the report" in err
-    # the traceback ends at the script's line the signal came at, not in our handler
+    # the traceback ends at the script's line the signal came at, not in our handler, and says
+    # the signal as a user knows it, not as our module path ("torchscope.runner.target.Terminated")
     assert "raise_terminated" not in err, err
+    assert f"\nTerminated: {signame}\n" in err and "torchscope.runner" not in err
     facts = json.loads((out / "run.json").read_text())
     assert facts["exit_code"] == 128 + sig and facts["error"] == signame
     assert facts["optimizer_steps"] >= 4 and Path(facts["traces"][0]).is_file()

@@ -202,6 +202,16 @@ def _script_traceback(exc: BaseException) -> TracebackType | None:
     return tb
 
 
+def _print_interruption(exc: KeyboardInterrupt, tb: TracebackType | None) -> None:
+    """The script's traceback as Python prints a ``KeyboardInterrupt``'s. A stop signal's ends
+    in "Terminated: SIGTERM", as a shell names the signal: it ended in our class's module path
+    (``torchscope.runner.target.Terminated: SIGTERM``), which is nothing a user wrote or can use."""
+    lines = traceback.format_exception(type(exc), exc, tb)
+    ours = f"{Terminated.__module__}.{Terminated.__qualname__}:"
+    said = (f"Terminated:{line[len(ours) :]}" if line.startswith(ours) else line for line in lines)
+    sys.stderr.write("".join(said))
+
+
 def _keep_script_globals(tb: TracebackType | None) -> None:
     """A script that exits with ``sys.exit`` or an error keeps its globals (those of its first
     frame in ``tb``, from ``_script_traceback``) until exit too."""
@@ -230,7 +240,7 @@ def execute(target: Target) -> Outcome:
     except KeyboardInterrupt as exc:  # Ctrl-C or a stop signal: the script's traceback, as for any raise
         tb = _script_traceback(exc)
         _keep_script_globals(tb)
-        traceback.print_exception(type(exc), exc, tb)
+        _print_interruption(exc, tb)
         return Outcome(interrupt_exit_code(exc), str(exc) if isinstance(exc, Terminated) else "KeyboardInterrupt")
     except BaseException as exc:  # noqa: BLE001 - the script's crash is reported, not ours
         # Print as the interpreter would, without our own frames on top.
