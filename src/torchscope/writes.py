@@ -50,6 +50,17 @@ def temporary_sibling(target: Path) -> Path:
     return target.with_name(f"{PARTIAL_PREFIX}{os.getpid()}-{next(_SERIAL)}-{name}")
 
 
+_TEMPORARY = re.compile(rf"{re.escape(PARTIAL_PREFIX)}\d+-\d+-(?P<name>.+)")
+
+
+def destination(path: Path) -> Path:
+    """The path the temporary ``path`` (``temporary_sibling``) is renamed to, ``path`` itself
+    when it is no temporary: what a file written there names as its own (a trace's
+    ``traceName``). A name the temporary cut (over 200 bytes) comes back cut."""
+    m = _TEMPORARY.fullmatch(path.name)
+    return path.with_name(m.group("name")) if m else path
+
+
 def write_atomically(
     path: str | os.PathLike[str],
     write: Callable[[Path], Any],

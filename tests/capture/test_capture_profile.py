@@ -117,8 +117,9 @@ def test_chrome_trace_export_plain_and_gzip(net: Any, tmp_path: Path) -> None:
     prof.export_chrome_trace(str(tmp_path / "t.json.gz"))
     doc = json.loads((tmp_path / "t.json").read_text())
     assert doc["run"] == "nightly" and doc["config"] == {"lr": 0.1}
+    assert doc["traceName"] == str(tmp_path / "t.json")  # each file names itself, not Kineto's temporary
     with gzip.open(tmp_path / "t.json.gz") as f:
-        assert json.loads(f.read()) == doc
+        assert json.loads(f.read()) == {**doc, "traceName": str(tmp_path / "t.json.gz")}
     names = {e["name"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op"}
     assert {"aten::linear", "aten::addmm", "aten::relu"} <= names
     # a file we wrote reads back into the same table
@@ -489,8 +490,9 @@ def test_device_annotations_are_not_self_cuda_time(traces_dir: Path) -> None:
 
 def test_exporting_a_cycle_copies_kinetos_file_without_reading_it(net: Any, tmp_path: Path) -> None:
     """A tensorboard_trace_handler exports every cycle as it ends: valid JSON with no renamed
-    event is Kineto's file byte for byte, and the cycle is not read for it (that read, and a
-    search for raw strings in Python, made each cycle end slower than torch's)."""
+    event is Kineto's file byte for byte but for its last key, the path it names as its own
+    (Kineto's temporary), and the cycle is not read for it (that read, and a search for raw
+    strings in Python, made each cycle end slower than torch's)."""
     prof = profile()
     prof.start()
     net()
@@ -501,8 +503,11 @@ def test_exporting_a_cycle_copies_kinetos_file_without_reading_it(net: Any, tmp_
     prof.export_chrome_trace(str(tmp_path / "t.json"))
     prof.export_chrome_trace(str(tmp_path / "t.json.gz"))
     assert cycle._trace is None
-    assert (tmp_path / "t.json").read_bytes() == saved
-    assert gzip.decompress((tmp_path / "t.json.gz").read_bytes()) == saved
+    def named(path: Path) -> bytes:
+        return saved.replace(json.dumps(str(cycle.path)).encode(), json.dumps(str(path)).encode())
+
+    assert (tmp_path / "t.json").read_bytes() == named(tmp_path / "t.json") != saved
+    assert gzip.decompress((tmp_path / "t.json.gz").read_bytes()) == named(tmp_path / "t.json.gz")
     assert "aten::linear" in {r.key for r in prof.key_averages()}  # the cycle reads afterwards
 
 
@@ -819,7 +824,9 @@ def test_an_export_takes_the_followers_word_for_the_file(
     prof.export_chrome_trace(str(tmp_path / "t.json"))
     cycle = prof._cycles[-1]
     assert looked == [] and cycle.path is not None
-    assert (tmp_path / "t.json").read_bytes() == cycle.path.read_bytes()
+    kinetos = cycle.path.read_bytes()  # but for the path it names as its own (Kineto's temporary)
+    own = kinetos.replace(json.dumps(str(cycle.path)).encode(), json.dumps(str(tmp_path / "t.json")).encode())
+    assert (tmp_path / "t.json").read_bytes() == own
     assert cycle.trace.equals(reader.read_chrome_document(cycle.path.read_bytes(), kineto.LIVE_SOURCE))
     with profile(record_shapes=True) as other:  # no follower: the file is looked over
         net()

@@ -1162,6 +1162,39 @@ def test_a_cycle_cut_by_the_script_s_end_is_named_by_its_last_step(tmp_path: Pat
     assert trace.steps["step"].to_list() == [38, 39]
 
 
+@pytest.mark.parametrize("options", [[], ["--memory", "--stack"]])
+def test_each_cycle_s_trace_name_is_the_path_it_was_saved_as(tmp_path: Path, options: list[str]) -> None:
+    """Kineto ends its file with the path it wrote, our temporary: every saved cycle said
+    "traceName": "/tmp/torchscope-cycles-HOST-.../cycle-1.pt.trace.json", a file long gone."""
+    out = tmp_path / "named"
+    schedule = ["--wait", "0", "--warmup", "1", "--active", "2", "--repeat", "2", *options]
+    assert main(["run", "--out", str(out), "--no-summary", *schedule, str(SCRIPTS / "linear_steps.py")]) == 0
+    saved = sorted((out / "traces").iterdir())
+    assert len(saved) == 2
+    for path in saved:
+        assert json.loads(path.read_text())["traceName"] == str(path)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_copied_kineto_file_names_its_copy(tmp_path: Path, gz: bool) -> None:
+    """The copy of Kineto's file (plain, or gzip-compressed as it is copied) names itself; the
+    events before the name are copied byte for byte, however far back they start."""
+    import gzip
+
+    from torchscope.capture.kineto import _copy_file
+
+    events = ",".join(f'{{"ph": "X", "name": "op{i}", "ts": {i}, "dur": 1}}' for i in range(400))
+    source = tmp_path / "cycle-1.pt.trace.json"
+    kinetos = "/tmp/torchscope-cycles-x/cycle-1.pt.trace.json"
+    source.write_text(f'{{"traceEvents": [{events}],"traceName": "{kinetos}" }}')
+    target = tmp_path / ("step_4.pt.trace.json.gz" if gz else "step_4.pt.trace.json")
+    _copy_file(source, target, gz, "/runs/a/traces/step_4.pt.trace.json")
+    text = gzip.decompress(target.read_bytes()) if gz else target.read_bytes()
+    doc = json.loads(text)
+    assert doc["traceName"] == "/runs/a/traces/step_4.pt.trace.json"
+    assert doc["traceEvents"] == json.loads(source.read_text())["traceEvents"]
+
+
 def test_a_relative_out_stays_where_it_was_named_when_the_script_changes_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -281,14 +281,73 @@ def _valid_json(path: Path) -> bool:
     return doc is not None and doc[0] >= 0
 
 
-def _copy_file(source: Path, target: Path, gz: bool) -> None:
+# Kineto ends its file with ``"traceName": PATH``, the path it wrote: our temporary
+# (/tmp/torchscope-cycles-.../cycle-1.pt.trace.json), gone once the cycle is saved elsewhere
+_TRACE_NAME = b'"traceName": '
+_TAIL = 4096  # the file's last bytes, where that key is
+
+
+def _named_tail(tail: bytes, name: str) -> bytes | None:
+    """``tail`` (a trace's last bytes) with its ``"traceName"`` made ``name``; None when it ends
+    in no such key (then the file is copied as it is)."""
+    import json
+
+    at = tail.rfind(_TRACE_NAME)
+    if at < 0:
+        return None
+    try:
+        text = tail[at + len(_TRACE_NAME) :].decode("utf-8")
+        _, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:  # a path cut by the tail's start, or no string: left as it is
+        return None
+    rest = text[end:]
+    if rest.strip() != "}":
+        return None
+    return tail[:at] + _TRACE_NAME + json.dumps(name).encode() + rest.encode()
+
+
+def _named_trace(trace: Trace, name: str) -> Trace:
+    """``trace`` with the ``"traceName"`` it read from Kineto's file (``_TRACE_NAME``) made
+    ``name``, for a copy written from the Trace."""
+    import dataclasses
+
+    if "traceName" not in trace.meta.extra:
+        return trace
+    meta = dataclasses.replace(trace.meta, extra={**trace.meta.extra, "traceName": name})
+    return dataclasses.replace(trace, meta=meta)
+
+
+def _copy_file(source: Path, target: Path, gz: bool, name: str | None = None) -> None:
     """``source`` copied to ``target`` (in the kernel), or gzip-compressed into it in 1 MB
-    blocks: never the whole text in memory."""
+    blocks: never the whole text in memory. ``name``: the ``"traceName"`` the copy says
+    (``_named_tail``), the path it is saved as, not the temporary Kineto wrote."""
+    cut, tail = 0, None
+    if name is not None:
+        size = source.stat().st_size
+        cut = max(0, size - _TAIL)
+        with open(source, "rb") as src:
+            src.seek(cut)
+            tail = _named_tail(src.read(), name)
     if not gz:
         shutil.copyfile(source, target)
+        if tail is not None:
+            with open(target, "r+b") as dst:
+                dst.seek(cut)
+                dst.write(tail)
+                dst.truncate()
         return
     with open(source, "rb") as src, gzip.open(target, "wb", compresslevel=6) as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
+        if tail is None:
+            shutil.copyfileobj(src, dst, 1 << 20)
+            return
+        left = cut
+        while left:
+            block = src.read(min(left, 1 << 20))
+            if not block:
+                break
+            dst.write(block)
+            left -= len(block)
+        dst.write(tail)
 
 
 class Cycle:
@@ -417,26 +476,30 @@ class Cycle:
         scheduled run slower than torch's at every cycle end. A cycle Kineto gave no trace
         for raises ``CycleLostError`` rather than writing an empty one.
         """
-        from torchscope.writes import write_atomically, write_data
+        from torchscope.writes import destination, write_atomically, write_data
 
         if self.lost is not None:
             raise CycleLostError(os.fspath(path), self.lost)
         target = Path(path)
+        name = os.fspath(destination(target))  # the file's own name: never a temporary's
         gz = target.name.endswith(".gz")
         if self.path is not None and self.names_restored:
             # Kineto's file has its changed names: write the Trace, which has the true ones
             from torchscope.trace.chrome_writer import write_chrome
 
-            write_chrome(self.trace, target)
+            write_chrome(_named_trace(self.trace, name), target)
             return
         saved = self.path
         if saved is not None and (self._vouched_for(saved) or _valid_json(saved)):
-            write_atomically(target, lambda tmp: _copy_file(saved, tmp, gz))
+            write_atomically(target, lambda tmp: _copy_file(saved, tmp, gz, name))
             return
         if self.path is not None:
             # Kineto's file, less the raw string values it sometimes leaves unescaped (without
             # the repair one stray quote makes the whole file unreadable to Perfetto and HTA)
             data, _ = escape_raw_strings(self.path.read_bytes())
+            named = _named_tail(data[-_TAIL:], name)
+            if named is not None:
+                data = data[:-_TAIL] + named
         else:
             import msgspec
 
