@@ -668,6 +668,12 @@ def test_run_json_names_the_cycles_a_full_disk_lost(
     assert [Path(p).name for p in facts["traces"]] == ["step_4.pt.trace.json", "step_40.pt.trace.json"]
     assert facts["traces_not_written"] == [str(out / "traces" / "step_22.pt.trace.json")]
     assert "could not write" in capsys.readouterr().err
+    # and a report of the folder says which cycle is missing (it showed "2 cycles" and no more)
+    from torchscope.job.discover import scan
+
+    assert scan(out)[1] == [
+        "run.json: 1 recorded cycle could not be written (a full disk?), so it is missing: step_22.pt.trace.json"
+    ]
 
 
 def test_tensorboard_trace_handler_on_a_full_disk_leaves_no_partial_file(

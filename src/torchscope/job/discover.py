@@ -276,12 +276,20 @@ def _how_the_run_ended(path: Path, directory: Path) -> list[str]:
         code, error = int(facts.get("exit_code", 0)), facts.get("error")
     except (OSError, ValueError, TypeError, AttributeError):
         return []
+    said = []
+    lost = facts.get("traces_not_written")
+    if isinstance(lost, list) and lost:  # a full disk: no file is there to say they were recorded
+        names = ", ".join(Path(str(p)).name for p in lost)
+        said.append(
+            f"{path.relative_to(directory)}: {len(lost)} recorded cycle{'s' if len(lost) != 1 else ''}"
+            f" could not be written (a full disk?), so {'they are' if len(lost) != 1 else 'it is'} missing: {names}"
+        )
     if code == 0:
-        return []
+        return said
     why = f" ({error})" if error else ""
     traces = facts.get("traces")
     kept = "it wrote no trace" if isinstance(traces, list) and not traces else "its traces end where it stopped"
-    return [f"{path.relative_to(directory)}: the script exited {code}{why}: {kept}"]
+    return [f"{path.relative_to(directory)}: the script exited {code}{why}: {kept}", *said]
 
 
 # where ``torchscope run`` has Python's faulthandler write the stacks of a crash (a segfault in
@@ -316,8 +324,8 @@ def _run_not_ended(facts: dict[str, object], rel: Path, crash: Path) -> str:
         return f"{rel}: the run is still going (process {pid}): its traces so far"
     return (
         f"{rel}: the run never recorded how it ended (killed by SIGKILL, e.g. the out-of-memory"
-        " killer, or its machine stopped): its traces end where it stopped, and a cycle being"
-        " recorded then is lost"
+        " killer, or its machine stopped; or its last write failed, on a full disk): its traces end"
+        " where it stopped, and a cycle being recorded then is lost"
     )
 
 
