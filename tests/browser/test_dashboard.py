@@ -340,12 +340,13 @@ def test_a_run_opens_on_its_latest_cycle_with_a_step_and_shows_that_cycle_s_find
     schedule = ["--wait", "0", "--warmup", "1", "--active", "2", "--repeat", "0"]
     assert main(["run", "--out", str(out), "--no-summary", *schedule, str(script)]) == 0
     cycles = json.loads((out / "report.json").read_text())["report"]["ranks"]
-    assert list(cycles) == ["step_2", "step_5", "step_8"]
-    cycle = cycles["step_8"]  # step 7 whole, and the exit
+    # the last cycle holds step 7 whole and the work after it (no step): named by its last step
+    assert list(cycles) == ["step_2", "step_5", "step_7"]
+    cycle = cycles["step_7"]
     page.goto((out / "report.html").resolve().as_uri())
     page.wait_for_selector("#view[data-rendered=overview]")
-    assert page.eval_on_selector("#run-select", "s => s.options[s.selectedIndex].textContent") == "step_8"
-    assert "Findings of step_8" in page.inner_text("[data-testid=recommendations-of]")
+    assert page.eval_on_selector("#run-select", "s => s.options[s.selectedIndex].textContent") == "step_7"
+    assert "Findings of step_7" in page.inner_text("[data-testid=recommendations-of]")
     shown = page.inner_text("[data-testid=recommendations]")
     assert cycle["recommendations"] and all(f["message"][:40] in shown for f in cycle["recommendations"])
     assert page.errors == []
