@@ -149,3 +149,29 @@ def test_a_run_whose_script_has_its_own_profiler_is_one_run_diff_compares(
     d = _diff_json(out, out, capsys)
     for side in ("a", "b"):
         assert d[side]["step_numbers"] == [2, 3] and d[side]["cycles"] == 1 and d[side]["ranks"] == 1
+
+
+def test_steps_before_the_scripts_profiler_are_not_matched_against_its_own_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three steps before the script's profiler starts: ours recorded them as steps 0-2
+    (``step_2``), the script's profiler numbers its own ``step()`` calls, so its cycle holds
+    steps 2 and 3 too: ``diff`` matched both "step 2"s ("5 steps in 2 cycles", step numbers
+    [0, 1, 2, 3]). The run reports the script's cycles, in the script's numbering."""
+    out = tmp_path / "own"
+    script = [str(SCRIPT.parent / "own_profiler.py"), str(tmp_path / "tb"), "0", "0", "3"]
+    assert main(["run", "--out", str(out), "--no-summary", *script]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in (out / "traces").iterdir()) == [
+        "script_profiler1.cycle1.pt.trace.json",
+        "step_2.pt.trace.json",
+    ]
+    assert sorted(load(out / "traces" / "step_2.pt.trace.json").steps["step"].to_list()) == [0, 1, 2]
+    assert main(["report", str(out), "--json", "--no-html"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["steps_ns"]["count"] == 2  # the script's two active steps
+    ours = next(row for row in run["cycle_table"] if row["file"].endswith("step_2.pt.trace.json"))
+    assert ours["left_out"] and ours["note"].startswith("torchscope run's, before the script's own profiler took over")
+    d = _diff_json(out, out, capsys)
+    for side in ("a", "b"):
+        assert d[side]["step_numbers"] == [2, 3] and d[side]["cycles"] == 1

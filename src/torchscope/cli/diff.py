@@ -23,6 +23,7 @@ from torchscope.cli.common import (
     read_early,
     warn_on_stderr,
 )
+from torchscope.render.units import plural
 
 if TYPE_CHECKING:  # imported when used: both files start reading before polars imports
     from torchscope.analysis.diff import JobDir
@@ -182,11 +183,11 @@ def compared_lines(da: dict[str, Any], db: dict[str, Any]) -> list[str]:
     lines = []
     if max(da.get("cycles", 1), db.get("cycles", 1)) > 1:
         lines.append(
-            "compared per step: {} steps in {} cycles vs {} steps in {} cycles{}".format(
-                da["steps"],
-                da["cycles"],
-                db["steps"],
-                db["cycles"],
+            "compared per step: {} in {} vs {} in {}{}".format(
+                plural(da["steps"], "step"),
+                plural(da["cycles"], "cycle"),
+                plural(db["steps"], "step"),
+                plural(db["cycles"], "cycle"),
                 " (of each rank)" if max(da.get("ranks", 1), db.get("ranks", 1)) > 1 else "",
             )
         )

@@ -63,11 +63,11 @@ class RankFiles:
 
     @property
     def step_files(self) -> tuple[Path, ...]:
-        """Its cycles that hold its steps: all but ``torchscope run``'s setup-only cycle
-        (``cycle_names.SETUP_CYCLE``, the work before the first optimizer step), which the run's
-        own summary calls "no step", when the rank has others. A diff compares steps."""
-        stepped = tuple(f for f in self.files if not cycle_names.is_setup_cycle(f.name))
-        return stepped or self.files
+        """Its cycles that hold its steps, in one numbering (``cycle_names.reported``): not
+        ``torchscope run``'s setup-only cycle (no step, as the run's own summary says), nor its
+        cycles from before a script's own profiler took over. A diff compares steps."""
+        keep = cycle_names.reported([f.name for f in self.files])
+        return tuple(f for f, k in zip(self.files, keep, strict=True) if k)
 
 
 @dataclass(frozen=True)

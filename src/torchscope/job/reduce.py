@@ -57,7 +57,16 @@ def setup_cycle(cycle: dict[str, Any]) -> bool:
     over). Its whole span is the setup, no step, as the run's own summary says ("run: no step"),
     also beside cycles without ``ProfilerStep`` (each then one whole-cycle step): read as a step,
     it made the run's median step 13 ms among 0.4 ms ones."""
-    return cycle_names.is_setup_cycle(Path(str(cycle.get("file", ""))).name)
+    return cycle_names.is_setup_cycle(_file_name(cycle))
+
+
+def _file_name(cycle: dict[str, Any]) -> str:
+    return Path(str(cycle.get("file", ""))).name
+
+
+def _reported(cycles: list[dict[str, Any]]) -> list[bool]:
+    """Which cycles hold the steps the run reports, in one numbering (``cycle_names.reported``)."""
+    return cycle_names.reported([_file_name(c) for c in cycles])
 
 
 def counted(rank: dict[str, Any]) -> dict[str, Any]:
@@ -66,17 +75,26 @@ def counted(rank: dict[str, Any]) -> dict[str, Any]:
     A one-step run's log dir showed its exit (92 µs, "Python outside ops 100 %") as the median
     cycle and averaged it into the step."""
     cycles = rank["cycles"]
-    kept = [c for c in cycles if not all_exit(c) and not setup_cycle(c) and not _stepless(c, cycles)]
+    reported = _reported(cycles)
+    kept = [c for c, r in zip(cycles, reported, strict=True) if r and not all_exit(c) and not _stepless(c, cycles)]
     return {**rank, "cycles": kept} if kept and len(kept) < len(cycles) else rank
 
 
-def cycle_note(cycles: list[dict[str, Any]], left_out: bool) -> str | None:
+def cycle_note(cycles: list[dict[str, Any]], left_out: bool, script_took_over: bool = False) -> str | None:
     """What the cycle line and the page's Cycles table say of a cycle's exit step (or of the
-    step the profiled block's error or torchscope run's memory cap cut, when our profiler says so)."""
+    step the profiled block's error or torchscope run's memory cap cut, when our profiler says so),
+    or of a ``torchscope run`` cycle the run does not report (``cycle_names.reported``):
+    ``script_took_over``, the run holds cycles of the script's own profiler."""
     cut_by = next((CUT_BY[c["ended_by"]] for c in cycles if c.get("ended_by") in CUT_BY), None)
     if all(setup_cycle(c) for c in cycles):
         said = "torchscope run's setup before the first optimizer step (no step)"
         return said + (": left out of the run's steps and findings" if left_out else "")
+    if script_took_over and left_out and not any(cycle_names.is_script_cycle(_file_name(c)) for c in cycles):
+        return (
+            "torchscope run's, before the script's own profiler took over: its steps count the run's"
+            " optimizer steps, the script's cycles their own step() calls, so it is left out of the"
+            " run's steps and findings"
+        )
     if all(all_exit(c) for c in cycles):
         what = f"only the step {cut_by} cut" if cut_by else "only the profile's exit"
         return f"{what} (no step)" + (": left out of the run's steps and findings" if left_out else "")
@@ -158,6 +176,7 @@ def cycle_table(ranks: list[dict[str, Any]], counted_ranks: list[dict[str, Any]]
     rank of the longest, findings fired, and what was left out of it (``cycle_note``): the
     cycles not in ``counted_ranks`` (``counted``)."""
     kept = {(r["rank"], c["cycle"]) for r in counted_ranks for c in r["cycles"]}
+    script_took_over = any(cycle_names.is_script_cycle(_file_name(c)) for r in ranks for c in r["cycles"])
     rows = []
     for cyc in sorted({c["cycle"] for r in ranks for c in r["cycles"]}):
         per = [(r["rank"], c) for r in ranks for c in r["cycles"] if c["cycle"] == cyc]
@@ -175,7 +194,7 @@ def cycle_table(ranks: list[dict[str, Any]], counted_ranks: list[dict[str, Any]]
                 "findings": _by_impact(f for _, c in per for f in c["findings"]),
                 # out of the run's medians, averages and findings (``counted``)
                 "left_out": (out := not any((rk, cyc) in kept for rk, _ in per)),
-                "note": cycle_note([c for _, c in per], out),
+                "note": cycle_note([c for _, c in per], out, script_took_over),
             }
         )
     return rows

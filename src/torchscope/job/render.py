@@ -13,6 +13,7 @@ from typing import Any
 from torchscope.analysis.overview import BREAKDOWN_CATEGORIES
 from torchscope.job.straggler import tied_last
 from torchscope.render.console import NO_TIMED_WORK, fmt_ns
+from torchscope.render.units import plural as _plural
 
 MAX_LINES = 80
 TOP_COLLECTIVES = 4
@@ -25,10 +26,6 @@ def short_name(name: str, width: int = 60) -> str:
     """A kernel or op name cut to fit a line: no ``void``, no argument list, at most ``width``."""
     name = name.removeprefix("void ").replace("(anonymous namespace)::", "").split("(", 1)[0] or name
     return name if len(name) <= width else name[: width - 3] + "..."
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _cycles(rows: list[dict[str, Any]]) -> list[str]:

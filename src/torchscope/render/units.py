@@ -25,6 +25,11 @@ def _fixed(q: int, decimals: int) -> str:
     return f"{whole:,}.{frac:0{decimals}d}" if decimals else f"{whole:,}"
 
 
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, with an s unless one ("1 cycle", "2 cycles")."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def fmt_us(us: float | None) -> str:
     """A duration in microseconds: ns, µs (1 decimal), ms or s (3 decimals)."""
     if us is None or (isinstance(us, float) and not math.isfinite(us)):

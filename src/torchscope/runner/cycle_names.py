@@ -11,6 +11,7 @@ Torch-free and import-free: discovery imports it to read a run directory without
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 SUFFIX = ".pt.trace.json"
 # a cycle ours ended before the script's first optimizer step (the script's own profiler took
@@ -52,6 +53,27 @@ def is_setup_cycle(name: str) -> bool:
     """Whether a file name is our setup-only cycle (``SETUP_CYCLE``), which holds no step."""
     m = _FILE.match(name)
     return m is not None and m.group("setup") is not None
+
+
+def is_script_cycle(name: str) -> bool:
+    """Whether a file name is our copy of a script's own profiler's cycle (``SCRIPT_CYCLE``)."""
+    m = _FILE.match(name)
+    return m is not None and m.group("profiler") is not None
+
+
+def reported(names: Sequence[str]) -> list[bool]:
+    """Which of a run's cycle files hold the steps the run reports, in one numbering.
+
+    Once a script's own profiler took over, the run reports its cycles ("torchscope run stepped
+    aside ... and reports the cycles the script's profiler recorded"); ours from before it count
+    the run's optimizer steps while the script's profiler counts its own ``step()`` calls, so
+    one number named two different steps and ``diff`` matched both (a new user's find): ours are
+    left out then. Otherwise every cycle but the setup-only one (no step), unless it is all
+    there is. Files that are not ours are always kept."""
+    if any(is_script_cycle(n) for n in names):
+        return [not is_cycle_file(n) or is_script_cycle(n) for n in names]
+    stepped = [not is_setup_cycle(n) for n in names]
+    return stepped if any(stepped) else [True] * len(names)
 
 
 def written_order(name: str) -> tuple[int, int, int]:

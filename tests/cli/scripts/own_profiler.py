@@ -1,6 +1,6 @@
 """A script that profiles itself with torch.profiler (a schedule and tensorboard_trace_handler),
 as a framework would; argv: log dir, exit code, and optionally the iterations of a pure-Python
-function each step runs (0: none)."""
+function each step runs (0: none) and the training steps it takes before its profiler starts."""
 
 import sys
 
@@ -9,6 +9,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule,
 
 log_dir, code = sys.argv[1], int(sys.argv[2])
 busy = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+before = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 
 
 def busy_python(n: int) -> int:
@@ -20,6 +21,10 @@ def busy_python(n: int) -> int:
 
 model = torch.nn.Linear(16, 16)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(before):  # a warm-up the script does not profile (torchscope run records it)
+    model(torch.randn(8, 16)).sum().backward()
+    opt.step()
+    opt.zero_grad()
 with profile(
     activities=[ProfilerActivity.CPU],
     schedule=schedule(wait=1, warmup=1, active=2, repeat=1),
