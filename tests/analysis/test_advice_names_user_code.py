@@ -216,3 +216,57 @@ def test_a_sync_inside_the_optimizer_is_attributed_to_optimizer_step(tmp_path: P
     assert f.evidence["per_step"] == 1.0 and f.evidence["user_frame"] == "train.py(20): train_step"
     assert "inside library calls: Optimizer.step#Adam.step x1" in f.message
     assert f.message.endswith("first at train.py(20): train_step.")
+
+
+@pytest.mark.parametrize(
+    ("top", "hot", "named"),
+    [
+        # a tiny model's loss.backward(): torch's source, then autograd's engine in C++
+        (
+            "torch/_tensor.py(566): backward",
+            "<built-in method run_backward of torch._C._EngineBase object>",
+            None,
+        ),
+        # a pybind11 function record of torch's, which Kineto names with no name
+        (
+            "torch/_compile.py(42): inner",
+            "<built-in method  of pybind11_builtins.pybind11_detail_record object>",
+            None,
+        ),
+        # the user's own code stays the culprit
+        (
+            "mlp.py(30): slow",
+            "<built-in function sorted>",
+            "mlp.py(30): slow (in <built-in function sorted>)",
+        ),
+    ],
+)
+def test_outside_ops_in_torchs_own_calls_are_not_named_as_the_users_code(
+    tmp_path: Path, top: str, hot: str, named: str | None
+) -> None:
+    """A new user's tiny MLP under ``--stack``: "most of it in torch/_tensor.py(566): backward
+    (in <built-in method run_backward of torch._C._EngineBase object>), torch/_compile.py(42):
+    inner (in <built-in method  of pybind11_builtins...>), ..." (cut at 400 characters): torch's
+    internals, with the fix text for np.argwhere. Those are torch's own, which the rule does not
+    name; the user's frames still are."""
+    events = []
+    for k in range(2):
+        t = 1000.0 * k
+        events += [
+            _ev(f"ProfilerStep#{k}", "user_annotation", t, 1000),
+            _ev(top, "python_function", t + 10, 900),
+            _ev(hot, "python_function", t + 20, 880),
+            _ev("aten::mm", "cpu_op", t + 30, 50),
+        ]
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    found = [
+        f
+        for f in python_outside_ops(Context(torchscope.load(path)), 0.0, 0.0)
+        if f.evidence["region"] == "ProfilerStep#*"
+    ]
+    if named is None:
+        assert found == []
+    else:
+        (f,) = found
+        assert f.evidence["python_functions"] == [named]

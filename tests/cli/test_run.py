@@ -560,6 +560,9 @@ def test_a_full_disk_never_changes_the_exit_code_nor_leaves_partial_files(
     ours = [line for line in err.splitlines() if line.startswith("torchscope run: error:")]
     assert any("could not write" in line and "No space left on device" in line for line in ours)
     assert any(line.endswith("report.html: No space left on device") or "report" in line for line in ours)
+    # in the order they happened: the cycles' files were written before the page
+    first_trace = next(i for i, line in enumerate(ours) if ".pt.trace.json" in line)
+    assert all(i > first_trace for i, line in enumerate(ours) if "report.html" in line)
     assert "Traceback" not in err
     left = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert left == ["run.json"]  # no partial trace, no half report, no hidden temporaries

@@ -185,6 +185,9 @@ notes:
         command = _command(args)
         files: dict[str, str] = {}
         payload = None
+        for problem in result.problems:  # the cycles' writes came first: so do their errors
+            if problem.startswith("could not write"):
+                _our_error(problem)
         try:
             payload = build_run_payload(result, options, command)
             files = {k: str(v) for k, v in write_run_dir(payload, options.out).items()}
@@ -192,9 +195,6 @@ notes:
             _our_error(f"could not write {exc.filename or f'the report in {options.out}'}: {exc.strerror or exc}")
         except Exception as exc:  # noqa: BLE001 - the trace is on disk; report what failed
             _our_error(f"could not build the report: {type(exc).__name__}: {exc}")
-        for problem in result.problems:
-            if problem.startswith("could not write"):
-                _our_error(problem)
         facts = {
             "exit_code": result.exit_code,
             "state": "ended",

@@ -353,8 +353,13 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
 
 
 _ADDR = re.compile(r" at 0x[0-9a-fA-F]+")
-# a torch method or function called from Python, as Kineto names its Python frame
-_TORCH_BUILTIN = re.compile(r"<built-in (method|function) \w+ of (Tensor|type) object>$")
+# a torch method or function called from Python, as Kineto names its Python frame: a Tensor's
+# or a type's, or one of torch's C extension objects (autograd's engine: ``run_backward of
+# torch._C._EngineBase``; pybind11 function records, which can have no name). Named as the
+# culprit of a tiny model's steps, ``loss.backward()``'s were advice about torch's internals.
+_TORCH_BUILTIN = re.compile(
+    r"<built-in (method|function) \w* ?of (Tensor|type|torch\._C\.[\w.]+|pybind11_builtins\.\w+) object>$"
+)
 # a frame of torch's own Python source ("…/site-packages/torch/nn/modules/module.py(1954): __getattr__")
 _TORCH_SOURCE = re.compile(r"(^|/)torch/[\w/]+\.py\(\d+\): ")
 
