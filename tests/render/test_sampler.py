@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import CodeType
 
 import numpy as np
 import pytest
@@ -374,3 +375,31 @@ def test_a_function_of_one_or_two_samples_has_no_outside_ops_share() -> None:
     rows = {r["function"]: r for r in hs.table(np.array([True, False, True, True, False, True]))}
     assert rows["busy"]["samples"] == 5 and rows["busy"]["outside_ops_pct"] == 20.0  # 1 of 5
     assert rows["rare"]["samples"] == 1 and rows["rare"]["outside_ops_pct"] is None
+
+
+def _code(path: str, name: str) -> CodeType:
+    """The code object of a function ``name`` as if defined in ``path``."""
+    module = compile(f"def {name}():\n    pass\n", path, "exec")
+    return next(c for c in module.co_consts if isinstance(c, CodeType))
+
+
+def test_a_sample_inside_the_disable_wrappers_checks_is_charged_to_the_users_line() -> None:
+    """Under the portable collector each op call passes torch's disable wrapper (``_fn`` in
+    ``torch/_dynamo/eval_frame.py``), which asks ``torch.compiler.is_exporting()``: a sample
+    taken in that check kept ``is_exporting`` as the leaf, a function of the script's in its
+    table (one run in hundreds of the test below). The wrapper's module and the predicates it
+    calls are plumbing: the sample is the user's line."""
+    from torchscope.runner.sampler import _kept_frames
+
+    site = "/venv/lib/python3.11/site-packages/torch/"
+    user = _code("/home/me/train.py", "step")
+    stack = (
+        _code(site + "compiler/__init__.py", "is_exporting"),
+        _code(site + "_dynamo/eval_frame.py", "_callback_from_stance"),
+        _code(site + "_dynamo/eval_frame.py", "_fn"),
+        user,
+    )
+    assert _kept_frames(stack, (630, 900, 1106, 7)) == [(user, 7)]
+    # torch's own Python that is not the wrapper's keeps its name (``Tensor.backward``)
+    backward = _code(site + "_tensor.py", "backward")
+    assert _kept_frames((backward, user), (566, 9)) == [(backward, 566), (user, 9)]

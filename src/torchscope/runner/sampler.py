@@ -66,11 +66,16 @@ def _skipped(filename: str) -> bool:
 _COLLECTOR_FILES = frozenset(
     os.path.join(_OWN_PACKAGE, "capture", name) for name in ("portable.py", "device_clock.py")
 )
-_DISPATCH_PLUMBING = frozenset(
-    {
-        (os.path.join("torch", "_compile.py"), "inner"),
-        (os.path.join("torch", "_dynamo", "eval_frame.py"), "_fn"),
-    }
+_DISPATCH_PLUMBING = frozenset({(os.path.join("torch", "_compile.py"), "inner")})
+# and the whole of these: the disable wrapper's module (``_fn`` and the checks it makes on each
+# call, ``_callback_from_stance``...) and the ``torch.compiler`` predicates those checks call
+# (a sample in ``is_exporting``, under ``_fn``, was once charged as a function of the script's)
+_PLUMBING_FILES = tuple(
+    os.sep + path
+    for path in (
+        os.path.join("torch", "_dynamo", "eval_frame.py"),
+        os.path.join("torch", "compiler", "__init__.py"),
+    )
 )
 # and all of ``torch._library``: the rule lookup torch's C dispatcher makes for each op while a
 # mode is on (``find_torch_dispatch_rule``, the registry entry it makes for an op first seen)
@@ -79,8 +84,10 @@ _DISPATCH_PLUMBING_DIR = os.sep + os.path.join("torch", "_library") + os.sep
 
 def _is_plumbing(code: CodeType) -> bool:
     filename = code.co_filename
-    return _DISPATCH_PLUMBING_DIR in filename or any(
-        filename.endswith(os.sep + path) and code.co_name == name for path, name in _DISPATCH_PLUMBING
+    return (
+        _DISPATCH_PLUMBING_DIR in filename
+        or filename.endswith(_PLUMBING_FILES)
+        or any(filename.endswith(os.sep + path) and code.co_name == name for path, name in _DISPATCH_PLUMBING)
     )
 
 
