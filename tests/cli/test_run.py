@@ -1260,7 +1260,8 @@ def test_with_stack_the_runs_own_threads_stay_out_of_the_scripts_tables(
     assert [n for n in silent if "torchscope/" in n] == [
         n for n in silent if n.startswith(("torchscope/runner/tool_thread.py(", "torchscope/runner/bounds.py("))
     ]
-    assert any(n.startswith("torchscope/runner/tool_thread.py(") for n in silent)
+    # (whether the watcher woke during these 2 ms is chance: tests/trace/test_reader.py reads
+    # its silent frames from a file made for it)
     left = python.filter(pl.col("tid") == 0)["name"].cast(pl.String)
     assert not left.str.contains("torchscope/").any()
     assert set(python["tid"].to_list()) <= {tool["pid"], 0}

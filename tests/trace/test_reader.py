@@ -927,3 +927,48 @@ def test_times_present_one_way_and_absent_on_some_are_read_exactly(
     assert got == dict(zip(names, expected_ns, strict=True))
     assert trace.events.sort("name")["start_ns"].to_list() == [0, 10000, 20000]
     assert unusable in trace.meta.warnings
+
+
+def test_a_runs_own_threads_are_left_out_even_where_torch_wrote_no_thread_id(tmp_path: Path) -> None:
+    """``torchscope run`` names its threads in each cycle (``torchscope_tool_threads``); one that
+    made no Python call during the cycle has its frames written with tid 0, where any idle
+    thread's land. Ours (``torchscope/runner/``) go, whatever their tid; another idle thread's
+    frames at tid 0, and the script's, stay; the file is not changed."""
+    pid = 4242
+
+    def ev(name: str, tid: int, ts: int, dur: int, cat: str = "python_function") -> dict[str, object]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+
+    events = [
+        ev("ProfilerStep#3", pid, 0, 100, "user_annotation"),
+        ev("train.py(9): <module>", pid, 1, 98),
+        ev("aten::mm", pid, 10, 20, "cpu_op"),
+        # the sampler made calls: its own tid
+        ev("torchscope/runner/tool_thread.py(47): _run", 77, 0, 100),
+        ev("torchscope/runner/sampler.py(302): _loop", 77, 1, 98),
+        # the cap's watcher slept through the cycle: tid 0
+        ev("torchscope/runner/tool_thread.py(47): _run", 0, 0, 100),
+        ev("torchscope/runner/bounds.py(181): _watch", 0, 0, 99),
+        # a DataLoader's idle feeder thread: tid 0 too, and not ours
+        ev("threading.py(1002): _bootstrap", 0, 0, 98),
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": 77, "args": {"name": "thread 77 (python)"}},
+    ]
+    doc = {"traceEvents": events, "torchscope_tool_threads": {"pid": pid, "tids": [77, 78]}}
+    path = tmp_path / "cycle.json"
+    path.write_text(json.dumps(doc))
+    trace = read_chrome(path)
+    kept = sorted(
+        zip(trace.events["tid"].to_list(), trace.events["name"].cast(pl.String).to_list(), strict=True)
+    )
+    assert kept == [
+        (0, "threading.py(1002): _bootstrap"),
+        (pid, "ProfilerStep#3"),
+        (pid, "aten::mm"),
+        (pid, "train.py(9): <module>"),
+    ]
+    assert 77 not in trace.threads["tid"].to_list()
+    assert json.loads(path.read_text()) == doc
+    # without the key (torch's own trace, or a user's file), nothing is left out
+    del doc["torchscope_tool_threads"]
+    path.write_text(json.dumps(doc))
+    assert read_chrome(path).events.height == 8
