@@ -74,7 +74,10 @@ def test_run_trains_resnet_with_a_schedule_from_optimizer_steps(
 
     assert run["meta"]["torch_version"] == torch.__version__  # the Report tab's "torch version"
     assert (out / "report.html").stat().st_size > 10_000
-    assert "where the time goes" in captured.err and "aten::convolution_backward" in captured.err
+    assert "where the time goes" in captured.err
+    # (once, on a CI machine 4x slower than usual, this was missing: the summary is shown whole
+    # if it ever is again)
+    assert "aten::convolution_backward" in captured.err, captured.err
 
 
 def test_hot_spot_table_names_argwhere_that_the_op_profiler_misses(
