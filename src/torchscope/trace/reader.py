@@ -1185,8 +1185,10 @@ def _build(
     meta = _meta(top, source)
     metas = pl.concat(meta_parts).unique(["what", "pid", "tid"], keep="last")
     if (tool := _tool_threads(meta)) is not None:
-        memory, flow_df, metas = (df.filter(~tool) for df in (memory, flow_df, metas))
-        ev = ev.filter(~(tool | _tool_frames_without_tid(ev, meta)))
+        pid, tids = tool
+        ours = (pl.col("pid") == pid) & pl.col("tid").is_in(tids)
+        memory, flow_df, metas = (df.filter(~ours) for df in (memory, flow_df, metas))
+        ev = ev.filter(~(ours | _tool_frames_without_tid(ev, pid)))
     threads = threads_frame(metas, ev, ids)
     del chunks
     if kept_text is not None and ev.height and (ev["kind"] == "other").any():
@@ -1319,8 +1321,9 @@ def _attach_raw_args(ev: pl.DataFrame, text: Text, n_spans: int, warnings: list[
 
 
 # -- metadata -----------------------------------------------------------------------------------
-def _tool_threads(meta: TraceMeta) -> pl.Expr | None:
-    """The rows of ``torchscope run``'s own threads (``dialect.TOOL_THREADS_KEY``), or None.
+def _tool_threads(meta: TraceMeta) -> tuple[int, list[int]] | None:
+    """The process and thread ids of ``torchscope run``'s own threads
+    (``dialect.TOOL_THREADS_KEY``), or None when the trace names none (or names them badly).
 
     The sampler and the memory-cap watcher are the tool, not the script: with ``with_stack``
     their lock waits were most of a cycle's Python events and of its self time."""
@@ -1328,19 +1331,21 @@ def _tool_threads(meta: TraceMeta) -> pl.Expr | None:
     if not isinstance(got, dict):
         return None
     pid, tids = got.get("pid"), got.get("tids")
-    if not raw.is_i64(pid) or not isinstance(tids, list) or not tids or not all(map(raw.is_i64, tids)):
+    if not isinstance(pid, int) or not raw.is_i64(pid):
         return None
-    return (pl.col("pid") == pid) & pl.col("tid").is_in(tids)
+    if not isinstance(tids, list) or not tids or not all(map(raw.is_i64, tids)):
+        return None
+    return pid, tids
 
 
-def _tool_frames_without_tid(ev: pl.DataFrame, meta: TraceMeta) -> pl.Expr:
+def _tool_frames_without_tid(ev: pl.DataFrame, pid: int) -> pl.Expr:
     """The frames of a tool thread that made no call during the cycle: torch writes them with
-    tid 0, with any other idle thread's; ours are told by where they are (``runner.tool_thread``)."""
-    pid = meta.extra[TOOL_THREADS_KEY]["pid"]
+    tid 0, with any other idle thread's; ours are told by where they are (``runner.tool_thread``),
+    their distinct names tested, never each row's."""
     silent = (pl.col("pid") == pid) & (pl.col("tid") == 0) & (pl.col("kind") == "python_function")
-    names = ev.filter(silent)["name"].unique().cast(pl.String)
-    ours = names.filter(names.str.contains(TOOL_FRAME_PATTERN))
-    return silent & pl.col("name").cast(pl.String).is_in(ours.implode()) if ours.len() else pl.lit(False)
+    names = ev.filter(silent)["name"].unique()
+    ours = names.filter(names.cast(pl.String).str.contains(TOOL_FRAME_PATTERN))
+    return silent & pl.col("name").is_in(ours.implode()) if ours.len() else pl.lit(False)
 
 
 def _literal(value: Any) -> Any:
