@@ -1,7 +1,9 @@
 """Build the optional C extensions; all metadata lives in pyproject.toml.
 
 ``torchscope.trace._scan`` makes loading Kineto JSON faster (the reader falls back to msgspec
-without it); ``torchscope.accuracy._fused`` makes live compare's metrics faster (torch ops do
+without it); ``torchscope.trace._inflate`` inflates a large gzip trace without holding the GIL
+(Python's zlib does it without; it needs zlib's header, which not every machine has, so it is
+its own extension: its failing leaves the scanner built); ``torchscope.accuracy._fused`` makes live compare's metrics faster (torch ops do
 the same without it). A failed compile (no compiler, an unusual platform) must not fail the
 install.
 """
@@ -17,6 +19,7 @@ WARNINGS = ["-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 # sums; NaN/Inf checks stay valid, unlike with -ffast-math), so that its loops vectorize
 OPTIMISE = {
     "torchscope.trace._scan": ["-O2"],
+    "torchscope.trace._inflate": ["-O2"],
     "torchscope.accuracy._fused": ["-O3", "-fno-signed-zeros", "-fno-trapping-math", "-fassociative-math"],
 }
 
@@ -39,6 +42,7 @@ class BuildExt(build_ext):
 setup(
     ext_modules=[
         Extension("torchscope.trace._scan", ["src/torchscope/trace/_scan.c"], optional=True),
+        Extension("torchscope.trace._inflate", ["src/torchscope/trace/_inflate.c"], libraries=["z"], optional=True),
         Extension("torchscope.accuracy._fused", ["src/torchscope/accuracy/_fused.c"], optional=True),
     ],
     cmdclass={"build_ext": BuildExt},

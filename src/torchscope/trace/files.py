@@ -29,6 +29,10 @@ try:  # our C scanner (optional: without a compiler the reader decodes with msgs
     from torchscope.trace import _scan
 except ImportError:  # pragma: no cover - depends on the build
     _scan = None  # type: ignore[assignment]
+try:  # a large file's blocks made without the GIL (optional: Python's zlib without it)
+    from torchscope.trace import _inflate
+except ImportError:  # pragma: no cover - depends on the build
+    _inflate = None  # type: ignore[assignment]
 
 # Texts up to this size are scanned whole, in one pass; larger ones in pieces (the reader's
 # ``_read_whole``, which decides: a scan made for the other case is not used). A larger file
@@ -189,22 +193,62 @@ class TextStream:
         self.read = 0  # of which read so far
         self.used = 0  # of which inflated so far (read less what waits to be): the progress
         self._file = f
-        self._blocks = self._inflated(block) if gzipped else self._plain(block)
+        self._block = block
+        # our C filler, which writes each block after the text it continues without the GIL
+        # (``_inflate.c`` says why); Python's zlib and a join without it
+        self._filler = None if _inflate is None else _inflate.Filler(gzipped)
+        self._raw_size = _RAW_BYTES if gzipped else block
+        self._blocks = None if self._filler is not None else self._inflated(block) if gzipped else self._plain(block)
         # the first block, read here (on the prefetch's thread, beside the imports): a stream
         # that fails at once is no stream (``open_text`` reads the file whole)
-        first = next(self._blocks, b"")
+        first = self._fill(b"") or b""
         self._first: bytes | None = first[3:] if first[:3] == b"\xef\xbb\xbf" else first
+
+    def extend(self, text: bytes) -> bytes | None:
+        """``text`` followed by the text's next block (a piece's text is the rest of the block
+        before it, then this one), or None when the text is done; the file is closed then, or
+        when reading it fails."""
+        first, self._first = self._first, None
+        if first is not None:
+            return text + first if text else first
+        try:
+            got = self._fill(text)
+        except BaseException:
+            self.close()
+            raise
+        if got is None:
+            self.close()
+        return got
 
     def blocks(self) -> Iterator[bytes]:
         """The text's blocks in order (once); the file is closed when they end."""
-        first, self._first = self._first, None
-        if first is None:
+        if self._first is None:
             raise RuntimeError("TextStream.blocks() called twice")
         try:
-            yield first
-            yield from self._blocks
+            while (block := self.extend(b"")) is not None:
+                yield block
         finally:
-            self._file.close()
+            self.close()
+
+    def close(self) -> None:
+        """Close the file (a stream given up on: the reader reads the file whole instead)."""
+        self._file.close()
+
+    def _fill(self, text: bytes) -> bytes | None:
+        """``text`` and the next block after it (None at the text's end)."""
+        if self._filler is None:
+            assert self._blocks is not None
+            block = next(self._blocks, None)
+            return None if block is None else text + block if text else block
+        try:
+            got = self._filler.fill(text, self._block, self._more)
+        except _inflate.InflateError as exc:
+            raise Unstreamable(str(exc)) from None
+        self.used = self.read - self._filler.unconsumed
+        return got
+
+    def _more(self) -> bytes:
+        return self._raw(self._raw_size)
 
     def _raw(self, size: int = _RAW_BYTES) -> bytes:
         """Up to ``size`` more bytes of the file (b"" at its end)."""

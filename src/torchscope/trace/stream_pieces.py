@@ -70,8 +70,12 @@ class StreamPieces:
         self.piece_bytes = piece_bytes  # the reader sets its own when it takes over
         self.on_cut: Callable[[int], None] | None = None  # told how many pieces are cut
         self.tail: list[bytes] = []  # what follows the last piece, once the blocks end
-        self._blocks = stream.blocks()
-        self.head, rest, separator = self._head()
+        self._stream = stream
+        try:
+            self.head, rest, separator = self._head()
+        except BaseException:
+            stream.close()  # the reader reads the file whole
+            raise
         self._cuts = self._cut(rest, separator)
         self._early: deque[tuple[Cut, Future[Any] | None]] = deque()
         self._failed: Exception | None = None
@@ -80,8 +84,8 @@ class StreamPieces:
         """The document's head (its text closed after the list's ``[``, and its top-level
         keys), the text from the first event on, and the separator between two events."""
         text = b""
-        for block in self._blocks:
-            text += block
+        while (more := self._stream.extend(text)) is not None:
+            text = more
             key = text.find(b'"traceEvents"')
             start = text.find(b"[", key) if key >= 0 else -1
             first = text.find(b"{", start + 1, start + 257) if start >= 0 else -1
@@ -101,23 +105,28 @@ class StreamPieces:
 
     def _cut(self, text: bytes, separator: bytes) -> Iterator[Cut]:
         """Pieces of ``piece_bytes`` or more, each ending at the last ``separator`` in what
-        has been read; what follows the last one when the blocks end goes into ``tail``."""
+        has been read; what follows the last one when the blocks end goes into ``tail``. Each
+        block is read after the text left from the one before (``TextStream.extend``: our
+        filler writes it there without the GIL, where joining the two held it)."""
         done = 0
-        for block in self._blocks:
-            text = text + block if text else block
-            del block
-            if len(text) < self.piece_bytes:
-                continue
-            k = text.rfind(separator)
-            if k < 0:
-                if len(text) > 16 * self.piece_bytes:  # one event this large is not Kineto's
-                    raise Unstreamable("no event boundary")
-                continue
-            yield Cut(text, k + 1)
-            text = text[k + len(separator) - 1 :]
-            done += 1
-            if self.on_cut is not None:
-                self.on_cut(done)
+        try:
+            while (more := self._stream.extend(text)) is not None:
+                text = more
+                del more
+                if len(text) < self.piece_bytes:
+                    continue
+                k = text.rfind(separator)
+                if k < 0:
+                    if len(text) > 16 * self.piece_bytes:  # one event this large is not Kineto's
+                        raise Unstreamable("no event boundary")
+                    continue
+                yield Cut(text, k + 1)
+                text = text[k + len(separator) - 1 :]
+                done += 1
+                if self.on_cut is not None:
+                    self.on_cut(done)
+        finally:  # given up on (``Unstreamable``): the reader reads the file whole
+            self._stream.close()
         self.tail.append(text)
 
     def scan_ahead(self, up_to: int, stop: threading.Event) -> None:
