@@ -17,7 +17,14 @@ import pytest
 import torchscope
 from torchscope.analysis.advisor import Context, advise
 from torchscope.analysis.advisor.seeds import host_device_sync, python_outside_ops
-from torchscope.analysis.frames import is_tool_frame, is_torch_frame, is_user_frame, ran_under_torchscope_run
+from torchscope.analysis.flame import folded_stacks, host_flame
+from torchscope.analysis.frames import (
+    is_tool_frame,
+    is_torch_frame,
+    is_user_frame,
+    ran_under_torchscope_run,
+    tool_frame_rows,
+)
 from torchscope.trace.model import Trace
 
 pytest.importorskip("torch")
@@ -142,6 +149,67 @@ def test_exported_stacks_of_a_run_begin_with_the_script(
     assert with_script and all(line.startswith("train.py(") for line in with_script)
 
 
+# the script's frame as torch names it in a cycle begun inside it: at the line it was on
+MODULE = "train.py(25): <module>"
+
+
+@pytest.fixture(scope="module")
+def midrun(tmp_path_factory: pytest.TempPathFactory) -> Trace:
+    """A cycle that begins in the middle of the run (steps 3-4 of 8): the runner's ``exec`` of
+    the script was called before the profile began, so torch did not record it."""
+    _, traces = _run(
+        tmp_path_factory.mktemp("midrun"),
+        "--stack",
+        "--wait",
+        "2",
+        "--warmup",
+        "1",
+        "--active",
+        "2",
+        "--repeat",
+        "1",
+    )
+    assert len(traces) == 1
+    names = traces[0].events["name"].cast(str).to_list()  # type: ignore[arg-type]
+    assert "<built-in function exec>" not in names and MODULE in names
+    return traces[0]
+
+
+def test_a_cycle_in_the_middle_of_a_run_knows_the_users_frames_from_the_tools(midrun: Trace) -> None:
+    """Every frame below the script's ``<module>`` was taken for the runner's (806 of 807 frames
+    of such a cycle): the outside-ops advice named no culprit, and stacks held nothing."""
+    ev = midrun.events
+    tool = tool_frame_rows(ev)
+    py = (ev["kind"] == "python_function").to_numpy()
+    names = ev["name"].cast(str).to_numpy()  # type: ignore[arg-type]
+    ours = {str(n) for n in names[py & tool]}
+    users = {str(n) for n in names[py & ~tool]}
+    assert MODULE in users and "train.py(14): train_step" in users
+    # what our wrapper of optimizer.step calls is the user's step, torch's code for the user
+    assert any(n.startswith("torch/optim/") for n in users)
+    assert not [n for n in users if is_tool_frame(n) or "torchscope/" in n]
+    assert any(n.startswith("torchscope/runner/target.py(") and n.endswith("): _exec_script") for n in ours)
+    assert any("runpy" in n and n.endswith("): _run_code") for n in ours)
+    found = python_outside_ops(Context(midrun), 0.0, 0.0)
+    step = next(f for f in found if f.evidence["region"] == "ProfilerStep#*")
+    culprits = [c.split(" (in ")[0] for c in step.evidence["python_functions"]]
+    assert culprits and culprits[0].startswith(("train.py(9): batch", "train.py(14): train_step"))
+    assert not [c for c in culprits if "contextlib.py" in c or is_tool_frame(c)]  # our `with`'s exit
+
+
+def test_flame_graphs_of_a_run_begin_with_the_script(midrun: Trace) -> None:
+    """The page's host flame and ``export --to stacks`` had eight frames of ours (the console
+    script, the CLI, the runner) at the root of every stack."""
+    flame = host_flame(midrun)
+    threads = {k for k in range(flame.size) if flame.parent[k] == 0}  # a node per thread
+    tops = {flame.label(k) for k in range(flame.size) if int(flame.parent[k]) in threads}
+    assert threads and MODULE in tops
+    assert not [flame.label(k) for k in range(flame.size) if "torchscope/" in flame.label(k)]
+    lines = folded_stacks(midrun)
+    assert lines and not [p for p, _ in lines if "torchscope" in p.split(";", 1)[1]]
+    assert all(p.split(";")[1] == MODULE for p, _ in lines if "train.py(" in p)
+
+
 def test_without_stacks_the_advice_does_not_send_a_run_to_torchscope_run(tmp_path: Path) -> None:
     _, traces = _run(tmp_path)
     for t in traces:
@@ -154,6 +222,8 @@ def test_whose_frame_it_is() -> None:
     assert is_tool_frame("/usr/lib/python3/site-packages/torchscope/runner/target.py(76): execute")
     assert is_tool_frame("src/torchscope/runner/sampler.py(109): start")
     assert is_tool_frame("<frozen runpy>(88): _run_code")
+    assert is_tool_frame("torchscope(8): <module>")  # the console script, as torch names it
+    assert is_tool_frame("/venv/bin/torchscope(8): <module>")
     assert is_torch_frame("site-packages/torch/_tensor.py(566): backward")
     assert is_user_frame("train.py(14): train_step")
     # a user's project that lives in a folder named torchscope is the user's

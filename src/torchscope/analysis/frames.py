@@ -81,9 +81,20 @@ OWN_FRAME_PATTERN = (
 )
 # Python's module runner and the console script: never the user's frames, but what they run
 # is (``python -m pytest`` runs the user's tests, ``python -m torchscope`` our CLI)
-LAUNCHER_FRAME_PATTERN = r"((^|/)bin/torchscope\(\d+\)|(^|/)runpy\.py\(\d+\)|<frozen runpy>)"
+# The console script is named by its path relative to its own folder, which Python puts first on
+# sys.path (``torchscope(8): <module>``), or by a longer path when torch cannot shorten it.
+LAUNCHER_FRAME_PATTERN = r"((^|/)torchscope\(\d+\): <module>$|(^|/)runpy\.py\(\d+\)|<frozen runpy>)"
 TOOL_FRAME_PATTERN = f"({OWN_FRAME_PATTERN}|{LAUNCHER_FRAME_PATTERN})"
 _TOOL_FRAME = re.compile(TOOL_FRAME_PATTERN)
+# the frames that run the script (ours, runpy's): the ``<module>`` they run is the user's. They
+# call it through ``exec``, a C call that torch records only when the profile was already on:
+# a cycle that begins in the middle of a run sees the script's ``<module>`` right under them
+ENTRY_CALLER_PATTERN = (
+    r"((^|/)torchscope/runner/target\.py\(\d+\): _exec_script|(runpy\.py|<frozen runpy>)\(\d+\): _run_code)$"
+)
+# our wrapper around the user's ``optimizer.step`` (``runner.after_step``): a frame of ours, but
+# what it calls is the user's step (torch's optimizer code, run for the user), not the tool's
+USER_CALL_WRAPPER_PATTERN = r"(^|/)torchscope/runner/after_step\.py\(\d+\): step$"
 # torch's own Python source ("…/site-packages/torch/nn/modules/module.py(1954): _call_impl")
 # and its methods called from Python ("<built-in method nonzero of type object>")
 _TORCH_SOURCE = re.compile(r"(^|/)torch/[\w/]+\.py\(\d+\): ")
@@ -134,6 +145,10 @@ def tool_frame_rows(events: pl.DataFrame) -> np.ndarray:
     own[py] = py_names.str.contains(OWN_FRAME_PATTERN).to_numpy()
     tool[py] = py_names.str.contains(TOOL_FRAME_PATTERN).to_numpy()
     pattern = tool.copy()
+    entry_caller = np.zeros(n, bool)
+    entry_caller[py] = py_names.str.contains(ENTRY_CALLER_PATTERN).to_numpy()
+    wrapper = np.zeros(n, bool)
+    wrapper[py] = py_names.str.contains(USER_CALL_WRAPPER_PATTERN).to_numpy()
     is_exec = py & (name == "<built-in function exec>").fill_null(False).to_numpy()
     is_module = py & name.str.ends_with("): <module>").fill_null(False).to_numpy()
     parent = events["parent"].fill_null(-1).to_numpy().astype(np.int64)
@@ -165,8 +180,9 @@ def tool_frame_rows(events: pl.DataFrame) -> np.ndarray:
         has = p >= 0
         pc = np.maximum(p, 0)
         pp = np.where(has, nearest[pc], -1)
-        entry = is_module[r] & has & is_exec[pc] & (pp >= 0) & pattern[np.maximum(pp, 0)]
-        under[r] |= has & under[pc] & ~entry
+        exec_by_tool = is_exec[pc] & (pp >= 0) & pattern[np.maximum(pp, 0)]
+        entry = is_module[r] & has & (exec_by_tool | entry_caller[pc])
+        under[r] |= has & under[pc] & ~entry & ~wrapper[pc]
         tool[r] |= under[r] | (builtin[r] & has & pattern[pc])
     return tool
 
