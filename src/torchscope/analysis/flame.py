@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from torchscope.analysis.frames import tool_frame_rows
+from torchscope.analysis.frames import tool_frames
 from torchscope.analysis.modules import MODULE_PREFIX
 from torchscope.trace.derive import overhead_holders, profiler_overhead
 from torchscope.trace.model import Trace
@@ -260,13 +260,13 @@ def _local_parent(parent_rows: I64, rows: I64, n: int) -> I64:
 def _host_nodes(trace: Trace, b: _Builder) -> tuple[I64, I64, I64]:
     """Host rows merged into ``b`` under one node per thread: (rows, their node, their self ns).
 
-    torchscope's own Python frames (``frames.tool_frame_rows``: the runner that executes a
+    torchscope's own Python frames (``frames.tool_frames``: the runner that executes a
     ``torchscope run`` script, the CLI and the console script above it) are left out and what
     they hold hangs from their nearest kept ancestor: every stack of a run began with eight of
     them before the script's ``<module>``; key-averages tables leave them out too."""
     ev = trace.events
     is_host = ev["kind"].is_in(list(HOST_KINDS)).to_numpy() & (ev["dur_ns"].to_numpy() > 0)
-    is_host &= ~tool_frame_rows(ev)
+    is_host &= ~tool_frames(trace)
     rows = np.flatnonzero(is_host)
     if rows.size == 0:
         return rows, rows, rows
@@ -509,7 +509,7 @@ def folded_stacks(trace: Trace) -> list[tuple[str, int]]:
     rows, held_by = overhead_holders(every, host.to_numpy(), nesting)
     nesting[rows] = held_by  # Kineto's buffer request: under the op it ran in
     # torchscope's own frames left out, as in the page's graph (``_host_nodes``)
-    keep = (host | profiler_overhead(every)).to_numpy() & ~tool_frame_rows(every)
+    keep = (host | profiler_overhead(every)).to_numpy() & ~tool_frames(trace)
     kept = np.flatnonzero(keep)
     nesting[kept] = nearest_ancestor(nesting, kept, keep)
     ev = every.with_columns(pl.Series("parent", nesting)).filter(pl.Series(keep))

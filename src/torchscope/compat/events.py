@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
-from torchscope.analysis.frames import tool_frame_rows
+from torchscope.analysis.frames import tool_frames
 from torchscope.analysis.key_averages import (
     AVERAGES_SCHEMA,
     METRIC_COLUMNS,
@@ -477,9 +477,7 @@ def export_stacks(traces: list[Trace], path: Path, metric: str) -> None:
     column = "self_cpu_ns" if metric == "self_cpu_time_total" else "self_device_ns"
     # torchscope's own Python frames (a `torchscope run`'s runner and CLI) are neither rows nor frames
     frames = [
-        event_frame(t, with_stack_n=_STACK_DEPTH).filter(
-            ~pl.col("id").is_in(np.flatnonzero(tool_frame_rows(t.events)))
-        )
+        event_frame(t, with_stack_n=_STACK_DEPTH).filter(~pl.col("id").is_in(np.flatnonzero(tool_frames(t))))
         for t in traces
     ]
     frame = pl.concat(frames) if len(frames) > 1 else frames[0]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from torchscope.analysis.frames import is_user_frame, names_text, tool_frame_rows
+from torchscope.analysis.frames import is_user_frame, names_text, tool_frames
 from torchscope.analysis.kernels import LaunchStats, launch_stats
 from torchscope.analysis.operators import operators
 from torchscope.analysis.overview import Overview, overview
@@ -78,7 +78,7 @@ class Context:
 
     @cached_property
     def _tool_rows(self) -> np.ndarray:
-        return tool_frame_rows(self.trace.events)
+        return tool_frames(self.trace)
 
     def _python_frames(self, row: int) -> list[str]:
         ev = self.trace.events

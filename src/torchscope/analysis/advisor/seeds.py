@@ -14,7 +14,7 @@ import polars as pl
 from torchscope.analysis import intervals as iv
 from torchscope.analysis import names
 from torchscope.analysis.advisor.base import Context, Finding
-from torchscope.analysis.frames import TOOL_SPAN_PREFIX, kinds, ran_under_torchscope_run, tool_frame_rows
+from torchscope.analysis.frames import TOOL_SPAN_PREFIX, kinds, ran_under_torchscope_run, tool_frames
 from torchscope.analysis.outside import accounted_spans, outside_per_window
 from torchscope.trace.tree import nearest_ancestor
 
@@ -391,7 +391,7 @@ def _python_culprits(
     each culprit, whether it is torch's own code (its methods, its source, its nn modules)."""
     # torchscope's own frames (the runner executing a `torchscope run` script, the CLI, runpy)
     # are never culprits: the user's frames beneath them are the top level
-    py = py.filter(~pl.Series(tool_frame_rows(ctx.trace.events)[py["id"].to_numpy()]))
+    py = py.filter(~pl.Series(tool_frames(ctx.trace)[py["id"].to_numpy()]))
     if py.height == 0:
         return [], False, []
     ev = ctx.trace.events
