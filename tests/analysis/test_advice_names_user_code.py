@@ -210,6 +210,16 @@ def test_flame_graphs_of_a_run_begin_with_the_script(midrun: Trace) -> None:
     assert all(p.split(";")[1] == MODULE for p, _ in lines if "train.py(" in p)
 
 
+def test_the_table_of_a_run_starts_at_the_script(midrun: Trace) -> None:
+    """torch 2.12+ tables list Python frames as rows: a run's table was topped by ours (the
+    console script, the CLI, the runner) at the whole cycle's CPU total."""
+    from torchscope.compat import key_averages
+
+    names = [str(r) for r in key_averages(midrun).to_polars()["key"].to_list()]
+    assert MODULE in names and "train.py(14): train_step" in names
+    assert not [n for n in names if "torchscope/" in n or "runpy" in n or n.startswith("torchscope(")]
+
+
 def test_without_stacks_the_advice_does_not_send_a_run_to_torchscope_run(tmp_path: Path) -> None:
     _, traces = _run(tmp_path)
     for t in traces:

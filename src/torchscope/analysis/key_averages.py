@@ -42,7 +42,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from torchscope.analysis.frames import tool_frame_rows
+from torchscope.analysis.frames import ran_under_torchscope_run, tool_frame_rows, tool_frames
 from torchscope.trace.derive import overhead_holders, profiler_overhead
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS
@@ -417,6 +417,10 @@ def event_frame(
         (self_cpu, self_cpu_mem, self_dev_mem),
         (self_dev, dev_total),
     )
+    if python_functions and ran_under_torchscope_run(trace):
+        # the console script, the CLI and the runner above the script (and the profiler's calls
+        # in its steps) are no rows of the script's table: they topped it, at its whole time
+        alive &= ~tool_frames(trace)
     cpu_total = np.where(is_host, dur, 0)  # made after the fold, which leaves it alone
     frame = pl.DataFrame(
         {
