@@ -67,6 +67,19 @@ def _count_streamed_parts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return counts
 
 
+def _rereads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The files a stream gave up on and the reader read again, whole (``Unstreamable``)."""
+    calls: list[object] = []
+    real = reader.read_bytes
+
+    def counting(path: object, *args: object) -> bytes:
+        calls.append(path)
+        return real(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reader, "read_bytes", counting)
+    return calls
+
+
 def test_the_large_shared_trace_streams_by_default_and_reads_the_same(
     monkeypatch: pytest.MonkeyPatch, filler: str
 ) -> None:
@@ -185,24 +198,40 @@ def test_a_second_event_list_is_read_as_json_readers_read_it_and_said(
         assert got.meta.warnings[0].startswith(said)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage after", "cut short"])
-def test_a_damaged_large_file_says_what_the_whole_read_says(
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "garbage after", "zeros after", "cut short", "cut at a block's end", "two members, cut"],
+)
+def test_a_damaged_large_file_streams_and_says_what_the_whole_read_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str, filler: str
 ) -> None:
+    """A gzip stream cut short or followed by other bytes (padding, a log line), and a text
+    that ends mid-event, are read as they stream: they were read whole (a 1.3 GB trace with 8
+    bytes after its gzip stream peaked at 5.9 GB against 1.25 GB, one cut at 80% at 2.6 GB), and
+    say what the whole read says, in the same places."""
     text = _document(_ops(6000), {"displayTimeUnit": "ms"})
     packed = gzip.compress(text)
+    # the text cut where a block ends: its last piece is cut at the last event boundary read,
+    # and the rest is one event, cut short
+    at_block = text[: (len(text) // CHUNK - 1) * CHUNK]
+    assert not at_block.endswith(b"}")
     data = {
         "truncated": packed[: len(packed) * 3 // 4],  # a copy interrupted
         "garbage after": packed + b"not gzip at all",
+        "zeros after": packed + bytes(1000),  # padding: no warning, as Python's gzip reads it
         "cut short": gzip.compress(text[: len(text) * 3 // 4]),  # the writer was killed
+        "cut at a block's end": gzip.compress(at_block),
+        "two members, cut": gzip.compress(text[:20000]) + gzip.compress(text[20000:])[:-5000],
     }[damage]
     path = tmp_path / "t.json.gz"
     path.write_bytes(data)
     whole = _whole(path, monkeypatch)
+    counts, rereads = _count_streamed_parts(monkeypatch), _rereads(monkeypatch)
     streamed = _streamed(path, monkeypatch)
+    assert counts and counts[0] > 2 and not rereads  # streamed to its end, never read whole
     assert streamed.equals(whole) and streamed.meta.warnings == whole.meta.warnings
-    assert streamed.meta.warnings  # each says what was lost
-    assert 0 < streamed.events.height < 6000 or damage == "garbage after"
+    assert bool(streamed.meta.warnings) == (damage != "zeros after")  # each says what was lost
+    assert 0 < streamed.events.height < 6000 or damage.endswith("after")
 
 
 def test_gzip_of_several_members_streams_through_all_of_them(
@@ -218,6 +247,24 @@ def test_gzip_of_several_members_streams_through_all_of_them(
     assert b"".join(stream.blocks()) == text
     streamed = read_chrome(path)
     assert streamed.equals(_whole(path, monkeypatch)) and streamed.events.height == 6000
+
+
+def test_gzip_members_whose_last_is_small_stream_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trailer gives the last member's size alone: files joined with ``cat`` whose last
+    part is small (a 1.3 GB trace in 15 members peaked at 2.8 GB, read whole) stream when the
+    file is too large for its trailer to be its text's size."""
+    text = _document(_ops(6000))
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text[:-100]) + gzip.compress(text[-100:]))
+    stream = open_text(path, [], len(text) // 4, CHUNK)
+    assert isinstance(stream, TextStream)
+    assert b"".join(stream.blocks()) == text
+    whole = _whole(path, monkeypatch)
+    counts, rereads = _count_streamed_parts(monkeypatch), _rereads(monkeypatch)
+    streamed = _streamed(path, monkeypatch)
+    assert counts[0] > 2 and not rereads
+    assert streamed.equals(whole) and streamed.events.height == 6000
+    assert streamed.meta.warnings == whole.meta.warnings == ()
 
 
 def test_a_stream_hands_out_bounded_blocks_and_counts_what_it_read(tmp_path: Path, filler: str) -> None:
@@ -293,14 +340,15 @@ def test_a_damage_met_while_reading_ahead_says_what_the_whole_read_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filler: str
 ) -> None:
     """``torchscope.load`` inflates and scans a stream's first pieces beside its imports;
-    damage met there is raised where the reader reaches it, and the file is then read whole."""
+    damage met there (data that does not inflate) is raised where the reader reaches it, and
+    the file is then read whole, which says what is wrong."""
     import torchscope
     from torchscope.trace import files
 
     text = _document(_ops(20000), {"displayTimeUnit": "ms"})
-    packed = gzip.compress(text)
     path = tmp_path / "t.json.gz"
-    path.write_bytes(packed[: len(packed) // 4])  # a copy interrupted
+    # a second member that does not inflate, after a quarter of the text
+    path.write_bytes(gzip.compress(text[: len(text) // 4]) + b"\x1f\x8b" + b"\xff" * 200)
     whole = _whole(path, monkeypatch)
     monkeypatch.setattr(reader, "CHUNK_BYTES", CHUNK)
     monkeypatch.setattr(files, "WHOLE_BYTES", len(text) // 2)  # read ahead past the damage
@@ -315,8 +363,7 @@ def test_a_damage_met_while_reading_ahead_says_what_the_whole_read_says(
     assert isinstance(pieces._failed, Unstreamable)  # met ahead, raised where the reader gets to
     loaded = torchscope.load(path)
     assert isinstance(loaded, Trace) and loaded.equals(whole) and loaded.meta.warnings == whole.meta.warnings
-    assert loaded.meta.warnings[0].startswith("the gzip stream is truncated: read the ")
-    assert 0 < loaded.events.height < 20000
+    assert whole.meta.warnings[0].startswith("the gzip stream is followed by 202 bytes that do not inflate")
 
 
 def test_bytes_after_the_document_are_left_out_and_said_at_any_size(
@@ -328,7 +375,9 @@ def test_bytes_after_the_document_are_left_out_and_said_at_any_size(
     path = tmp_path / "t.json"
     path.write_bytes(_document(_ops(6000), {"traceName": "x"}) + b"garbage{{{ trailing\0\n")
     said = "the JSON document is followed by 21 bytes that are not JSON: not read"
+    counts, rereads = _count_streamed_parts(monkeypatch), _rereads(monkeypatch)
     for read in (lambda: _whole(path, monkeypatch), lambda: _streamed(path, monkeypatch)):
         got = read()
         assert got.events.height == 6000 and got.meta.warnings == (said,)
         assert got.meta.extra["traceName"] == "x"
+    assert counts[-1] > 2 and not rereads  # streamed (a 266 MB file was held whole: 666 MB)

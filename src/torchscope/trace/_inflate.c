@@ -33,6 +33,9 @@ typedef struct {
     int in_member;     /* inside a gzip member (between its header and its end) */
     int done;          /* no more text: the input ended at a member's end (or, plain, at all) */
     int busy;          /* a fill() is running (on another thread): refuse a second */
+    int truncated;     /* the input ended inside a member: the text is what it inflated to */
+    Py_ssize_t after;  /* bytes after the last member that are not gzip (left out), */
+    int after_zeros;   /* ... all of them zeros (padding) */
     z_stream zs;
     PyObject *input;   /* bytes: the file's bytes read and not consumed yet, from `at` */
     Py_ssize_t at;
@@ -80,18 +83,34 @@ static int refill(Filler *self, PyObject *more)
     return PyBytes_GET_SIZE(got) > 0;
 }
 
+/* Counts the rest of the input, the bytes after the last member that are not gzip (padding,
+ * a line appended): the text ends before them, as Python's reading of the whole file ends
+ * (files._inflate_salvage). 0, or -1 with more()'s error set. */
+static int skip_rest(Filler *self, PyObject *more)
+{
+    self->after_zeros = 1;
+    int got;
+    while ((got = refill(self, more)) > 0) {
+        const char *p = PyBytes_AS_STRING(self->input) + self->at;
+        Py_ssize_t n = left(self);
+        for (Py_ssize_t i = 0; i < n && self->after_zeros; i++)
+            self->after_zeros = p[i] == 0;
+        self->after += n;
+        self->at += n;
+    }
+    return got;
+}
+
 /* The next member's start, between two members: 1 (a gzip member follows), 0 (the input
- * ended: the text is done), -1 (an error set: bytes that are not gzip, or more() failed). */
+ * ended, or what follows is not gzip: the text is done), -1 (an error set: more() failed). */
 static int next_member(Filler *self, PyObject *more)
 {
     int got = refill(self, more);
     if (got <= 0)
         return got;
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(self->input) + self->at;
-    if (p[0] != 0x1f || (left(self) > 1 && p[1] != 0x8b)) {
-        PyErr_SetString(InflateError, "bytes after the gzip stream");
-        return -1;
-    }
+    if (p[0] != 0x1f || (left(self) > 1 && p[1] != 0x8b))
+        return self->started ? skip_rest(self, more) : (PyErr_SetString(InflateError, "not gzip"), -1);
     int rc = self->started ? inflateReset(&self->zs) : inflateInit2(&self->zs, 15 + 16);
     if (rc != Z_OK) {
         if (rc == Z_MEM_ERROR)
@@ -124,7 +143,7 @@ static Py_ssize_t produce(Filler *self, char *out, Py_ssize_t room)
             self->zs.next_out = (Bytef *)(out + made);
             self->zs.avail_out = (uInt)(want < ZCHUNK ? want : ZCHUNK);
             uInt in_before = self->zs.avail_in, out_before = self->zs.avail_out;
-            rc = inflate(&self->zs, Z_NO_FLUSH);
+            rc = inflate(&self->zs, Z_SYNC_FLUSH); /* as Python's zlib: all it can */
             used += in_before - self->zs.avail_in;
             made += out_before - self->zs.avail_out;
             if (in_before == self->zs.avail_in && out_before == self->zs.avail_out) {
@@ -155,8 +174,8 @@ static Py_ssize_t produce(Filler *self, char *out, Py_ssize_t room)
 
 /* fill(text, size, more): `text` followed by up to `size` more bytes of the file's text, or
  * None when there are none (the text is done). Reads the file's bytes with `more()` (b"" at
- * its end). InflateError for data that does not inflate, bytes after the last member, or a
- * member cut short. */
+ * its end). InflateError for data that does not inflate; a member cut short, or bytes after
+ * the last member that are not gzip, end the text, and `truncated` / `after` say so. */
 static PyObject *filler_fill(Filler *self, PyObject *args)
 {
     Py_buffer prefix;
@@ -202,11 +221,8 @@ static PyObject *filler_fill(Filler *self, PyObject *args)
         int got = refill(self, more);
         if (got < 0)
             goto error;
-        if (got == 0) {
-            if (self->gzipped) { /* the input ended inside a member */
-                PyErr_SetString(InflateError, "the gzip stream is truncated");
-                goto error;
-            }
+        if (got == 0) { /* the input ended: inside a member, when gzip (a copy cut short) */
+            self->truncated = self->gzipped;
             self->done = 1;
             break;
         }
@@ -237,6 +253,24 @@ static PyObject *filler_unconsumed(Filler *self, void *closure)
     return PyLong_FromSsize_t(left(self));
 }
 
+static PyObject *filler_truncated(Filler *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->truncated);
+}
+
+static PyObject *filler_after(Filler *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSsize_t(self->after);
+}
+
+static PyObject *filler_after_zeros(Filler *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->after > 0 && self->after_zeros);
+}
+
 static PyMethodDef FILLER_METHODS[] = {
     {"fill", (PyCFunction)filler_fill, METH_VARARGS,
      "fill(text, size, more) -> bytes | None: text followed by up to size more bytes of the file's text"},
@@ -245,6 +279,9 @@ static PyMethodDef FILLER_METHODS[] = {
 
 static PyGetSetDef FILLER_GETSET[] = {
     {"unconsumed", (getter)filler_unconsumed, NULL, "bytes read from the file and not used yet", NULL},
+    {"truncated", (getter)filler_truncated, NULL, "the file ended inside a gzip member", NULL},
+    {"after", (getter)filler_after, NULL, "bytes after the last gzip member that are not gzip", NULL},
+    {"after_zeros", (getter)filler_after_zeros, NULL, "those bytes are all zeros (padding)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -192,13 +192,21 @@ class TextStream:
         self.size = os.fstat(f.fileno()).st_size  # bytes on disk (compressed, when gzip)
         self.read = 0  # of which read so far
         self.used = 0  # of which inflated so far (read less what waits to be): the progress
+        self.text_bytes = 0  # the text handed out so far (a byte order mark included)
+        # a gzip stream cut short, or followed by bytes that are not gzip: the text ends with
+        # what inflated, and ``damage`` says so in the words of the whole file's read
+        self._truncated = False
+        self._after = 0
+        self._after_zeros = False
         self._file = f
         self._block = block
         # our C filler, which writes each block after the text it continues without the GIL
         # (``_inflate.c`` says why); Python's zlib and a join without it
         self._filler = None if _inflate is None else _inflate.Filler(gzipped)
         self._raw_size = _RAW_BYTES if gzipped else block
-        self._blocks = None if self._filler is not None else self._inflated(block) if gzipped else self._plain(block)
+        self._blocks = (
+            None if self._filler is not None else self._inflated(block) if gzipped else self._plain(block)
+        )
         # the first block, read here (on the prefetch's thread, beside the imports): a stream
         # that fails at once is no stream (``open_text`` reads the file whole)
         first = self._fill(b"") or b""
@@ -234,17 +242,38 @@ class TextStream:
         """Close the file (a stream given up on: the reader reads the file whole instead)."""
         self._file.close()
 
+    def damage(self) -> str | None:
+        """What a damaged gzip stream lost, once the text is done, worded as reading the file
+        whole words it (``_inflate_salvage``): a stream cut short, or bytes after it that are
+        not gzip; None for a clean stream, or one followed by zeros (padding, which Python's
+        gzip reads without a word)."""
+        if self._truncated:
+            return f"the gzip stream is truncated: read the {self.text_bytes:,} bytes it inflates to"
+        if self._after and not self._after_zeros:  # zeros are padding, as Python's gzip reads it
+            return (
+                f"the gzip stream is followed by {self._after:,} bytes that are not gzip:"
+                f" read the {self.text_bytes:,} bytes it inflates to"
+            )
+        return None
+
     def _fill(self, text: bytes) -> bytes | None:
         """``text`` and the next block after it (None at the text's end)."""
         if self._filler is None:
             assert self._blocks is not None
             block = next(self._blocks, None)
+            if block is not None:
+                self.text_bytes += len(block)
             return None if block is None else text + block if text else block
         try:
             got = self._filler.fill(text, self._block, self._more)
         except _inflate.InflateError as exc:
             raise Unstreamable(str(exc)) from None
         self.used = self.read - self._filler.unconsumed
+        if got is None:
+            self._truncated = self._filler.truncated
+            self._after, self._after_zeros = self._filler.after, self._filler.after_zeros
+        else:
+            self.text_bytes += len(got) - len(text)
         return got
 
     def _more(self) -> bytes:
@@ -265,14 +294,17 @@ class TextStream:
             yield got
 
     def _inflated(self, block: int) -> Iterator[bytes]:
-        """Inflate member after member, ``block`` bytes of text at most at a time."""
+        """Inflate member after member, ``block`` bytes of text at most at a time (what our
+        filler does, without it): a stream cut short, or bytes after the last member that are
+        not gzip, end the text (``damage``)."""
         inflater = zlib.decompressobj(wbits=31)
         pending = b""
         while True:
             if not pending:
                 pending = self._raw()
                 if not pending:
-                    break
+                    self._truncated = True
+                    return
             try:
                 out = inflater.decompress(pending, block)
             except zlib.error as exc:
@@ -285,10 +317,14 @@ class TextStream:
                 pending = inflater.unused_data or self._raw()
                 if not pending:
                     return
-                if pending[:2] != _GZIP_MAGIC:  # padding or bytes that are not gzip
-                    raise Unstreamable("bytes after the gzip stream")
+                if pending[:2] != _GZIP_MAGIC:  # padding or bytes that are not gzip: left out
+                    self._after_zeros = True
+                    while pending:
+                        self._after += len(pending)
+                        self._after_zeros = self._after_zeros and not pending.strip(b"\x00")
+                        pending = self._raw()
+                    return
                 inflater = zlib.decompressobj(wbits=31)
-        raise Unstreamable("the gzip stream is truncated")
 
 
 def open_text(
@@ -308,7 +344,11 @@ def open_text(
             gzipped = f.read(2) == _GZIP_MAGIC
             if gzipped and size > whole_up_to // 1024:  # the most deflate packs in (1032:1)
                 f.seek(-4, os.SEEK_END)
-                large = int.from_bytes(f.read(4), "little") > whole_up_to or size > whole_up_to
+                last = int.from_bytes(f.read(4), "little")
+                # a trailer smaller than the file is no whole text's: several members (files
+                # joined with cat), whose last may be small, or a stream cut short; from
+                # 1 MB on disk, such a text may be any size, and a stream is what holds any
+                large = last > whole_up_to or size > whole_up_to or (last < size and size > whole_up_to // 64)
             else:
                 large = size > whole_up_to and not gzipped
             f.seek(0)

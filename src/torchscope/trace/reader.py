@@ -75,6 +75,7 @@ from torchscope.trace.short import (
     Place,
     cut_warning,
     ends_early,
+    mid_event_warning,
     said_cut,
     scan_cut_short,
 )
@@ -364,6 +365,11 @@ def _decode_piece(data: Text, lo: int, hi: int, source: str, warnings: list[str]
 _TRAILING_AT = re.compile(r"trailing characters \(byte (\d+)\)")
 
 
+def _not_json_after(count: int) -> str:
+    """The warning for a document followed by ``count`` bytes that are not JSON (left out)."""
+    return f"the JSON document is followed by {count:,} bytes that are not JSON: not read"
+
+
 def _repaired(
     data: bytes, source: str, warnings: list[str], exc: Exception, place: Place | None = None
 ) -> bytes:
@@ -380,7 +386,7 @@ def _repaired(
     if after is not None and 0 < (at := int(after.group(1)) - 1) < len(data):  # (msgspec says one past)
         # a whole document and then bytes that are not JSON (a log line appended, padding):
         # the document is kept, as a gzip stream followed by other bytes is
-        warnings.append(f"the JSON document is followed by {len(data) - at:,} bytes that are not JSON: not read")
+        warnings.append(_not_json_after(len(data) - at))
         return data[:at]
     if isinstance(exc, UnicodeDecodeError):
         fixed, note = replace_invalid_utf8(data)
@@ -748,7 +754,9 @@ def _streamed_parts(
     rest = pieces.tail.pop()
     if _event_lists(rest):  # a second event list after the first: read whole (it says so)
         raise Unstreamable("two event lists")
-    whole = _tail_document(rest, head_keys)
+    if (damage := stream.damage()) is not None:
+        warnings.insert(0, damage)  # where reading the file whole says it: first
+    whole = _tail_document(rest, head_keys) or _repaired_tail(rest, head_keys, pieces, warnings)
     del rest
     if whole is None:
         raise Unstreamable("a tail the scanner declines")
@@ -756,6 +764,56 @@ def _streamed_parts(
     del whole
     _top_values(text, keys, top, source, warnings)
     yield _with_raw_args(_scanned_part(columns, finish), text)
+
+
+def _repaired_tail(
+    rest: bytes, head_keys: dict[str, tuple[int, int]], pieces: StreamPieces, warnings: list[str]
+) -> tuple[bytes, dict[str, tuple[int, int]], dict[str, Any]] | None:
+    """``_tail_document`` of a text that ends early (a writer killed, a copy or gzip stream cut
+    short) or goes on after the document (a log line appended): its events up to the last
+    complete one, or the document without what follows it, and the warning reading the file
+    whole gives, in the file's places. So such a file is not held whole: a 1.3 GB trace cut at
+    80% peaked at 2.6 GB against the whole file's 1.25 GB. None when the tail has another
+    fault: the whole read repairs it or says what is wrong."""
+    size = pieces.tail_at + len(rest)
+    got = scan_cut_short(_LIST_HEAD + rest, Place(pieces.tail_at - len(_LIST_HEAD), size))
+    if got is not None:
+        whole, text, note = got
+        if note is not None:
+            warnings.append(note)
+        return _tail_of(text, whole, head_keys)
+    text = _LIST_HEAD + rest
+    try:
+        msgspec.json.decode(text, type=msgspec.Raw)
+        return None  # valid JSON the scanner does not take: msgspec's, whole
+    except REFUSALS as exc:
+        message = str(exc)
+    after = _TRAILING_AT.search(message)
+    if after is not None and 0 < (at := int(after.group(1)) - 1) < len(text):  # (msgspec says one past)
+        whole = _scan.scan_trace(text[:at])
+        if whole is None:
+            return None
+        warnings.append(_not_json_after(len(text) - at))
+        return _tail_of(text[:at], whole, head_keys)
+    if pieces.separator in rest or not pieces.pieces_end or not ends_early(message, text):
+        return None
+    # the tail is one event cut short (the last piece ended at the last separator read): the
+    # events read end where that piece's did
+    empty = _LIST_HEAD + b"]}"
+    whole = _scan.scan_trace(empty)
+    if whole is None:
+        return None
+    warnings.append(mid_event_warning(pieces.pieces_end, size))
+    return _tail_of(empty, whole, head_keys)
+
+
+def _tail_of(
+    text: bytes, whole: Any, head_keys: dict[str, tuple[int, int]]
+) -> tuple[bytes, dict[str, tuple[int, int]], dict[str, Any]] | None:
+    """A repaired tail's text, top-level keys and events; None when it repeats a key of the
+    head (a duplicate the whole read refuses)."""
+    (_, _, keys), columns = whole
+    return None if head_keys.keys() & keys.keys() else (text, keys, columns)
 
 
 def _scanned_cut(

@@ -83,10 +83,12 @@ def cut_warning(cut: Cut, data: bytes, place: Place) -> str:
             f"the file ends after an event, before the event list's end {CUT_MARK}: read every event in its"
             f" {place.size:,} bytes, but more may have followed"
         )
-    return (
-        f"the file ends mid-event {CUT_MARK}: read the events in its first {cut.kept + place.shift:,}"
-        f" of {place.size:,} bytes"
-    )
+    return mid_event_warning(cut.kept + place.shift, place.size)
+
+
+def mid_event_warning(kept: int, size: int) -> str:
+    """The warning for a file of ``size`` bytes cut mid-event, its events read up to ``kept``."""
+    return f"the file ends mid-event {CUT_MARK}: read the events in its first {kept:,} of {size:,} bytes"
 
 
 def scan_cut_short(text: bytes, place: Place, *, refused: bool = False) -> tuple[Any, bytes, str | None] | None:

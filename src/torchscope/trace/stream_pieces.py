@@ -70,12 +70,17 @@ class StreamPieces:
         self.piece_bytes = piece_bytes  # the reader sets its own when it takes over
         self.on_cut: Callable[[int], None] | None = None  # told how many pieces are cut
         self.tail: list[bytes] = []  # what follows the last piece, once the blocks end
+        # where, in the text, the tail begins, and the last piece's events end (after its last
+        # "}"): the places a warning about a text cut short names
+        self.tail_at = 0
+        self.pieces_end = 0
         self._stream = stream
         try:
             self.head, rest, separator = self._head()
         except BaseException:
             stream.close()  # the reader reads the file whole
             raise
+        self.separator = separator
         self._cuts = self._cut(rest, separator)
         self._early: deque[tuple[Cut, Future[Any] | None]] = deque()
         self._failed: Exception | None = None
@@ -101,6 +106,7 @@ class StreamPieces:
         head = head_document(text[: start + 1])
         if head is None:
             raise Unstreamable("a head the scanner declines")
+        self.tail_at = first
         return head, text[first:], separator
 
     def _cut(self, text: bytes, separator: bytes) -> Iterator[Cut]:
@@ -121,6 +127,8 @@ class StreamPieces:
                         raise Unstreamable("no event boundary")
                     continue
                 yield Cut(text, k + 1)
+                self.pieces_end = self.tail_at + k + 1
+                self.tail_at += k + len(separator) - 1
                 text = text[k + len(separator) - 1 :]
                 done += 1
                 if self.on_cut is not None:
