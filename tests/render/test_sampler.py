@@ -383,6 +383,30 @@ def _code(path: str, name: str) -> CodeType:
     return next(c for c in module.co_consts if isinstance(c, CodeType))
 
 
+def _nested_code(path: str, outer: str, name: str) -> CodeType:
+    """The code object of ``outer``'s inner function ``name`` (qualname ``outer.<locals>.name``)."""
+    module = compile(f"def {outer}():\n    def {name}():\n        pass\n", path, "exec")
+    top = next(c for c in module.co_consts if isinstance(c, CodeType))
+    return next(c for c in top.co_consts if isinstance(c, CodeType))
+
+
+def test_a_sample_in_a_modes_exit_under_the_disable_wrapper_is_the_users_line() -> None:
+    """A sample in a dispatch mode's ``__exit__`` under the disable wrapper (portable collector)
+    has no call a user would name: no label, and the row was named by the wrapper itself,
+    "_disable_dynamo.<locals>.inner" (a CI run of the test below). The user's line keeps it."""
+    from torchscope.runner.sampler import _torch_calls
+
+    site = "/venv/lib/python3.11/site-packages/torch/"
+    user = _code("/home/me/train.py", "train_step")
+    inner = _nested_code(site + "_compile.py", "_disable_dynamo", "inner")
+    assert inner.co_qualname == "_disable_dynamo.<locals>.inner"
+    exit_ = _code(site + "utils/_python_dispatch.py", "__exit__")
+    assert _torch_calls([(0, (exit_, inner, user), (120, 50, 4))]) == {}
+    # a call into torch's Python under the same user line keeps its name
+    backward = _code(site + "_tensor.py", "backward")
+    assert _torch_calls([(1, (backward, user), (566, 5))]) == {1: ("/home/me/train.py", "backward", 5)}
+
+
 def test_a_sample_inside_the_disable_wrappers_checks_is_charged_to_the_users_line() -> None:
     """Under the portable collector each op call passes torch's disable wrapper (``_fn`` in
     ``torch/_dynamo/eval_frame.py``), which asks ``torch.compiler.is_exporting()``: a sample

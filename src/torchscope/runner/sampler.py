@@ -217,6 +217,11 @@ def _torch_calls(entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]
     calls: dict[int, Func] = {}
     for (filename, line, entry), members in groups.items():
         labels = [label for _, label in members if label is not None]
+        if not labels and _is_plumbing(entry):
+            # only torch's dispatch plumbing and its machinery (a mode's ``__exit__`` under the
+            # disable wrapper, under the portable collector): no call the user made, so the
+            # user's line keeps the time (it was a row "_disable_dynamo.<locals>.inner")
+            continue
         name = (
             max(sorted(set(labels)), key=labels.count)
             if labels
