@@ -204,6 +204,11 @@ def test_flame_graphs_of_a_run_begin_with_the_script(midrun: Trace) -> None:
     threads = {k for k in range(flame.size) if flame.parent[k] == 0}  # a node per thread
     tops = {flame.label(k) for k in range(flame.size) if int(flame.parent[k]) in threads}
     assert threads and MODULE in tops
+    # each instant once: the steps straddle train_step's frames, and the graph held 2x the cycle
+    module = next(k for k in range(flame.size) if flame.label(k) == MODULE)
+    ev = midrun.events
+    cycle = ev.filter(ev["name"].cast(str) == MODULE)["dur_ns"].max()  # type: ignore[arg-type]
+    assert flame.total[module] <= cycle
     assert not [flame.label(k) for k in range(flame.size) if "torchscope/" in flame.label(k)]
     lines = folded_stacks(midrun)
     assert lines and not [p for p, _ in lines if "torchscope" in p.split(";", 1)[1]]
@@ -215,9 +220,15 @@ def test_the_table_of_a_run_starts_at_the_script(midrun: Trace) -> None:
     console script, the CLI, the runner) at the whole cycle's CPU total."""
     from torchscope.compat import key_averages
 
-    names = [str(r) for r in key_averages(midrun).to_polars()["key"].to_list()]
+    frame = key_averages(midrun).to_polars()
+    names = [str(r) for r in frame["key"].to_list()]
     assert MODULE in names and "train.py(14): train_step" in names
     assert not [n for n in names if "torchscope/" in n or "runpy" in n or n.startswith("torchscope(")]
+    # the run's steps begin in optimizer.step(): each straddles train_step's frames, whose time
+    # was self time of both (1.8x the cycle in all, ProfilerStep* first); now counted once
+    script = frame.filter(frame["key"] == MODULE)["cpu_time_total"].item()
+    assert frame["self_cpu_time_total"].sum() <= script * 1.0001
+    assert frame.filter(frame["key"] == "ProfilerStep*")["self_cpu_time_total"].item() < script / 4
 
 
 def test_without_stacks_the_advice_does_not_send_a_run_to_torchscope_run(tmp_path: Path) -> None:

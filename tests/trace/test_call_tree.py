@@ -55,8 +55,10 @@ def test_partial_overlaps_equal_intervals_and_zero_durations() -> None:
     parent, depth, self_ns = derive._call_tree(np.arange(start.size), zeros, zeros, start, end, start.size)
     assert parent.tolist() == [-1, 0, -1, 2, -1, 4, 5, -1]
     assert depth.tolist() == [0, 1, 0, 1, 0, 1, 2, 0]
-    # [2,5) covers 3 of [0,10)'s 10; [4,12) is not its child; the first [20,30) holds the second
-    assert self_ns.tolist() == [7, 3, 6, 2, 0, 10, 0, 0]
+    # [2,5) covers 3 of [0,10)'s 10; [4,12) is not its child, but straddles its end: [5,10) is
+    # [4,12)'s, and [4,5) of [2,5) too (each instant once: the self times add up to [0,12)'s
+    # 12); the first [20,30) holds the second
+    assert self_ns.tolist() == [2, 2, 6, 2, 0, 10, 0, 0]
 
 
 def test_random_trees_agree(monkeypatch: pytest.MonkeyPatch) -> None:

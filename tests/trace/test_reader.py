@@ -188,9 +188,10 @@ def test_self_time_subtracts_the_union_of_overlapping_children() -> None:
     ]
     trace = read_chrome_document(events, "mem")
     rows = {r["name"]: r for r in trace.events.iter_rows(named=True)}
-    # a and b overlap on [30, 50): the union covers [10, 70) = 60 us of outer's 100
-    assert rows["outer"]["self_ns"] == 40_000
-    assert rows["a"]["self_ns"] == 35_000 and rows["inner"]["parent"] == rows["a"]["id"]
+    # a and b overlap on [30, 50): the union covers [10, 70) = 60 us of outer's 100, and [30, 50)
+    # is b's, not a's too (b starts inside a and ends after it): 40 + 5 + 15 + 40 = 100
+    assert rows["outer"]["self_ns"] == 40_000 and rows["b"]["self_ns"] == 40_000
+    assert rows["a"]["self_ns"] == 15_000 and rows["inner"]["parent"] == rows["a"]["id"]
     assert rows["b"]["parent"] == rows["outer"]["id"] and rows["b"]["depth"] == 1
 
 

@@ -287,8 +287,10 @@ def _host_nodes(trace: Trace, b: _Builder) -> tuple[I64, I64, I64]:
     thread_nodes = b.add(np.zeros(len(thread_names), np.int64), b.intern(thread_names))
     codes, table = _name_codes(host["name"])
     node = b.add_forest(thread_nodes[thread_code], parent, b.intern(table)[codes])
-    dur = host["dur_ns"].to_numpy().astype(np.int64)
-    return rows, node, _row_self(parent, dur)
+    # the Trace's self time: each instant once, where a span straddling a frame (a run's
+    # ProfilerStep#N, begun inside optimizer.step()) made its duration less its children's
+    # twice the thread's time (``derive._less_straddled``)
+    return rows, node, host["self_ns"].fill_null(0).to_numpy().astype(np.int64)
 
 
 def host_flame(trace: Trace) -> Flame:

@@ -419,8 +419,15 @@ def event_frame(
     )
     if python_functions and ran_under_torchscope_run(trace):
         # the console script, the CLI and the runner above the script (and the profiler's calls
-        # in its steps) are no rows of the script's table: they topped it, at its whole time
-        alive &= ~tool_frames(trace)
+        # in its steps) are no rows of the script's table: they topped it, at its whole time.
+        # What they hold themselves goes to the row they ran under, as a hidden child's does
+        tool = tool_frames(trace)
+        gone = np.flatnonzero(tool & is_host & alive)
+        up = nearest_ancestor(parent, gone, alive & is_host & ~tool)
+        held = up >= 0
+        for column in (self_cpu, self_cpu_mem, self_dev_mem, self_dev):
+            np.add.at(column, up[held], column[gone[held]])
+        alive &= ~tool
     cpu_total = np.where(is_host, dur, 0)  # made after the fold, which leaves it alone
     frame = pl.DataFrame(
         {

@@ -194,14 +194,67 @@ def _call_tree(rows: I64, pid: I64, tid: I64, start: I64, end: I64, n: int) -> t
     """
     if _scan is None:
         parent = _nesting(rows, pid, tid, start, end, n)
-        return parent, depths(parent), _self_time(parent, start, end)
+        self_ns = _less_straddled(_self_time(parent, start, end), rows, parent, pid, tid, start, end)
+        return parent, depths(parent), self_ns
     order = rows[np.lexsort((tid[rows], pid[rows]))]  # stable: id order inside a thread
     got = _scan.nest(
         order.astype(np.int64, copy=False),
         *(np.ascontiguousarray(a, dtype=np.int64) for a in (start, end, pid, tid)),
     )
     parent, depth, covered = (np.frombuffer(memoryview(b), dtype=np.int64) for b in got)
-    return parent, depth, np.maximum(end - start - covered, 0)
+    self_ns = _less_straddled(np.maximum(end - start - covered, 0), rows, parent, pid, tid, start, end)
+    return parent, depth, self_ns
+
+
+def _less_straddled(self_ns: I64, rows: I64, parent: I64, pid: I64, tid: I64, start: I64, end: I64) -> I64:
+    """``self_ns`` less the part of each row that a later row on its thread covers while not
+    nested in it: one that starts inside the row and ends after it (a straddle).
+
+    Spans that a ``with`` does not scope straddle Python frames: a ``ProfilerStep#N`` that
+    ``step()`` begins inside a function and ends in its next call (``torchscope run`` steps at
+    ``optimizer.step()``, a framework's callback stepping the profiler). Nesting gives the
+    straddler neither as the row's child nor the row as its parent, so the time they share was
+    self time of both: a 978 ms cycle's table read 1.78 s of self CPU, ``ProfilerStep*`` first
+    with the whole of ``train_step`` again. torch's tables count it twice too (its tree is this
+    one); ours count each instant once. The row's children all start before the straddler
+    (anything after is nested in it), so what it covers beyond them is the end of the row
+    from the straddler's start or the children's last end, whichever is later.
+    """
+    if rows.size < 2:
+        return self_ns
+    order = rows[np.lexsort((tid[rows], pid[rows]))]  # thread by thread, in id (start) order
+    s, e = start[order], end[order]
+    m = order.size
+    same = np.zeros(m, bool)
+    same[:-1] = (pid[order][1:] == pid[order][:-1]) & (tid[order][1:] == tid[order][:-1])
+    # the next later row on the thread that ends after each row (m: none), by pointer jumping:
+    # every row skipped ends no later than the one jumped from, hence no later than this one
+    nxt = np.where(same, np.arange(1, m + 1), m)
+    run_end = np.cumsum(~np.concatenate(([True], same[:-1])))  # a thread number per position
+    active = np.flatnonzero(nxt < m)
+    while active.size:
+        j = nxt[active]
+        found = e[j] > e[active]
+        active = active[~found]
+        jumped = nxt[nxt[active]]
+        nxt[active] = np.where(jumped < m, jumped, m)
+        active = active[nxt[active] < m]
+    has = nxt < m
+    k = np.flatnonzero(has)
+    j = nxt[k]
+    k = k[(run_end[j] == run_end[k]) & (s[j] < e[k])]  # on its thread, starting inside it
+    if k.size == 0:
+        return self_ns
+    j = nxt[k]
+    rows_k = order[k]
+    # the last end of each row's children (clipped to the row), where the straddle's cover starts
+    last = np.full(self_ns.size, np.iinfo(np.int64).min, np.int64)
+    kids = rows[parent[rows] >= 0]
+    np.maximum.at(last, parent[kids], np.minimum(end[kids], end[parent[kids]]))
+    cover = e[k] - np.maximum(s[j], last[rows_k])
+    out = self_ns.copy()
+    out[rows_k] = np.maximum(out[rows_k] - np.maximum(cover, 0), 0)
+    return out
 
 
 def _nesting(rows: I64, pid: I64, tid: I64, start: I64, end: I64, n: int) -> I64:

@@ -61,7 +61,7 @@ EVENTS_SCHEMA: dict[str, pl.DataType] = {
     # Derived once by trace.derive (vectorized):
     "parent": pl.Int32(),  # enclosing host event on the same thread, -1 at the root
     "depth": pl.Int16(),
-    "self_ns": pl.Int64(),  # dur minus the union of children, never negative
+    "self_ns": pl.Int64(),  # dur minus the union of children and of a later event straddling its end, >= 0
     "step": pl.Int32(),  # ProfilerStep#N number the event falls in, -1 outside steps
     "launcher": pl.Int32(),  # device events: the runtime call that launched it, else -1
     "op": pl.Int32(),  # device/runtime events: innermost cpu_op or annotation that launched it
