@@ -417,7 +417,7 @@ def event_frame(
         (self_cpu, self_cpu_mem, self_dev_mem),
         (self_dev, dev_total),
     )
-    if python_functions and ran_under_torchscope_run(trace):
+    if python_functions and (kind == "python_function").any() and ran_under_torchscope_run(trace):
         # the console script, the CLI and the runner above the script (and the profiler's calls
         # in its steps) are no rows of the script's table: they topped it, at its whole time.
         # What they hold themselves goes to the row they ran under, as a hidden child's does

@@ -1932,7 +1932,9 @@ static PyObject *scan_trace(PyObject *self, PyObject *args, PyObject *kwargs)
  * nearest earlier row of the thread that contains it (ends no earlier, and ends after it starts
  * or starts with it), the same relation derive's vectorized pointer jumping computes, in O(n).
  * The depth is the stack's height; `covered` is the union of a row's children's intervals, each
- * clipped to the row's end, which derive subtracts from the duration to get self time. */
+ * clipped to the row's end, and of the part of it a later row straddling its end covers (the row
+ * that pops it while starting inside it), which derive subtracts from the duration to get self
+ * time. */
 
 static int int64_view(PyObject *obj, Py_buffer *view, const char *what)
 {
@@ -1999,6 +2001,12 @@ static PyObject *nest(PyObject *self, PyObject *args)
             int64_t c = stack[top - 1];
             if (end[c] >= end[i] && (end[c] > start[i] || start[c] == start[i]))
                 break;
+            if (start[i] < end[c]) { /* i starts inside c and ends after it: it straddles c's end, */
+                /* and keeps the time they share (derive._less_straddled says why) */
+                int64_t from = run[c] == INT64_MIN || run[c] < start[i] ? start[i] : run[c];
+                if (end[c] > from)
+                    covered[c] += end[c] - from;
+            }
             top--;
         }
         run[i] = INT64_MIN; /* no child yet */
