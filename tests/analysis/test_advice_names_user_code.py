@@ -212,6 +212,12 @@ def test_flame_graphs_of_a_run_begin_with_the_script(midrun: Trace) -> None:
     assert not [flame.label(k) for k in range(flame.size) if "torchscope/" in flame.label(k)]
     lines = folded_stacks(midrun)
     assert lines and not [p for p, _ in lines if "torchscope" in p.split(";", 1)[1]]
+    # the report's call stacks of each op too (a dozen frames of ours ended each)
+    from torchscope.analysis.operators import call_stacks
+
+    stacks = call_stacks(midrun)["stack"].to_list()
+    assert stacks and not [t for t in stacks if "torchscope" in t or "runpy" in t]
+    assert any(t.endswith(" <- " + MODULE) for t in stacks)
     assert all(p.split(";")[1] == MODULE for p, _ in lines if "train.py(" in p)
 
 

@@ -366,15 +366,17 @@ def test_a_damage_met_while_reading_ahead_says_what_the_whole_read_says(
     assert whole.meta.warnings[0].startswith("the gzip stream is followed by 202 bytes that do not inflate")
 
 
+@pytest.mark.parametrize("after", [b"garbage{{{ trailing\0\n", bytes(4096)], ids=["a log line", "zeros"])
 def test_bytes_after_the_document_are_left_out_and_said_at_any_size(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: bytes
 ) -> None:
     """A log line appended to a trace (or padding) was "not valid JSON (trailing characters)",
     where the same bytes after a gzip stream were a warning: the document is read, and the
-    warning says how many bytes were not."""
+    warning says how many bytes were not. Zeros were taken for the fill after a file cut short,
+    and its last key ("traceName") was dropped as if cut in it."""
     path = tmp_path / "t.json"
-    path.write_bytes(_document(_ops(6000), {"traceName": "x"}) + b"garbage{{{ trailing\0\n")
-    said = "the JSON document is followed by 21 bytes that are not JSON: not read"
+    path.write_bytes(_document(_ops(6000), {"traceName": "x"}) + after)
+    said = f"the JSON document is followed by {len(after):,} bytes that are not JSON: not read"
     counts, rereads = _count_streamed_parts(monkeypatch), _rereads(monkeypatch)
     for read in (lambda: _whole(path, monkeypatch), lambda: _streamed(path, monkeypatch)):
         got = read()

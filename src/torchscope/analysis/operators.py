@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from torchscope.analysis import names
-from torchscope.analysis.frames import kinds, memo
+from torchscope.analysis.frames import kinds, memo, tool_frames
 from torchscope.analysis.key_averages import FILTERED_NAMES, ROW_KINDS
 from torchscope.trace.model import Trace
 from torchscope.trace.tree import nearest_ancestor
@@ -201,7 +201,9 @@ def call_stacks(trace: Trace, op_name: str | None = None, depth: int = STACK_FRA
             }
         )
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
-    is_py = (ev["kind"] == "python_function").to_numpy()
+    # torchscope's own frames (the console script, CLI and runner under a run's script) are no
+    # frames of the user's stacks: every stack of a run ended in a dozen of them
+    is_py = (ev["kind"] == "python_function").to_numpy() & ~tool_frames(trace)
     name_arr = ev["name"].cast(pl.String).to_numpy()
     idx = rows["id"].to_numpy().astype(np.int64)
     # keep only top-level ops: their parent chain reaches Python before another op

@@ -57,9 +57,13 @@ def ends_early(message: str, data: bytes) -> bool:
     msgspec says "truncated" when the text ends between values, but "invalid number" for one
     cut after its "." or "e" (~0.5 % of cut points in Kineto's files, whose times have
     decimals), "invalid character" after a "-", and names the fill after a cut; all of these
-    point at the end of the text's content."""
+    point at the end of the text's content. "trailing characters" is a whole document followed
+    by other bytes, zeros too (a padded copy): not a file cut short (its last top-level key was
+    dropped as if it had been cut in it)."""
     if "truncated" in message:
         return True
+    if "trailing characters" in message:
+        return False
     at = BYTE.search(message)
     return at is not None and int(at.group(1)) >= len(data.rstrip(TAIL_FILL))
 
