@@ -391,12 +391,19 @@ def _python_culprits(
     each culprit, whether it is torch's own code (its methods, its source, its nn modules)."""
     # torchscope's own frames (the runner executing a `torchscope run` script, the CLI, runpy)
     # are never culprits: the user's frames beneath them are the top level
-    py = py.filter(~pl.Series(tool_frames(ctx.trace)[py["id"].to_numpy()]))
+    tool = tool_frames(ctx.trace)
+    py = py.filter(~pl.Series(tool[py["id"].to_numpy()]))
     if py.height == 0:
         return [], False, []
     ev = ctx.trace.events
     parent = ev["parent"].fill_null(-1).to_numpy().astype(np.int64)
     rows = py["id"].to_numpy().astype(np.int64)
+    # through our frames: what our wrapper of optimizer.step runs is under the user's frame that
+    # called it (torch's optimizer wrapper was a culprit of its own, beside the user's train_step)
+    below = rows[(parent[rows] >= 0) & tool[np.maximum(parent[rows], 0)]]
+    if below.size:
+        parent = parent.copy()
+        parent[below] = nearest_ancestor(parent, below, ~tool)
     in_set = np.zeros(ev.height, bool)
     in_set[rows] = True
     ps = py["start_ns"].to_numpy()
