@@ -42,7 +42,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from torchscope.analysis.frames import ran_under_torchscope_run, tool_frame_rows, tool_frames
+from torchscope.analysis.frames import ran_under_torchscope_run, tool_frames
 from torchscope.trace.derive import overhead_holders, profiler_overhead
 from torchscope.trace.model import Trace
 from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS
@@ -221,7 +221,7 @@ def _fold_duplicates(
         parent[moved] = parent[parent[moved]]
 
 
-def _python_stacks(ev: pl.DataFrame, depth_limit: int) -> pl.Series:
+def _python_stacks(ev: pl.DataFrame, depth_limit: int, tool: np.ndarray) -> pl.Series:
     """For every event, the enclosing Python frames (innermost first), at most ``depth_limit``.
 
     Vectorized by tree level: first each event's nearest Python-frame ancestor (parents are
@@ -240,7 +240,7 @@ def _python_stacks(ev: pl.DataFrame, depth_limit: int) -> pl.Series:
                 py_names.str.contains(a, literal=True) & py_names.str.contains(b, literal=True)
             ).to_numpy()
         framed[np.nonzero(framed)[0][dropped]] = False
-        framed &= ~tool_frame_rows(ev)  # torchscope's own frames (the runner, the CLI)
+        framed &= ~tool  # torchscope's own frames (the runner, the CLI: ``frames.tool_frames``)
     nearest = np.full(n, -1, np.int64)  # nearest kept Python frame above each event
     order = np.argsort(depth, kind="stable")
     bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=0)) + 2))
@@ -443,7 +443,7 @@ def event_frame(
         }
     )
     if with_stack_n > 0:
-        frame = frame.with_columns(_python_stacks(ev, with_stack_n))
+        frame = frame.with_columns(_python_stacks(ev, with_stack_n, tool_frames(trace)))
     else:
         frame = frame.with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("stack"))
     base = pl.concat(

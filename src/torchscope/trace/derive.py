@@ -229,20 +229,15 @@ def _less_straddled(self_ns: I64, rows: I64, parent: I64, pid: I64, tid: I64, st
     same[:-1] = (pid[order][1:] == pid[order][:-1]) & (tid[order][1:] == tid[order][:-1])
     # the next later row on the thread that ends after each row (m: none), by pointer jumping:
     # every row skipped ends no later than the one jumped from, hence no later than this one
+    # (a chain never leaves its thread: a thread's last row has none)
     nxt = np.where(same, np.arange(1, m + 1), m)
-    run_end = np.cumsum(~np.concatenate(([True], same[:-1])))  # a thread number per position
     active = np.flatnonzero(nxt < m)
     while active.size:
-        j = nxt[active]
-        found = e[j] > e[active]
-        active = active[~found]
-        jumped = nxt[nxt[active]]
-        nxt[active] = np.where(jumped < m, jumped, m)
+        active = active[e[nxt[active]] <= e[active]]
+        nxt[active] = nxt[nxt[active]]
         active = active[nxt[active] < m]
-    has = nxt < m
-    k = np.flatnonzero(has)
-    j = nxt[k]
-    k = k[(run_end[j] == run_end[k]) & (s[j] < e[k])]  # on its thread, starting inside it
+    k = np.flatnonzero(nxt < m)
+    k = k[s[nxt[k]] < e[k]]  # starting inside it
     if k.size == 0:
         return self_ns
     j = nxt[k]

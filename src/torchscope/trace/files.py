@@ -157,16 +157,29 @@ def _inflate_salvage(raw: bytes) -> tuple[bytes, str] | None:
         if not stream.eof:
             if not any(parts):
                 return None
-            problem = "the gzip stream is truncated"
+            problem = _TRUNCATED
             break
         rest = stream.unused_data
         if not rest.strip(b"\x00"):  # padding with zeros (as tar and some copiers write)
             return b"".join(parts), f"the gzip stream is followed by {len(rest):,} zero bytes of padding"
         if rest[:2] != b"\x1f\x8b":
-            problem = f"the gzip stream is followed by {len(rest):,} bytes that are not gzip"
+            problem = _not_gzip_after(len(rest))
             break
     text = b"".join(parts)
-    return text, f"{problem}: read the {len(text):,} bytes it inflates to"
+    return text, _read_of(problem, len(text))
+
+
+_TRUNCATED = "the gzip stream is truncated"
+
+
+def _not_gzip_after(count: int) -> str:
+    return f"the gzip stream is followed by {count:,} bytes that are not gzip"
+
+
+def _read_of(problem: str, inflated: int) -> str:
+    """A damaged gzip stream's warning: what is wrong with it, and how much text was read, as
+    reading it whole (``_inflate_salvage``) and as a stream (``TextStream.damage``) say it."""
+    return f"{problem}: read the {inflated:,} bytes it inflates to"
 
 
 class Unstreamable(Exception):
@@ -248,12 +261,9 @@ class TextStream:
         not gzip; None for a clean stream, or one followed by zeros (padding, which Python's
         gzip reads without a word)."""
         if self._truncated:
-            return f"the gzip stream is truncated: read the {self.text_bytes:,} bytes it inflates to"
+            return _read_of(_TRUNCATED, self.text_bytes)
         if self._after and not self._after_zeros:  # zeros are padding, as Python's gzip reads it
-            return (
-                f"the gzip stream is followed by {self._after:,} bytes that are not gzip:"
-                f" read the {self.text_bytes:,} bytes it inflates to"
-            )
+            return _read_of(_not_gzip_after(self._after), self.text_bytes)
         return None
 
     def _fill(self, text: bytes) -> bytes | None:

@@ -370,6 +370,15 @@ def _not_json_after(count: int) -> str:
     return f"the JSON document is followed by {count:,} bytes that are not JSON: not read"
 
 
+def _document_end(message: str, data: bytes) -> int | None:
+    """Where the document in ``data`` ends when a decoder refused it only for the bytes after
+    it (``message`` says "trailing characters"): a log line appended, padding; else None."""
+    after = _TRAILING_AT.search(message)
+    if after is not None and 0 < (at := int(after.group(1)) - 1) < len(data):  # (msgspec says one past)
+        return at
+    return None
+
+
 def _repaired(
     data: bytes, source: str, warnings: list[str], exc: Exception, place: Place | None = None
 ) -> bytes:
@@ -382,8 +391,7 @@ def _repaired(
     never pays for one) and each class of repair, finding nothing more, ends the loop.
     """
     message = str(exc)
-    after = _TRAILING_AT.search(message)
-    if after is not None and 0 < (at := int(after.group(1)) - 1) < len(data):  # (msgspec says one past)
+    if (at := _document_end(message, data)) is not None:
         # a whole document and then bytes that are not JSON (a log line appended, padding):
         # the document is kept, as a gzip stream followed by other bytes is
         warnings.append(_not_json_after(len(data) - at))
@@ -776,20 +784,20 @@ def _repaired_tail(
     80% peaked at 2.6 GB against the whole file's 1.25 GB. None when the tail has another
     fault: the whole read repairs it or says what is wrong."""
     size = pieces.tail_at + len(rest)
-    got = scan_cut_short(_LIST_HEAD + rest, Place(pieces.tail_at - len(_LIST_HEAD), size))
+    text = _LIST_HEAD + rest
+    # ``refused``: ``_tail_document`` scanned this text already
+    got = scan_cut_short(text, Place(pieces.tail_at - len(_LIST_HEAD), size), refused=True)
     if got is not None:
-        whole, text, note = got
+        whole, cut, note = got
         if note is not None:
             warnings.append(note)
-        return _tail_of(text, whole, head_keys)
-    text = _LIST_HEAD + rest
+        return _tail_of(cut, whole, head_keys)
     try:
         msgspec.json.decode(text, type=msgspec.Raw)
         return None  # valid JSON the scanner does not take: msgspec's, whole
     except REFUSALS as exc:
         message = str(exc)
-    after = _TRAILING_AT.search(message)
-    if after is not None and 0 < (at := int(after.group(1)) - 1) < len(text):  # (msgspec says one past)
+    if (at := _document_end(message, text)) is not None:
         whole = _scan.scan_trace(text[:at])
         if whole is None:
             return None
