@@ -394,17 +394,39 @@ def test_a_sample_in_a_modes_exit_under_the_disable_wrapper_is_the_users_line() 
     """A sample in a dispatch mode's ``__exit__`` under the disable wrapper (portable collector)
     has no call a user would name: no label, and the row was named by the wrapper itself,
     "_disable_dynamo.<locals>.inner" (a CI run of the test below). The user's line keeps it."""
-    from torchscope.runner.sampler import _torch_calls
+    from torchscope.runner.sampler import _library_calls
 
     site = "/venv/lib/python3.11/site-packages/torch/"
     user = _code("/home/me/train.py", "train_step")
     inner = _nested_code(site + "_compile.py", "_disable_dynamo", "inner")
     assert inner.co_qualname == "_disable_dynamo.<locals>.inner"
     exit_ = _code(site + "utils/_python_dispatch.py", "__exit__")
-    assert _torch_calls([(0, (exit_, inner, user), (120, 50, 4))]) == {}
+    assert _library_calls([(0, (exit_, inner, user), (120, 50, 4))]) == {}
     # a call into torch's Python under the same user line keeps its name
     backward = _code(site + "_tensor.py", "backward")
-    assert _torch_calls([(1, (backward, user), (566, 5))]) == {1: ("/home/me/train.py", "backward", 5)}
+    assert _library_calls([(1, (backward, user), (566, 5))]) == {1: ("/home/me/train.py", "backward", 5)}
+
+
+def test_a_call_into_numpy_is_placed_at_the_users_line() -> None:
+    """The seed's masking case: time inside ``np.argwhere`` is a row named ``argwhere`` at the
+    script's line that called it (a row at NumPy's ``numeric.py:624`` named a file the user
+    never opens, and the advice said so too). NumPy's private helpers entered from C have no
+    call the user wrote: the user's line keeps them (``hot_frame``)."""
+    from torchscope.runner.sampler import _library_calls
+
+    site = "/venv/lib/python3.12/site-packages/numpy/_core/"
+    user = _code("/home/me/mask.py", "forward")
+    argwhere = _code(site + "numeric.py", "argwhere")
+    wrapfunc = _code(site + "fromnumeric.py", "_wrapfunc")
+    transpose = _code(site + "fromnumeric.py", "transpose")
+    calls = _library_calls(
+        [(0, (wrapfunc, transpose, argwhere, user), (57, 640, 650, 19)), (1, (argwhere, user), (651, 19))]
+    )
+    assert calls == {0: ("/home/me/mask.py", "argwhere", 19), 1: ("/home/me/mask.py", "argwhere", 19)}
+    # the same call from another line is another row
+    assert _library_calls([(2, (argwhere, user), (651, 23))]) == {2: ("/home/me/mask.py", "argwhere", 23)}
+    private_sum = _code(site + "_methods.py", "_sum")
+    assert _library_calls([(3, (private_sum, user), (50, 19))]) == {}
 
 
 def test_a_sample_inside_the_disable_wrappers_checks_is_charged_to_the_users_line() -> None:

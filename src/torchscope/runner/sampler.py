@@ -149,7 +149,8 @@ def hot_frame(stack: tuple[Func, ...]) -> Func:
 
     Time inside a library is charged to the outermost public library function the user's
     code called (``numpy.argwhere``, not its helpers ``_wrapfunc``/``nonzero``/``transpose``):
-    that is the call a user can change. Time in torch's own Python (``Tensor.backward`` in
+    that is the call a user can change (``_library_calls`` then places its row at the user's
+    line that made it). Time in torch's own Python (``Tensor.backward`` in
     ``torch/_tensor.py``, ``Sequential.forward`` in ``container.py``, an optimizer's ``step``)
     is the model running, which every profile shows first and no user writes: it is charged to
     the innermost frame of the user's code that called into torch, so the user's lines rank
@@ -195,32 +196,40 @@ def _call_label(codes: tuple[CodeType, ...]) -> str | None:
     return None
 
 
-def _torch_calls(entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]]) -> dict[int, Func]:
+def _library_calls(entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]]) -> dict[int, Func]:
     """The row each sampled stack's "self" time goes to when its innermost user frame is
-    calling into torch (``entries``: ``sid``, user frames leaf first, their current lines).
+    calling into a library (``entries``: ``sid``, user frames leaf first, their current lines).
 
-    Time in torch's own Python is charged to the call the user's code made into torch, named
-    by the torch function and placed at the user's line: ``Adam.step`` at ``train.py:12``, so
-    a script whose whole loop is module-level code shows ``opt.step()`` and ``backward()``
-    apart instead of one ``<module>`` row with all the time. One call (a user line and the torch
-    function it entered) gets one name, the one most of its stacks give: a sample caught in the
-    optimizer's ``record_function`` is still ``Adam.step``.
+    Time in a library's Python is charged to the call the user's code made, named by the
+    library function and placed at the user's line: ``Adam.step`` at ``train.py:12``, so a
+    script whose whole loop is module-level code shows ``opt.step()`` and ``backward()`` apart
+    instead of one ``<module>`` row with all the time; ``argwhere`` at ``train.py:19`` (the
+    seed's masking line), not at NumPy's ``numeric.py:624``, which named a file the user never
+    opens. One call (a user line and the function it entered) gets one name, the one most of its
+    stacks give: a sample caught in the optimizer's ``record_function`` is still ``Adam.step``.
+
+    A call into torch with no public function on the way (``F.max_pool2d``'s decorated inner
+    function) is named by its implementation; one into another library with none (``a.sum()``'s
+    ``_methods._sum``, ``np.sort``'s dispatcher, entered from C) is no call the user wrote, and
+    the user's line keeps the time (``hot_frame``).
     """
     groups: dict[tuple[str, int, CodeType], list[tuple[int, str | None]]] = {}
     for sid, codes, lines in entries:
         user = next((i for i, c in enumerate(codes) if not _is_library(c.co_filename)), len(codes))
-        if 0 < user < len(codes) and _TORCH_PART in codes[user - 1].co_filename:
+        if 0 < user < len(codes):
             key = (codes[user].co_filename, lines[user], codes[user - 1])
-            groups.setdefault(key, []).append(
-                (sid, _call_label(codes[:user]) or _implementation_label(codes[:user]))
-            )
+            label = _call_label(codes[:user])
+            if label is None and _TORCH_PART in codes[user - 1].co_filename:
+                label = _implementation_label(codes[:user])
+            groups.setdefault(key, []).append((sid, label))
     calls: dict[int, Func] = {}
     for (filename, line, entry), members in groups.items():
         labels = [label for _, label in members if label is not None]
-        if not labels and _is_plumbing(entry):
+        if not labels and (_is_plumbing(entry) or _TORCH_PART not in entry.co_filename):
             # only torch's dispatch plumbing and its machinery (a mode's ``__exit__`` under the
-            # disable wrapper, under the portable collector): no call the user made, so the
-            # user's line keeps the time (it was a row "_disable_dynamo.<locals>.inner")
+            # disable wrapper, under the portable collector), or another library's private
+            # helpers: no call the user made, so the user's line keeps the time (it was a row
+            # "_disable_dynamo.<locals>.inner")
             continue
         name = (
             max(sorted(set(labels)), key=labels.count)
@@ -382,7 +391,7 @@ class HotSpots:
     times_ns: np.ndarray
     stack_ids: np.ndarray
     stacks: tuple[tuple[Func, ...], ...]  # leaf first, runner frames removed
-    # per stack, the row its "self" time goes to (``_torch_calls``); empty: ``hot_frame``
+    # per stack, the row its "self" time goes to (``_library_calls``); empty: ``hot_frame``
     hot: tuple[Func, ...] = ()
     # each sample's weight when already known (clipped to a recorded window: ``windowed``);
     # None: the time since the previous sample
@@ -426,7 +435,7 @@ class HotSpots:
             else:
                 stacks[sid] = user
                 entries.append((sid, user_codes, tuple(ln for _, ln in kept)))
-        calls = _torch_calls(entries)
+        calls = _library_calls(entries)
         hot = [calls.get(sid) or _hot_or_ours(stack) for sid, stack in enumerate(stacks)]
         interval_ns = int(sampler.interval_s * 1e9)
         times = np.frombuffer(sampler._times, dtype=np.int64).copy()
@@ -510,7 +519,7 @@ class HotSpots:
                 continue
             out = float(outside[sid]) if outside is not None else 0.0
             hot = self.hot_of(sid)
-            for func in {*stack, hot}:  # a call row (``_torch_calls``) is not one of the frames
+            for func in {*stack, hot}:  # a call row (``_library_calls``) is not one of the frames
                 row = total.setdefault(func, [0.0, 0.0, 0.0, 0.0])
                 row[0] += ns
                 row[2] += out
