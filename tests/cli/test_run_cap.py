@@ -40,6 +40,9 @@ def test_the_cap_ends_one_cycle_and_the_schedule_records_the_later_ones(tmp_path
     assert "stepped 45 times, kept 152 MiB" in done.stdout
     facts = json.loads((out / "run.json").read_text())
     assert any(n.startswith("a cycle stopped at the cap") for n in facts["notes"])
+    # the schedule's sentence counts the whole steps the cycles hold: the first held none
+    said = "recorded 6 of the run's 45 steps (none of 0–4: the memory cap cut step 0; 20–22; 38–40)"
+    assert said in facts["notes"][0]
     traces = [Path(p) for p in facts["traces"]]
     assert len(traces) == 3  # the capped first cycle, then steps 20-22 and 38-40
     later = [sorted(torchscope.load(p).steps["step"].to_list()) for p in traces[1:]]
@@ -124,6 +127,11 @@ def test_the_default_schedule_says_what_share_of_the_run_it_recorded() -> None:
     # a run that ends inside the second cycle: steps 0-4 and 20-21 were recorded
     assert "recorded 7 of the run's 22 steps (0–4, 20–21)" in DefaultSchedule().describe(22)
     assert "recorded 5 of the run's 8 steps (0–4)," in DefaultSchedule().describe(8)  # no span it never reached
+    # a cycle the memory cap ended holds only the steps before the cut, whole
+    cut_once = DefaultSchedule().describe(7, cuts=(3,))
+    assert "recorded 3 of the run's 7 steps (0–2, then the memory cap cut step 3)," in cut_once
+    cut_twice = DefaultSchedule().describe(3000, cuts=(4, 21))
+    assert "recorded 8 of the run's 3,000 steps (0–3, then the memory cap cut step 4; 20, then" in cut_twice
 
 
 def test_a_step_the_cap_cuts_is_left_out_of_its_cycles_steps(tmp_path: Path) -> None:

@@ -100,17 +100,31 @@ class DefaultSchedule:
             out.append((first, first + self.active - 1))
         return out
 
-    def describe(self, steps: int | None = None) -> str:
+    def describe(self, steps: int | None = None, cuts: tuple[int, ...] = ()) -> str:
         """What the schedule recorded; with the run's ``steps``, what share of them (a run of
-        3,000 steps read "recorded steps 0–4, 20–22, 38–40" without saying it was 11 of them)."""
+        3,000 steps read "recorded steps 0–4, 20–22, 38–40" without saying it was 11 of them).
+
+        ``cuts``: the steps in which the memory cap ended a cycle. Such a cycle holds only its
+        whole steps before the cut: a CPU run whose first step outgrew the setup allowance read
+        "recorded 5 of the run's 7 steps (0–4)" when its trace held none of them whole.
+        """
         spans = ", ".join(f"{a}–{b}" for a, b in self.recorded())
         if steps is None:
             what = f"recorded steps {spans}"
         else:  # the spans the run reached, as far as it went
             reached = [(a, min(b, steps - 1)) for a, b in self.recorded() if a < steps]
-            done = sum(b - a + 1 for a, b in reached)
-            spans = ", ".join(f"{a}–{b}" if b > a else f"{a}" for a, b in reached)
-            what = f"recorded {done:,} of the run's {steps:,} steps ({spans})"
+            done, said = 0, []
+            for a, b in reached:
+                cut = next((c for c in cuts if a <= c <= b), None)
+                whole = b if cut is None else cut - 1
+                done += max(0, whole - a + 1)
+                span = f"{a}–{whole}" if whole > a else f"{a}" if whole == a else ""
+                if cut is not None:
+                    span = f"{span}, then" if span else f"none of {a}–{b}:"
+                    span += f" the memory cap cut step {cut}"
+                said.append(span)
+            joined = ("; " if any(a <= c <= b for a, b in reached for c in cuts) else ", ").join(said)
+            what = f"recorded {done:,} of the run's {steps:,} steps ({joined})"
         return (
             f"default schedule: {what}, the first with the setup before it; "
             "choose others with --wait/--warmup/--active/--repeat, or record everything with --all"

@@ -415,6 +415,7 @@ class _Recording:
         self.kept: list[Path] = []  # the files the report reads
         self.problems: list[str] = []
         self.notes: list[str] = []
+        self.cap_cuts: list[int] = []  # the steps in which the memory cap ended a cycle
         # the optimizer step count once the script has ended, or once ours stepped aside for good
         self.stopping: list[int] = []
         # the script ended in a warmup or as a cycle began: the cycle stop() then writes holds no
@@ -500,14 +501,16 @@ class _Recording:
         if self.prof is None or not self.prof._started:
             return
         steps = self.hook.count if self.hook is not None else 0
+        self.cap_cuts.append(steps)  # the step in progress (``steps`` ended before it)
         cap = self.options.cap_mb
         if steps:
             when = f"by optimizer step {steps} (cap {cap:.0f} MB)"
         else:  # a script with no optimizer step (inference, a loop of ops) has the setup allowance
             when = f"before any optimizer step (cap {cap:.0f} MB, {SETUP_FACTOR}x that before the first step)"
         self.notes.append(
-            f"a cycle stopped at the cap: it had added {grown_mb:.0f} MB to the process {when}; its"
-            " trace holds what came before, and the schedule's later cycles, if any, are recorded."
+            f"a cycle stopped at the cap: the process grew by {grown_mb:.0f} MB while it was recorded"
+            f" {when}, the script's own memory included (a model's first activations on the CPU can pass"
+            " it); its trace holds what came before, and the schedule's later cycles, if any, are recorded."
             " Record less with --wait/--warmup/--active, more with --cap-mb MB, or the whole run with --all"
         )
         if self.prof.step_rec_fn is not None:  # in a step: the cap cut it, no step of the run
@@ -743,11 +746,12 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
             f"{len(rec.written)} cycles were written to {traces_dir}; the report holds {len(rec.kept)} (the "
             f"first and the latest), not {listed}: torchscope report {traces_dir} reads them all"
         )
-    # the default schedule's sentence matters once it cut something; no warmup, once a step ran
+    # the default schedule's sentence matters once it or the cap cut something; no warmup, once
+    # a step ran
     shown_after = 0 if described == _NO_WARMUP else DefaultSchedule().head
-    if described is not None and hook.count > shown_after and not rec.adopted:
+    if described is not None and (hook.count > shown_after or rec.cap_cuts) and not rec.adopted:
         if isinstance(schedule, DefaultSchedule):  # now that the run's length is known
-            described = schedule.describe(hook.count)
+            described = schedule.describe(hook.count, tuple(rec.cap_cuts))
         rec.notes.insert(0, described)
     return RunResult(
         setup_s=None if hook.setup_ns is None else hook.setup_ns / 1e9,
