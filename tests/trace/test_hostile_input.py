@@ -601,6 +601,33 @@ def test_a_step_name_without_a_step_number_is_no_step(tmp_path: Path) -> None:
     assert [s["step"] for s in report["steps"]] == [7]
 
 
+def test_a_step_number_that_repeats_is_one_step_and_said(tmp_path: Path) -> None:
+    """Two runs of steps 0-2 in one trace (traces joined, a loop that restarts its count) read
+    "3 steps" without a word, and the later spans' ops were counted in the first spans' steps.
+    Each number is one step, its first span; the later spans are in no step, and said."""
+    from torchscope.analysis.report import build_report
+
+    events: list[dict[str, Any]] = []
+    for run in range(2):
+        for step in range(3):
+            ts = (run * 3 + step) * 1000
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": ts, "dur": 1000})  # fmt: skip
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts + 100, "dur": 500})  # fmt: skip
+    path = tmp_path / "twice.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = torchscope.load(path)
+    assert trace.steps["start_ns"].to_list() == [0, 1_000_000, 2_000_000]
+    assert trace.events.filter(pl.col("name") == "aten::mm")["step"].to_list() == [0, 1, 2, -1, -1, -1]
+    (said,) = [w for w in trace.meta.warnings if "ProfilerStep" in w]
+    assert said == (
+        "3 ProfilerStep numbers (#0, #1, #2) occur more than once: each number is one step, its first span;"
+        " the 3 later spans are in no step"
+    )
+    report = build_report(trace)
+    assert [s["step"] for s in report["steps"]] == [0, 1, 2]
+    assert report["breakdown_us"]["Total"] == pytest.approx(1000.0)
+
+
 def test_a_symbolic_link_that_loops_or_points_nowhere_is_said_as_such(tmp_path: Path) -> None:
     loop = tmp_path / "loop.json"
     loop.symlink_to(loop.name)

@@ -466,7 +466,11 @@ def _ops(
 def _steps(ev: pl.DataFrame, start: I64, launcher: I64, op: I64, device: Mask) -> I64:
     n = ev.height
     step = np.full(n, -1, np.int64)
-    steps = step_annotations(ev).drop_nulls("step").sort("start_ns")
+    # a number repeated (traces joined, a loop that restarts its count) is one step, its first
+    # span, as in ``Trace.steps``: the later spans' events are in no step (the reader says so)
+    steps = (
+        step_annotations(ev).drop_nulls("step").sort("start_ns").unique("step", keep="first", maintain_order=True)
+    )
     if steps.height == 0:
         return step
     s0 = steps["start_ns"].to_numpy()

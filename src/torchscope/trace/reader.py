@@ -1293,8 +1293,20 @@ def _conformed(later: Later) -> Later:
 def _check_step_names(ev: pl.DataFrame, warnings: list[str]) -> None:
     """Say which ``ProfilerStep#`` annotations are no steps (``schema.step_number``): their
     number is not a whole number 0..2^31-1. They were read as step -1294967296, or ended the
-    report with a cast error."""
-    bad = step_annotations(ev).filter(pl.col("step").is_null())["name"].cast(pl.String)
+    report with a cast error. And say which numbers occur more than once: each is one step,
+    its first span (a trace holding steps 0-2 twice read "3 steps" and nothing else)."""
+    annotated = step_annotations(ev)
+    repeated = annotated.drop_nulls("step").group_by("step").len().filter(pl.col("len") > 1).sort("step")
+    if repeated.height:
+        numbers = ", ".join(f"#{n}" for n in repeated["step"].head(3).to_list())
+        more = " …" if repeated.height > 3 else ""
+        extra = int(repeated["len"].sum()) - repeated.height
+        warnings.append(
+            f"{repeated.height:,} ProfilerStep number{'s' if repeated.height != 1 else ''} ({numbers}{more})"
+            f" {'occur' if repeated.height != 1 else 'occurs'} more than once: each number is one step,"
+            f" its first span; the {extra:,} later span{'s are' if extra != 1 else ' is'} in no step"
+        )
+    bad = annotated.filter(pl.col("step").is_null())["name"].cast(pl.String)
     if bad.len():
         names = ", ".join(repr(n) for n in bad.unique(maintain_order=True).head(3).to_list())
         warnings.append(
