@@ -1074,10 +1074,15 @@ def _lenient(
             continue
         except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError, OverflowError):
             pass
-        fixed = _repair(item, which)
+        repaired: dict[str, None] = {}
+        fixed = _repair(item, repaired)
         try:
             events.append(_EVENT_DECODER.decode(msgspec.json.encode(fixed)))
-            bad_fields += 1
+            # an unusable ts or dur is said where the columns are built, with what it cost (the
+            # event dropped, read as 0): said here too, it was three lines for two events
+            said = [k for k in repaired if k not in ("ts", "dur")]
+            bad_fields += bool(said)
+            which.update(dict.fromkeys(said))
         except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError, OverflowError):
             bad_shape += 1
     if bad_shape:
