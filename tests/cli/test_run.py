@@ -868,6 +868,34 @@ def test_a_stop_signal_saves_what_was_recorded_as_ctrl_c_does(tmp_path: Path, si
     assert (out / "report.html").is_file()
 
 
+def test_a_pool_the_script_terminates_ends_as_quietly_as_under_python(tmp_path: Path) -> None:
+    """A ``multiprocessing.Pool`` in a ``with`` block is terminated with SIGTERM at its end: its
+    forked workers inherited our handler and each printed a ``Terminated: SIGTERM`` traceback
+    (8 for a new user's 4 pools of 2). A forked child gets the default handlers back."""
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import multiprocessing as mp\n"
+        "def work(n):\n"
+        "    return sum(i * i for i in range(n))\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = mp.get_context('fork')\n"
+        "    for _ in range(3):\n"
+        "        with ctx.Pool(2) as pool:\n"
+        "            total = sum(pool.map(work, [20_000] * 4))\n"
+        "    print('total', total)\n"
+    )
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "torchscope", "run", "--no-summary", "--out", str(out), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "total 10665866680000" in done.stdout
+    assert "Traceback" not in done.stderr and "Terminated" not in done.stderr, done.stderr[-3000:]
+
+
 def test_a_stop_signal_while_saving_after_the_script_failed_lets_the_save_finish(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

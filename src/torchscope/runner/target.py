@@ -20,7 +20,7 @@ import traceback
 import types
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -103,6 +103,25 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 # our signal handlers' code: no frame of a script's traceback (``_script_traceback``)
 _HANDLER_CODES = frozenset({_raise_terminated.__code__, _raise_interrupt.__code__})
+
+
+def _defaults_in_forked_child() -> None:
+    """A process the script forks (a ``multiprocessing.Pool`` worker) gets the default
+    handlers back: it inherited ours, so ``Pool.terminate()``'s SIGTERM raised ``Terminated``
+    in each worker and printed 8 tracebacks where plain ``python`` prints nothing."""
+    defaults = {_raise_terminated: signal.SIG_DFL, _raise_interrupt: signal.default_int_handler}
+    for name in (*STOP_SIGNALS, "SIGINT"):
+        signum = getattr(signal, name, None)
+        if signum is None:
+            continue
+        with suppress(ValueError, OSError):  # forked from a thread the child cannot set them in
+            handler = signal.getsignal(signum)
+            if handler in defaults:
+                signal.signal(signum, defaults[handler])  # type: ignore[index]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_defaults_in_forked_child)
 
 
 @contextmanager
