@@ -67,3 +67,39 @@ def test_training_step_anti_patterns_are_named(tmp_path: Path) -> None:
 def test_the_clean_training_step_has_none_of_them(tmp_path: Path) -> None:
     found = {f.rule for f in advise(_step(tmp_path, bad=False), min_share=0)}
     assert not (PATTERN_RULES & found)
+
+
+def test_conv_layers_are_counted_once_a_step_not_by_shapes(tmp_path: Path) -> None:
+    """A new user's model of 2 biased convolutions before BatchNorm read "4 convolution layers"
+    (its evaluation, at another batch size, ran in one of the steps), while ResNet's identical
+    blocks (same shapes) counted as one. A layer runs once a step: the count most steps show."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.Conv2d(8, 8, 3, padding=1),  # the same shapes as the one before it
+        torch.nn.BatchNorm2d(8),
+    )
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    path = tmp_path / "layers.json"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        record_shapes=True,
+        schedule=schedule(wait=0, warmup=0, active=3, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
+        for i in range(3):
+            net(torch.randn(4, 3, 8, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            if i == 1:  # an evaluation at another batch size, inside step 1
+                with torch.no_grad():
+                    net.eval()(torch.randn(16, 3, 8, 8))
+                    net.train()
+            prof.step()
+    (finding,) = [f for f in advise(torchscope.load(path), min_share=0) if f.rule == "conv_bias_before_batchnorm"]
+    assert finding.evidence == {"convolutions": 3, "calls": 12}
+    assert finding.message.startswith("3 convolution layers with a bias feed straight into BatchNorm")

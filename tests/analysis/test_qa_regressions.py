@@ -87,3 +87,26 @@ def test_triton_launch_delay_is_clamped(load_trace: Callable[[str], Trace]) -> N
     ls = launch_stats(load_trace(TRITON))
     assert ls.launched == 1 and ls.median_launch_delay_ns == 0.0  # was -2.342 us
     assert ls.negative_launch_delays == 1 and ls.clock_skewed == 0
+
+
+def test_with_stacks_the_culprits_are_the_users_calls_not_torchs_own() -> None:
+    """A step whose time went to a ``json.dumps`` inside the user's ``prep`` named, beside it,
+    torch's ``backward`` and a ``randn`` (torch's own code, each a sliver of the time), and its
+    fix was about ``np.argwhere`` (a new user's find). The user's calls are named alone, and
+    the fix names NumPy only when a culprit is NumPy's."""
+    from torchscope.trace.reader import read_chrome_document
+
+    def frame(name: str, ts: int, dur: int) -> dict[str, object]:
+        return {"ph": "X", "cat": "python_function", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 1_000_000},
+        frame("train.py(6): prep", 10, 800_000),
+        frame("json/encoder.py(205): iterencode", 20, 790_000),
+        frame("torch/_tensor.py(566): backward", 800_100, 60_000),
+        frame("<built-in method randn of type object>", 860_200, 40_000),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 900_300, "dur": 99_000},
+    ]
+    (f,) = python_outside_ops(Context(read_chrome_document({"traceEvents": events})), 0.0, 0.0)
+    assert f.evidence["python_functions"] == ["train.py(6): prep (in json/encoder.py(205): iterencode)"]
+    assert "argwhere" not in f.fix and f.fix.startswith("Move that work into torch ops")

@@ -243,6 +243,27 @@ def test_a_cheap_main_process_dataloader_gets_the_pattern_finding_alone() -> Non
     assert found["dataloader_num_workers"].evidence == {"batches": 3}
 
 
+def test_the_loader_that_holds_the_time_gets_the_advice() -> None:
+    """Training loads with workers, evaluation (in one step) in the main process, and most of
+    the loading is the evaluation's: the advice said "although it already loads in worker
+    processes ... raise num_workers", about the loader that was not the slow one (a new user's
+    find). The loader that holds the time gets it, and the message says there are two."""
+
+    def event(name: str, ts: int, dur: int, cat: str = "user_annotation") -> dict[str, object]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    multi = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+    single = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = [event(f"ProfilerStep#{i}", 10_000 * i, 10_000) for i in range(3)]
+    events += [event(multi, 10_000 * i + 1, 50) for i in range(3)]
+    events += [event("aten::mm", 10_000 * i + 100, 2_000, "cpu_op") for i in range(3)]
+    events += [event(single, 10_000 + 3_000 + 1_000 * k, 900) for k in range(5)]  # evaluation, step 1
+    found = {f.rule: f for f in advise(read_chrome_document({"traceEvents": events}), min_share=0)}
+    dl = found["dataloader_bottleneck"]
+    assert dl.evidence["loader"] == "main process" and "Set num_workers > 0" in dl.fix
+    assert "(most of it in a DataLoader that loads in the main process; another has workers)" in dl.message
+
+
 def test_workers_that_do_not_keep_up_get_advice_for_workers(tmp_path: Path) -> None:
     """With num_workers=2 already, "set num_workers > 0" would be advice the user followed.
 

@@ -40,16 +40,18 @@ def test_the_cap_ends_one_cycle_and_the_schedule_records_the_later_ones(tmp_path
     assert "stepped 45 times, kept 152 MiB" in done.stdout
     facts = json.loads((out / "run.json").read_text())
     assert any(n.startswith("a cycle stopped at the cap") for n in facts["notes"])
-    # the schedule's sentence counts the whole steps the cycles hold: the first held none
-    said = "recorded 6 of the run's 45 steps (none of 0–4: the memory cap cut step 0; 20–22; 38–40)"
+    # the cap cut the first step, which holds the script's own memory: the first cycle records
+    # again from its end (steps 1-4, measured from the step's peak), and the schedule's sentence
+    # counts the whole steps the cycles hold
+    said = "recorded 10 of the run's 45 steps (1–4, with step 0 cut by the memory cap; 20–22; 38–40)"
     assert said in facts["notes"][0]
     traces = [Path(p) for p in facts["traces"]]
-    assert len(traces) == 3  # the capped first cycle, then steps 20-22 and 38-40
+    assert len(traces) == 4  # the capped first step, then steps 1-4, 20-22 and 38-40
     later = [sorted(torchscope.load(p).steps["step"].to_list()) for p in traces[1:]]
-    assert later == [[20, 21, 22], [38, 39, 40]]
+    assert later == [[1, 2, 3, 4], [20, 21, 22], [38, 39, 40]]
     # the capped cycle says the cap cut its step (it was counted as a whole 1.1 s step)
     ended = [json.loads(p.read_text()).get("torchscope_cycle_ended_by") for p in traces]
-    assert ended == ["cap", None, None]
+    assert ended == ["cap", None, None, None]
     capped = build_report(torchscope.load(traces[0]))["meta"]
     assert capped["only_cut_step"] is True
     assert capped["notes"] == ["its one step was cut by the memory cap: its time is not a whole step's"]
@@ -99,6 +101,68 @@ def test_a_device_runtime_starting_inside_a_cycle_is_not_the_recordings_memory()
         bounds.rss_mb = original  # type: ignore[assignment]
 
 
+def test_a_steps_activations_are_the_scripts_memory_not_the_recordings() -> None:
+    """A CNN training on the CPU holds ~200 MB of activations in each forward pass and frees them
+    in backward: measured from a step's end, every cycle of a new user's 104-step run passed the
+    96 MB cap in its first forward pass, and the run kept no whole step. A cycle is measured
+    from the peak the step before it reached, and what a warm-up step grows is the script's."""
+    import time
+
+    from torchscope.runner import bounds
+
+    rss = [1000.0]
+    session: list[object | None] = [None]
+    warm = [False]
+    stopped: list[float] = []
+    cap = bounds.RecordingCap(
+        50, lambda: session[0], stopped.append, interval_s=0.01, runtime_ready=lambda: None, warming=lambda: warm[0]
+    )
+
+    def step(activations: float) -> None:
+        rss[0] += activations
+        time.sleep(0.15)
+        rss[0] -= activations
+        time.sleep(0.1)
+        cap.step_ended()
+
+    def settle() -> None:
+        time.sleep(0.1)
+        cap.fire_if_due()
+
+    original = bounds.rss_mb
+    bounds.rss_mb = lambda: rss[0]  # type: ignore[assignment]
+    try:
+        cap.start()
+        step(200)
+        cap.first_step()
+        step(200)
+        # a cycle with a warm-up step, then three recorded ones: the same activations each step
+        session[0], warm[0] = object(), True
+        step(200)
+        warm[0] = False
+        for _ in range(3):
+            step(200)
+        settle()
+        assert stopped == []
+        # a cycle that begins straight after a step, measured from that step's peak
+        session[0] = object()
+        for _ in range(3):
+            step(200)
+        settle()
+        assert stopped == []
+        # the recording itself grows past the cap and the steps' jitter (a tenth of the peak,
+        # 120 MB): seen at the next step's peak
+        rss[0] += 180
+        step(200)
+        deadline = time.monotonic() + 2
+        while not stopped and time.monotonic() < deadline:
+            settle()
+        assert stopped and stopped[0] == pytest.approx(180.0)
+    finally:
+        cap.stop_watching()
+        bounds.rss_mb = original  # type: ignore[assignment]
+
+
 def test_a_cycle_begins_with_a_schedule_that_gives_torchs_actions() -> None:
     """After the cap ends a cycle, the run records the schedule's next one when it begins.
     ``--wait/--warmup/--active`` build the schedule with ``torchscope.schedule``, whose actions
@@ -129,9 +193,14 @@ def test_the_default_schedule_says_what_share_of_the_run_it_recorded() -> None:
     assert "recorded 5 of the run's 8 steps (0–4)," in DefaultSchedule().describe(8)  # no span it never reached
     # a cycle the memory cap ended holds only the steps before the cut, whole
     cut_once = DefaultSchedule().describe(7, cuts=(3,))
-    assert "recorded 3 of the run's 7 steps (0–2, then the memory cap cut step 3)," in cut_once
+    assert "recorded 3 of the run's 7 steps (0–2, with step 3 cut by the memory cap)," in cut_once
     cut_twice = DefaultSchedule().describe(3000, cuts=(4, 21))
-    assert "recorded 8 of the run's 3,000 steps (0–3, then the memory cap cut step 4; 20, then" in cut_twice
+    assert "(0–3, with step 4 cut by the memory cap; 20, with step 21" in cut_twice
+    # a cut in a cycle's warm-up step leaves that cycle nothing; one resumed holds its steps after
+    in_warmup = DefaultSchedule().describe(3000, cuts=(19,))
+    assert "recorded 8 of the run's 3,000 steps (0–4; none of 20–22: the memory cap cut step 19; 38–40)" in in_warmup
+    resumed = DefaultSchedule().describe(7, cuts=(0,), resumed=(1,))
+    assert "recorded 4 of the run's 7 steps (1–4, with step 0 cut by the memory cap)," in resumed
 
 
 def test_a_step_the_cap_cuts_is_left_out_of_its_cycles_steps(tmp_path: Path) -> None:

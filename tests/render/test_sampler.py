@@ -164,27 +164,35 @@ def test_a_sample_after_an_unrecorded_gap_weighs_only_its_own_interval() -> None
     assert {r["function"]: r["total_ns"] for r in old.table()}["load"] == 491 * ms
 
 
-def test_a_long_gap_goes_to_the_frames_both_samples_share_even_through_a_hook_wrapper() -> None:
+def test_a_long_gap_goes_to_the_call_that_held_the_gil() -> None:
+    """The sample after a gap (a C call holding the GIL) is taken at the first check after the
+    call returns: in the frame that made it, which keeps the gap (``json.dumps``, in ``encode``
+    under ``prep``, though the sample before it was in another function: the frames both
+    shared, ``<module>``, took 529 ms of a new user's 540). Where that sample's leaf was just
+    entered (``transpose``, the call after ``nonzero``), the stack without it keeps the gap."""
     from torchscope.runner.sampler import _charge_long_gaps
 
-    module = ("/home/me/masking.py", "<module>", 1)
-    call_impl = ("/x/site-packages/torch/nn/modules/module.py", "_call_impl", 1782)
-    inner = ("/x/site-packages/torch/nn/modules/module.py", "inner", 1830)  # only with hooks
+    module = ("/home/me/gil.py", "<module>", 1)
+    prep = ("/home/me/gil.py", "prep", 6)
+    loop = ("/home/me/gil.py", "loop", 20)
+    dumps = ("/usr/lib/python3.12/json/__init__.py", "dumps", 183)
+    encode = ("/usr/lib/python3.12/json/encoder.py", "encode", 183)
     forward = ("/home/me/masking.py", "forward", 13)
     argwhere = ("/x/site-packages/numpy/_core/numeric.py", "argwhere", 624)
     nonzero = ("/x/site-packages/numpy/_core/fromnumeric.py", "nonzero", 2000)
     transpose = ("/x/site-packages/numpy/_core/fromnumeric.py", "transpose", 604)
     stacks = [
-        (nonzero, argwhere, forward, call_impl, module),
-        (transpose, argwhere, forward, inner, call_impl, module),
+        (loop, module),
+        (encode, dumps, prep, module),
+        (nonzero, argwhere, forward, module),
+        (transpose, argwhere, forward, module),  # transpose just entered: its caller is sid 4
+        (argwhere, forward, module),
     ]
-    hot = [hot_frame(s) for s in stacks]
-    times = np.array([0, 1_000_000, 60_000_000], dtype=np.int64)  # a 59 ms gap before the third sample
-    ids = np.array([0, 0, 1], dtype=np.int32)
-    _charge_long_gaps(times, ids, stacks, np.full(3, 1_000_000), hot)
-    merged = stacks[int(ids[2])]
-    # the gap was inside argwhere, called by forward: the caller keeps at least its callee's time
-    assert merged == (argwhere, forward, call_impl, module) and hot[int(ids[2])] == argwhere
+    ms = 1_000_000
+    times = np.array([0, 1, 109, 110, 111, 170], dtype=np.int64) * ms  # gaps before samples 2 and 5
+    ids = np.array([0, 0, 1, 1, 2, 3], dtype=np.int32)
+    _charge_long_gaps(times, ids, stacks, np.full(6, ms), {3: 4})
+    assert ids.tolist() == [0, 0, 1, 1, 2, 4]
 
 
 def test_a_pure_python_function_between_module_level_calls_keeps_its_time(tmp_path: Path) -> None:

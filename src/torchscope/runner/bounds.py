@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchscope.capture.schedule import Action
-from torchscope.process_memory import rss_mb
+from torchscope.process_memory import return_free_memory, rss_mb
 from torchscope.runner.tool_thread import ToolThread
 
 # Kineto holds ~0.5 KB per event while recording and its stop costs several KB and ~60 us per
@@ -45,6 +45,12 @@ RUNTIME_START_S = 2.0
 # and what a started CUDA runtime adds before the first optimizer step ends: cuBLAS/cuDNN
 # handles and the kernels it loads on first use (199 MB after the context, on an H200)
 RUNTIME_FIRST_STEP_MB = 512
+# The peaks of a CPU model's steps (its activations come and go each step) differ from step to
+# step: a CNN's 38 steps peaked at 833-904 MB, and step 1 at 849 MB after step 0's 770 MB. A
+# cycle measured from the last step's peak may pass it by this share of that peak, at most by
+# that step's own rise and fall (its activations): a device's steps, whose host memory hardly
+# moves, keep the plain cap.
+STEP_JITTER = 0.1
 
 
 def cuda_ready() -> bool | None:
@@ -100,35 +106,62 @@ class DefaultSchedule:
             out.append((first, first + self.active - 1))
         return out
 
-    def describe(self, steps: int | None = None, cuts: tuple[int, ...] = ()) -> str:
+    def describe(
+        self, steps: int | None = None, cuts: tuple[int, ...] = (), resumed: tuple[int, ...] = ()
+    ) -> str:
         """What the schedule recorded; with the run's ``steps``, what share of them (a run of
         3,000 steps read "recorded steps 0–4, 20–22, 38–40" without saying it was 11 of them).
 
-        ``cuts``: the steps in which the memory cap ended a cycle. Such a cycle holds only its
-        whole steps before the cut: a CPU run whose first step outgrew the setup allowance read
-        "recorded 5 of the run's 7 steps (0–4)" when its trace held none of them whole.
+        ``cuts``: the steps in which the memory cap ended a cycle (its warm-up step included);
+        ``resumed``: the steps from whose start a cut cycle recorded again. A cycle holds only
+        its whole steps: a CPU run whose first step outgrew the setup allowance read "recorded
+        5 of the run's 7 steps (0–4)" when its trace held none of them whole.
         """
         spans = ", ".join(f"{a}–{b}" for a, b in self.recorded())
         if steps is None:
             what = f"recorded steps {spans}"
         else:  # the spans the run reached, as far as it went
             reached = [(a, min(b, steps - 1)) for a, b in self.recorded() if a < steps]
-            done, said = 0, []
+            done, said, any_cut = 0, [], False
             for a, b in reached:
-                cut = next((c for c in cuts if a <= c <= b), None)
-                whole = b if cut is None else cut - 1
-                done += max(0, whole - a + 1)
-                span = f"{a}–{whole}" if whole > a else f"{a}" if whole == a else ""
-                if cut is not None:
-                    span = f"{span}, then" if span else f"none of {a}–{b}:"
-                    span += f" the memory cap cut step {cut}"
-                said.append(span)
-            joined = ("; " if any(a <= c <= b for a, b in reached for c in cuts) else ", ").join(said)
+                first = a - (self.warmup if a else 0)  # a cut in the warm-up step ends the span too
+                cut_here = sorted(c for c in cuts if first <= c <= b)
+                whole: list[int] = []
+                recording = not any(c < a for c in cut_here)
+                for step in range(a, b + 1):
+                    recording |= step in resumed
+                    if step in cut_here:
+                        recording = False
+                    elif recording:
+                        whole.append(step)
+                done += len(whole)
+                text = ", ".join(_ranges(whole))
+                if cut_here:
+                    any_cut = True
+                    cut = " and ".join(str(c) for c in cut_here)
+                    text = (
+                        f"{text}, with step{'s' if len(cut_here) > 1 else ''} {cut} cut by the memory cap"
+                        if whole
+                        else f"none of {a}–{b}: the memory cap cut step{'s' if len(cut_here) > 1 else ''} {cut}"
+                    )
+                said.append(text)
+            joined = ("; " if any_cut else ", ").join(said)
             what = f"recorded {done:,} of the run's {steps:,} steps ({joined})"
         return (
             f"default schedule: {what}, the first with the setup before it; "
             "choose others with --wait/--warmup/--active/--repeat, or record everything with --all"
         )
+
+
+def _ranges(steps: list[int]) -> list[str]:
+    """``[1, 2, 3, 7]`` -> ``["1–3", "7"]``."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][-1] + 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    return [f"{r[0]}–{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs]
 
 
 _PENDING_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
@@ -151,9 +184,12 @@ class RecordingCap:
         *,
         interval_s: float = 0.05,
         runtime_ready: Callable[[], bool | None] = cuda_ready,
+        warming: Callable[[], bool] = lambda: False,
     ) -> None:
         self.cap_mb = cap_mb
         self._runtime_ready = runtime_ready
+        self._warming = warming
+        self._steps_ended = 0  # optimizer steps ended (set on the main thread): the step peaks
         self._recording = recording
         self._stop = stop
         self._interval_s = interval_s
@@ -180,6 +216,10 @@ class RecordingCap:
         """The first optimizer step ended: measure the cycle from here, at the plain cap."""
         self._stepped = self._rebase = True
 
+    def step_ended(self) -> None:
+        """An optimizer step ended: the watchdog keeps the peak each step reaches."""
+        self._steps_ended += 1
+
     def stop_watching(self) -> None:
         if self._worker is not None:
             self._worker.stop(timeout=1.0)
@@ -190,24 +230,48 @@ class RecordingCap:
         base = 0.0
         started = None  # whether the device runtime had started when the cycle was based
         waited = 0.0  # seconds over the cap while waiting for a starting runtime
+        seen = 0
+        step_peak = step_low = last_peak = 0.0  # the step going on's peak and low; the last one's peak
+        jitter = 0.0  # what a step's peak may pass the last one's by (``STEP_JITTER``)
         while not stopped():
+            rss = rss_mb() or 0.0
+            ended = self._steps_ended
+            if ended != seen:  # a step ended since the last look
+                jitter = min(STEP_JITTER * step_peak, step_peak - step_low)
+                seen, last_peak, step_peak, step_low = ended, step_peak, rss, rss
+            step_peak, step_low = max(step_peak, rss), min(step_low, rss)
             current = self._recording()
             if current is None or current is capped:
                 session = None
                 continue
-            rss = rss_mb() or 0.0
             ready = self._runtime_ready()
             if current is not session or self._rebase or (started is False and ready):
                 # a new cycle began, or the first step ended, or the device runtime has just
-                # started (its context is the script's memory): measure from here
-                session, base, self._rebase, started, waited = current, rss, False, ready, 0.0
+                # started (its context is the script's memory): measure from here, and from no
+                # lower than the peak the last step reached. A model's activations come and go
+                # with each step: on the CPU they are resident memory, and a CNN's (~200 MB a
+                # forward pass) passed the cap in every cycle, measured from a step's end
+                base = max(rss, last_peak)
+                session, self._rebase, started, waited = current, False, ready, 0.0
                 continue
-            allowed = self.cap_mb * (1 if self._stepped else SETUP_FACTOR)
+            if self._warming():
+                # a warm-up step records nothing: what grows is the script's (its activations)
+                base = max(base, rss)
+                continue
+            allowed = self.cap_mb * (1 if self._stepped else SETUP_FACTOR) + jitter
             if ready and not self._stepped:
                 allowed += RUNTIME_FIRST_STEP_MB
             if self._due is None and rss - base > allowed:
                 if started is False and waited < RUNTIME_START_S:
                     waited += self._interval_s  # perhaps the runtime starting: let it finish
+                    continue
+                # Memory the script freed stays resident when the C heap cannot shrink past the
+                # small blocks the recording keeps among its tensors: a CPU CNN grew by 80-120 MB a
+                # recorded step this way (40-60 MB without shapes) and by ~1 MB once trimmed.
+                # Handed back, the cycle is measured again: it ends only if still over.
+                return_free_memory()
+                rss = rss_mb() or 0.0
+                if rss - base <= allowed:
                     continue
                 # the cap ends this cycle; the schedule's later cycles are measured afresh
                 self._due, capped, session = rss - base, current, None

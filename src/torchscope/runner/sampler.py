@@ -117,7 +117,8 @@ def _user_part(codes: tuple[CodeType, ...]) -> tuple[CodeType, ...]:
     CLI, the runner) is not the user's code, and a stack not inside that runpy call at all
     (torchscope's own work before or after the script, printing its traceback) is dropped.
     """
-    run_code: int | None = None  # runpy's _run_code, or the runner's _exec_script: it executes the script's code
+    # runpy's _run_code, or the runner's _exec_script: it executes the script's code
+    run_code: int | None = None
     for i, code in enumerate(codes):
         if run_code is None and (
             (code.co_name == "_run_code" and _is_runpy(code.co_filename))
@@ -421,9 +422,21 @@ class HotSpots:
 
     @classmethod
     def from_samples(cls, sampler: Sampler) -> HotSpots:
-        stacks: list[tuple[Func, ...]] = [()] * len(sampler._stacks)
+        sampled = list(sampler._stacks.items())
+        # each stack whose leaf was just entered (a call about to run its first line), as it was
+        # without that call: a gap ending there was spent before the call (``_charge_long_gaps``)
+        known = dict(sampled)
+        callers: dict[int, int] = {}
+        for (codes, lines), sid in sampled[:]:
+            if len(codes) > 1 and lines[0] == codes[0].co_firstlineno:
+                key = (codes[1:], lines[1:])
+                if key not in known:
+                    known[key] = len(known)
+                    sampled.append((key, known[key]))
+                callers[sid] = known[key]
+        stacks: list[tuple[Func, ...]] = [()] * len(sampled)
         entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]] = []
-        for (codes, lines), sid in sampler._stacks.items():
+        for (codes, lines), sid in sampled:
             n = len(_user_part(codes)) if sampler.script_only else len(codes)
             kept = _kept_frames(codes[:n], lines[:n])
             user_codes = tuple(c for c, _ in kept)
@@ -442,7 +455,7 @@ class HotSpots:
         ids = np.frombuffer(sampler._stack_ids, dtype=np.int32).copy()
         # the interval each sample stands for (longer where thinning dropped the ones before it)
         nominal = interval_ns << np.frombuffer(sampler._levels, dtype=np.int8).astype(np.int64)
-        _charge_long_gaps(times, ids, stacks, nominal, hot)
+        _charge_long_gaps(times, ids, stacks, nominal, callers)
         # Samples outside the script (our own start-up, printing its traceback) are not its time.
         inside = np.array([bool(stacks[i]) for i in range(len(stacks))], dtype=bool)
         if inside.size:
@@ -560,39 +573,31 @@ def _charge_long_gaps(
     ids: np.ndarray,
     stacks: list[tuple[Func, ...]],
     nominal_ns: np.ndarray,
-    hot: list[Func],
+    callers: dict[int, int],
 ) -> None:
-    """Give a long gap (a C call that held the GIL) to the frames both neighbouring samples share.
+    """Give a long gap (a C call that held the GIL) to the code that made that call.
 
-    The sample before the gap shows the caller about to enter C, the sample after shows where
-    Python went next (often the next call, e.g. ``transpose`` after ``nonzero``); the time was
-    spent inside every frame the two stacks have in common (by function: the same call may
-    pass through a hook wrapper in one and not the other), and only there (and in the call
-    both made, when they made the same one). Edits ``ids`` and extends ``stacks`` and ``hot``
-    in place.
+    The sampler waits for the GIL through such a call and gets it at the first check after the
+    call returns: the sample after the gap is in the frame that made it, or in its caller a
+    statement later (``json.dumps``: in ``encode``, under the user's line), and keeps the gap
+    (a sample weighs the time since the one before it). Unless its leaf was just entered
+    (``callers``: a stack's sid to its sid without that leaf): the call had returned and
+    Python went on to the next (``transpose`` after ``nonzero``), so the gap goes to the stack
+    without it (``argwhere``, the user's call). Giving every gap to the frames both
+    neighbouring samples share put a slow ``json.dumps`` at the script's ``<module>`` whenever
+    the sample before it was in another call (a new user's find: 529 ms at ``<module>``, 16 ms
+    at ``dumps``). A gap that began in our own hook (Kineto's stop) stays ours. Edits ``ids``.
     """
     if times.size < 2:
         return
     gaps = np.flatnonzero(np.diff(times) > 3 * nominal_ns[1:]) + 1  # (``nominal_ns``: ``_thin``)
-    merged: dict[tuple[int, int], int] = {}
-    seen = ids.copy()  # the stacks as sampled: a merged gap must not shrink the next one's
+    seen = ids.copy()  # the stacks as sampled
     for i in gaps.tolist():
         a, b = int(seen[i - 1]), int(seen[i])
-        if a == b:
-            continue
-        if stacks[a][:1] == (PROFILER_FRAME,):  # a gap that began in our hook: Kineto's stop
+        if stacks[a][:1] == (PROFILER_FRAME,):
             ids[i] = a
-            continue
-        sid = merged.get((a, b))
-        if sid is None:
-            # the frames both stacks hold, not only their common root: a module call with hooks
-            # passes through torch's ``inner`` between ``_call_impl`` and ``forward``, one
-            # without does not, and the forward both were inside must still get the gap
-            in_b = set(stacks[b])
-            stacks.append(tuple(f for f in stacks[a] if f in in_b))
-            hot.append(hot[a] if hot[a] == hot[b] else _hot_or_ours(stacks[-1]))
-            sid = merged[(a, b)] = len(stacks) - 1
-        ids[i] = sid
+        elif (caller := callers.get(b)) is not None and stacks[caller]:
+            ids[i] = caller
 
 
 def _short(filename: str) -> str:

@@ -185,6 +185,7 @@ class _StepHook:
         self._forward_handle: Any = None
         self.cap: RecordingCap | None = None  # told when we are inside the profiler
         self.resume = False  # the cap ended a cycle: record the schedule's next one
+        self.resumed: list[int] = []  # the steps recording began again at after the cap
         # the action of a cycle whose start waits for the next module call (``_step_deferring_start``)
         self._deferred: Any = None
         self._deferred_handle: Any = None
@@ -241,6 +242,16 @@ class _StepHook:
         before = as_action(self.prof.schedule(step - 1)) if step > 0 else Action.NONE
         return action != Action.NONE and before in (Action.NONE, Action.RECORD_AND_SAVE)
 
+    def _resumes_first_cycle(self) -> bool:
+        """Whether the cap cut the first cycle before the first optimizer step ended and the
+        schedule records the next step: the setup and the first forward pass are the script's
+        memory far more than the recording's (a CPU model's first activations passed the setup
+        allowance, and the run's first cycle held no whole step), so the cycle records again
+        from the end of that step, measured from its peak."""
+        from torchscope.capture.schedule import Action, as_action
+
+        return self.count == 1 and as_action(self.prof.schedule(1)) != Action.NONE
+
     def _restart(self) -> None:
         """Record the schedule's next cycle after the cap ended the previous one: the profiler
         starts again at this step's number, so its steps keep their numbers in the trace."""
@@ -256,6 +267,11 @@ class _StepHook:
                 self.problems.append(f"profiler restart at step {self.count}: {type(exc).__name__}: {exc}")
                 return
         self.marks.append((int(self.prof.step_num), time.time_ns()))
+
+    def warming(self) -> bool:
+        """Whether the current step is a cycle's warm-up, which records nothing (asked from the
+        cap's watchdog thread)."""
+        return getattr(self.prof.current_action, "name", "") == "WARMUP"
 
     def _step_recorded(self) -> bool:
         """Whether the schedule's action for the current step records (a trace may hold it)."""
@@ -310,12 +326,16 @@ class _StepHook:
 
     def _on_step(self) -> None:
         self.count += 1
-        if self.count == 1 and self.cap is not None:
-            self.cap.first_step()
+        if self.cap is not None:
+            self.cap.step_ended()
+            if self.count == 1:
+                self.cap.first_step()
         if not self.prof._started:  # stopped at the cap, or stepped aside for the script's profiler
-            if not (self.resume and self._cycle_begins(self.count)):
+            if not (self.resume and (self._cycle_begins(self.count) or self._resumes_first_cycle())):
                 return
             self._restart()
+            if self.prof._started:
+                self.resumed.append(self.count)
             return
         if self._deferred is not None:  # a script with no module call: the start comes here
             self._start_deferred()
@@ -416,6 +436,7 @@ class _Recording:
         self.problems: list[str] = []
         self.notes: list[str] = []
         self.cap_cuts: list[int] = []  # the steps in which the memory cap ended a cycle
+        self.cap_growth: list[float] = []  # and what the process had grown by then, MB
         # the optimizer step count once the script has ended, or once ours stepped aside for good
         self.stopping: list[int] = []
         # the script ended in a warmup or as a cycle began: the cycle stop() then writes holds no
@@ -502,22 +523,33 @@ class _Recording:
             return
         steps = self.hook.count if self.hook is not None else 0
         self.cap_cuts.append(steps)  # the step in progress (``steps`` ended before it)
-        cap = self.options.cap_mb
-        if steps:
-            when = f"by optimizer step {steps} (cap {cap:.0f} MB)"
-        else:  # a script with no optimizer step (inference, a loop of ops) has the setup allowance
-            when = f"before any optimizer step (cap {cap:.0f} MB, {SETUP_FACTOR}x that before the first step)"
-        self.notes.append(
-            f"a cycle stopped at the cap: the process grew by {grown_mb:.0f} MB while it was recorded"
-            f" {when}, the script's own memory included (a model's first activations on the CPU can pass"
-            " it); its trace holds what came before, and the schedule's later cycles, if any, are recorded."
-            " Record less with --wait/--warmup/--active, more with --cap-mb MB, or the whole run with --all"
-        )
+        self.cap_growth.append(grown_mb)
         if self.prof.step_rec_fn is not None:  # in a step: the cap cut it, no step of the run
             self.prof.add_metadata_json(CYCLE_ENDED_BY_KEY, '"cap"')
         self._stop_ours()
         if self.hook is not None and not self._adopted:
             self.hook.resume = True
+
+    def cap_note(self) -> str | None:
+        """What the cap did, in one note however many cycles it cut (a CPU run whose cycles it
+        cut in three places printed the same four lines three times)."""
+        if not self.cap_cuts:
+            return None
+        cap = self.options.cap_mb
+        low, high = min(self.cap_growth), max(self.cap_growth)
+        grew = f"{low:.0f} MB" if round(low) == round(high) else f"{low:.0f}–{high:.0f} MB"
+        steps = [f"step {c}" if c else "before any optimizer step" for c in self.cap_cuts]
+        where = steps[0] if len(steps) == 1 else ", ".join(steps[:-1]) + f" and {steps[-1]}"
+        setup = f", {SETUP_FACTOR}x that before the first step" if 0 in self.cap_cuts else ""
+        allowance = f"cap {cap:.0f} MB{setup}"
+        head = "a cycle" if len(steps) == 1 else f"{len(steps)} cycles"
+        return (
+            f"{head} stopped at the cap ({where}; {allowance}): the process grew by {grew} while"
+            f" {'it was' if len(steps) == 1 else 'each was'} recorded, the script's own memory included (on"
+            f" the CPU, a model's activations); {'its trace holds' if len(steps) == 1 else 'each trace holds'}"
+            " what came before the cut, and the schedule's later cycles, if any, are recorded. Record"
+            " more with --cap-mb MB or the whole run with --all, less with --wait/--warmup/--active"
+        )
 
     def _stop_ours(self) -> None:
         try:
@@ -652,7 +684,7 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
     hook = _StepHook(prof, marks, rec.problems)
     rec.hook = hook
     if not options.record_all:
-        rec.cap = hook.cap = RecordingCap(options.cap_mb, rec.session, rec.stop_at_cap)
+        rec.cap = hook.cap = RecordingCap(options.cap_mb, rec.session, rec.stop_at_cap, warming=hook.warming)
     env = environment()
     # Kineto writes no torch version into its file, so the report's "torch version" (meta) was
     # empty although the run knows it: every cycle carries it, where the reader looks for it
@@ -746,12 +778,14 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
             f"{len(rec.written)} cycles were written to {traces_dir}; the report holds {len(rec.kept)} (the "
             f"first and the latest), not {listed}: torchscope report {traces_dir} reads them all"
         )
+    if (capped := rec.cap_note()) is not None:
+        rec.notes.append(capped)
     # the default schedule's sentence matters once it or the cap cut something; no warmup, once
     # a step ran
     shown_after = 0 if described == _NO_WARMUP else DefaultSchedule().head
     if described is not None and (hook.count > shown_after or rec.cap_cuts) and not rec.adopted:
         if isinstance(schedule, DefaultSchedule):  # now that the run's length is known
-            described = schedule.describe(hook.count, tuple(rec.cap_cuts))
+            described = schedule.describe(hook.count, tuple(rec.cap_cuts), tuple(hook.resumed))
         rec.notes.insert(0, described)
     return RunResult(
         setup_s=None if hook.setup_ns is None else hook.setup_ns / 1e9,

@@ -109,7 +109,7 @@ def _defaults_in_forked_child() -> None:
     """A process the script forks (a ``multiprocessing.Pool`` worker) gets the default
     handlers back: it inherited ours, so ``Pool.terminate()``'s SIGTERM raised ``Terminated``
     in each worker and printed 8 tracebacks where plain ``python`` prints nothing."""
-    defaults = {_raise_terminated: signal.SIG_DFL, _raise_interrupt: signal.default_int_handler}
+    defaults: dict[Any, Any] = {_raise_terminated: signal.SIG_DFL, _raise_interrupt: signal.default_int_handler}
     for name in (*STOP_SIGNALS, "SIGINT"):
         signum = getattr(signal, name, None)
         if signum is None:
@@ -117,7 +117,7 @@ def _defaults_in_forked_child() -> None:
         with suppress(ValueError, OSError):  # forked from a thread the child cannot set them in
             handler = signal.getsignal(signum)
             if handler in defaults:
-                signal.signal(signum, defaults[handler])  # type: ignore[index]
+                signal.signal(signum, defaults[handler])
 
 
 if hasattr(os, "register_at_fork"):

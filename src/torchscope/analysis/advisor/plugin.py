@@ -10,14 +10,23 @@ from torchscope.analysis.advisor.window import STARTUP_SHARE, startup_share
 from torchscope.analysis.frames import kinds, names_text
 from torchscope.analysis.memory import memory_peaks
 
+_ITERATORS = {"workers": "_MultiProcessingDataLoaderIter", "main process": "_SingleProcessDataLoaderIter"}
 
-def _loader_kind(ctx: Context) -> str:
-    """Which DataLoader iterator the trace shows: "workers", "main process" or "unknown"."""
-    if ctx.names.str.contains("_MultiProcessingDataLoaderIter").any():
-        return "workers"
-    if ctx.names.str.contains("_SingleProcessDataLoaderIter").any():
-        return "main process"
-    return "unknown"
+
+def _loader_kind(ctx: Context) -> tuple[str, bool]:
+    """Which DataLoader iterator holds most of the trace's loading time: "workers", "main
+    process" or "unknown"; and whether the other kind is there too. A run whose training loader
+    had workers and whose evaluation loader had none, and spent most of its loading in the
+    latter, was told its workers did not keep up."""
+    dur = ctx.trace.events["dur_ns"]
+    found: dict[str, int] = {}
+    for kind, iterator in _ITERATORS.items():
+        calls = ctx.names.str.contains(iterator)
+        if calls.any():
+            found[kind] = int(dur.filter(calls).sum())
+    if not found:
+        return "unknown", False
+    return max(found, key=lambda kind: found[kind]), len(found) == 2
 
 
 # above this share of the step in the DataLoader, the plugin's recommendation fires
@@ -35,7 +44,7 @@ def dataloader_bottleneck(ctx: Context) -> list[Finding]:
     share = dataloader_share(ctx)
     if share <= DATALOADER_SHARE:
         return []
-    loader = _loader_kind(ctx)
+    loader, both = _loader_kind(ctx)
     if loader == "workers":  # "set num_workers > 0" would tell the user what they already did
         where = " although it already loads in worker processes"
         fix = (
@@ -45,6 +54,8 @@ def dataloader_bottleneck(ctx: Context) -> list[Finding]:
         )
     else:
         where = " (it loads in the main process)" if loader == "main process" else ""
+        if both:
+            where = " (most of it in a DataLoader that loads in the main process; another has workers)"
         fix = (
             "Set num_workers > 0 (and pin_memory=True, persistent_workers=True) on the DataLoader "
             "so batches load in parallel with the step."
@@ -54,7 +65,7 @@ def dataloader_bottleneck(ctx: Context) -> list[Finding]:
             rule="dataloader_bottleneck",
             message=(
                 f"{share:.1%} of the step time is in the DataLoader{where} "
-                f"({b['DataLoader'] / 1e6:.3g} ms of {b['Total'] / 1e6:.3g} ms per step)."
+                f"({b['DataLoader'] / 1e6:,.1f} ms of {b['Total'] / 1e6:,.1f} ms per step)."
             ),
             fix=fix,
             evidence={

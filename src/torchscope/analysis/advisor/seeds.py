@@ -311,6 +311,9 @@ def python_outside_ops(ctx: Context, min_share: float = 0.3, min_trace_share: fl
             fix = (
                 "Move that work into torch ops (e.g. torch.nonzero or boolean masking on the device instead of "
                 "np.argwhere on .cpu().numpy()), or out of the step."
+                if any("numpy" in c for c in culprits)
+                else "Move that work into torch ops, or out of the step, or off the critical path (a DataLoader"
+                " worker, a background thread)."
             )
         else:
             if under_run:  # the trace has no stacks, the run's sampler has them
@@ -448,7 +451,14 @@ def _python_culprits(
             by_label[frame] = [float(outside[i]), own, label]
         else:
             entry[0] += float(outside[i])
-    ranked = sorted(by_label.values(), key=lambda v: (-v[0], v[2]))[:top]
+    ranked = sorted(by_label.values(), key=lambda v: (-v[0], v[2]))
+    # the user's calls, when there are any: beside them, torch's own frames (``backward``'s
+    # engine, a ``randn``) were named as culprits of a step whose time went to a json.dumps
+    if not all(v[1] for v in ranked):
+        ranked = [v for v in ranked if not v[1]]
+    # and each with at least a tenth of the time the named ones hold
+    total = sum(v[0] for v in ranked[:top])
+    ranked = [v for v in ranked[:top] if v[0] >= 0.1 * total]
     return [str(v[2]) for v in ranked], plumbing, [bool(v[1]) for v in ranked]
 
 
