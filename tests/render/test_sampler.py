@@ -225,6 +225,33 @@ def test_a_pure_python_function_between_module_level_calls_keeps_its_time(tmp_pa
     assert found > 0.6 * spent_ns, (found, spent_ns)  # was: nearly all of it <module>'s self
 
 
+def test_a_row_is_placed_at_the_line_that_holds_its_time(tmp_path: Path) -> None:
+    """A training loop written at module level read "<module> train.py:1", its busy line
+    nowhere (a new user's find): a row's location is the line that held most of its own time,
+    its ``line`` still where the function starts. The advice names that line too."""
+    from torchscope.runner.target import Target, execute
+
+    script = tmp_path / "busy.py"
+    script.write_text(
+        "import time\n"
+        "def helper():\n"
+        "    end = time.perf_counter() + 0.15\n"
+        "    while time.perf_counter() < end:\n"
+        "        pass\n"
+        "end = time.perf_counter() + 0.3\n"
+        "while time.perf_counter() < end:\n"
+        "    pass\n"
+        "helper()\n"
+    )
+    s = Sampler(interval_s=0.001, script_only=True)
+    s.start()
+    assert execute(Target(str(script))).exit_code == 0
+    rows = {r["function"]: r for r in s.stop().table()}
+    assert rows["<module>"]["line"] == 1 and rows["<module>"]["hot_line"] in (7, 8)
+    assert rows["<module>"]["location"].endswith(f"busy.py:{rows['<module>']['hot_line']}")
+    assert rows["helper"]["line"] == 2 and rows["helper"]["hot_line"] in (4, 5)
+
+
 def test_a_long_run_keeps_a_bounded_number_of_samples_that_still_add_up_to_its_time() -> None:
     """At ``max_samples`` the sampler drops every other sample taken while nothing was
     recorded: memory stays bounded however long the run, the samples still cover the whole time

@@ -22,7 +22,7 @@ from torchscope.analysis import names
 from torchscope.analysis.flame import sampled_flame_json
 from torchscope.render.text import cut_strings
 from torchscope.runner.cycle_names import SCRIPT_CYCLE
-from torchscope.runner.sampler import HotSpots, covered_by
+from torchscope.runner.sampler import HotSpots, covered_by, hottest_line
 from torchscope.runner.session import SETUP_SPAN, TAIL_SPAN, RunOptions, RunResult
 from torchscope.trace.model import Trace, TraceSet
 
@@ -151,6 +151,7 @@ def _sampled_culprits(placed: list[Placed], result: RunResult, region: str, limi
         return []
     weights = hs.weights_ns.astype(np.float64)
     by_func: dict[Any, float] = {}
+    at_line: dict[Any, dict[int, float]] = {}  # and by the line it was on (the hot spots' location)
     for trace, (t, _, covered) in placed:
         starts, ends = _region_windows(trace, region, hs.native_id)
         outside = covered_by(t, starts, ends) & ~covered
@@ -159,13 +160,15 @@ def _sampled_culprits(placed: list[Placed], result: RunResult, region: str, limi
             if stack:
                 func = hs.hot_of(sid)
                 by_func[func] = by_func.get(func, 0.0) + w
+                lines = at_line.setdefault(func, {})
+                lines[hs.hot_line_of(sid)] = lines.get(hs.hot_line_of(sid), 0.0) + w
     total = sum(by_func.values())
     ranked = sorted(by_func.items(), key=lambda kv: (-kv[1], kv[0]))
-    return [
-        f"{name} ({Path(filename).name}:{line})"
-        for (filename, name, line), ns in ranked[:limit]
-        if ns >= 0.1 * total
-    ]
+    out = []
+    for func, ns in ranked[:limit]:
+        if ns >= 0.1 * total:
+            out.append(f"{func[1]} ({Path(func[0]).name}:{hottest_line(at_line[func])})")
+    return out
 
 
 # the spans the runner adds around the steps, as a sentence says them

@@ -378,6 +378,11 @@ def _array(code: str, values: np.ndarray) -> array:
     return out
 
 
+def hottest_line(ns_by_line: dict[int, float]) -> int:
+    """The line that holds the most time (the first of equals)."""
+    return max(ns_by_line, key=lambda line: (ns_by_line[line], -line))
+
+
 # a function caught by fewer samples has no "outside ops" share: one or two samples make it
 # 0 % or 100 % (``makedirs`` 0 % beside ``manual_seed`` 100 %, neither of which runs an op)
 MIN_SAMPLES_FOR_SHARE = 3
@@ -397,9 +402,15 @@ class HotSpots:
     # each sample's weight when already known (clipped to a recorded window: ``windowed``);
     # None: the time since the previous sample
     spans_ns: np.ndarray | None = None
+    # per stack, the line its "self" row was running (empty: the row's own line)
+    hot_lines: tuple[int, ...] = ()
 
     def hot_of(self, sid: int) -> Func:
         return self.hot[sid] if sid < len(self.hot) else hot_frame(self.stacks[sid])
+
+    def hot_line_of(self, sid: int) -> int:
+        """The line the self row of stack ``sid`` was running."""
+        return self.hot_lines[sid] if sid < len(self.hot_lines) else self.hot_of(sid)[2]
 
     def named_by_class(self, optimizers: Iterable[type]) -> HotSpots:
         """The rows of these optimizer classes' ``step`` named by the class that stepped.
@@ -435,21 +446,29 @@ class HotSpots:
                     sampled.append((key, known[key]))
                 callers[sid] = known[key]
         stacks: list[tuple[Func, ...]] = [()] * len(sampled)
+        current: list[tuple[int, ...]] = [()] * len(sampled)  # each kept frame's line
         entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...]]] = []
         for (codes, lines), sid in sampled:
             n = len(_user_part(codes)) if sampler.script_only else len(codes)
             kept = _kept_frames(codes[:n], lines[:n])
             user_codes = tuple(c for c, _ in kept)
             user = tuple((c.co_filename, c.co_name, c.co_firstlineno) for c in user_codes)
+            current[sid] = tuple(ln for _, ln in kept)
             # the runner's own work inside the script's call (a cycle stopped and saved in the
             # optimizer.step() hook) is named as ours, never charged to the user's frame
             if user and _in_runner_hook(codes[:n]):
                 stacks[sid] = (PROFILER_FRAME, *user)
+                current[sid] = (PROFILER_FRAME[2], *current[sid])
             else:
                 stacks[sid] = user
                 entries.append((sid, user_codes, tuple(ln for _, ln in kept)))
         calls = _library_calls(entries)
         hot = [calls.get(sid) or _hot_or_ours(stack) for sid, stack in enumerate(stacks)]
+        # the line each stack's self row was on: its frame's current line (a call row is at it)
+        hot_lines = [
+            h[2] if sid in calls or h not in stacks[sid] else current[sid][stacks[sid].index(h)]
+            for sid, h in enumerate(hot)
+        ]
         interval_ns = int(sampler.interval_s * 1e9)
         times = np.frombuffer(sampler._times, dtype=np.int64).copy()
         ids = np.frombuffer(sampler._stack_ids, dtype=np.int32).copy()
@@ -471,6 +490,7 @@ class HotSpots:
             hot=tuple(hot),
             # the first sample stands for its own nominal interval, the others for their gaps
             spans_ns=np.diff(times, prepend=times[0] - nominal[0]) if thinned else None,
+            hot_lines=tuple(hot_lines),
         )
 
     @property
@@ -498,6 +518,7 @@ class HotSpots:
             self.stacks,
             self.hot,
             spans_ns[keep].astype(np.int64),
+            self.hot_lines,
         )
 
     @property
@@ -526,6 +547,7 @@ class HotSpots:
         )
         # func -> [total ns, self ns, outside ns, samples]
         total: dict[Func, list[float]] = {}
+        at_line: dict[Func, dict[int, float]] = {}  # func -> its self ns by the line it was on
         for sid, stack in enumerate(self.stacks):
             ns = float(per_stack[sid])
             if count_stack[sid] == 0 or not stack:
@@ -538,6 +560,9 @@ class HotSpots:
                 row[2] += out
                 row[3] += float(count_stack[sid])
             total[hot][1] += ns
+            line = self.hot_line_of(sid)
+            lines = at_line.setdefault(hot, {})
+            lines[line] = lines.get(line, 0.0) + ns
         span = float(w.sum()) or 1.0
         rows: list[dict[str, Any]] = []
         for (filename, name, line), (tot, self_, out, count) in total.items():
@@ -546,12 +571,17 @@ class HotSpots:
                 # ``backward``) repeats its caller's total: 7 of the terminal's 10 rows were such
                 # (the sampled flame graph keeps them, in their place)
                 continue
+            # where its own time went: the line that held most of it (a script's loop at module
+            # level read "<module> train.py:1"), else where the function starts
+            by_line = at_line.get((filename, name, line))
+            hot_line = hottest_line(by_line) if by_line else line
             rows.append(
                 {
                     "function": name,
                     "file": filename,
                     "line": line,
-                    "location": f"{_short(filename)}:{line}",
+                    "hot_line": hot_line,
+                    "location": f"{_short(filename)}:{hot_line}",
                     "samples": int(count),
                     "total_ns": int(tot),
                     "self_ns": int(self_),
