@@ -462,6 +462,12 @@ def test_a_call_into_numpy_is_placed_at_the_users_line() -> None:
     assert _library_calls([(2, (argwhere, user), (651, 23))]) == {2: ("/home/me/mask.py", "argwhere", 23)}
     private_sum = _code(site + "_methods.py", "_sum")
     assert _library_calls([(3, (private_sum, user), (50, 19))]) == {}
+    # an import statement runs through importlib's frozen frames: it is "import" at its line
+    exec_module = _code("<frozen importlib._bootstrap_external>", "exec_module")
+    find_and_load = _code("<frozen importlib._bootstrap>", "_find_and_load")
+    assert _library_calls([(4, (exec_module, find_and_load, user), (940, 1360, 2))]) == {
+        4: ("/home/me/mask.py", "import", 2)
+    }
 
 
 def test_a_sample_inside_the_disable_wrappers_checks_is_charged_to_the_users_line() -> None:

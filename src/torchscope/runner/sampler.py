@@ -48,6 +48,7 @@ Func = tuple[str, str, int]  # (filename, function name, first line)
 _LIBRARY_PARTS = ("site-packages" + os.sep, "dist-packages" + os.sep, "<frozen ", "<built-in")
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 _TORCH_PART = os.sep + "torch" + os.sep  # torch's own package, under site-packages
+_IMPORTLIB = "<frozen importlib."
 # Every frame of our own package is machinery, wherever it is installed (an editable install is
 # not under site-packages): the step hook the runner wraps around the user's optimizer.step()
 # must never be a hot spot; its time goes to the user's line that called step().
@@ -219,7 +220,9 @@ def _library_calls(entries: list[tuple[int, tuple[CodeType, ...], tuple[int, ...
         user = next((i for i, c in enumerate(codes) if not _is_library(c.co_filename)), len(codes))
         if 0 < user < len(codes):
             key = (codes[user].co_filename, lines[user], codes[user - 1])
-            label = _call_label(codes[:user])
+            # an import statement runs the module it imports through importlib's frozen frames:
+            # "import", not "_LoaderBasics.exec_module" (a new user's row)
+            label = "import" if codes[user - 1].co_filename.startswith(_IMPORTLIB) else _call_label(codes[:user])
             if label is None and _TORCH_PART in codes[user - 1].co_filename:
                 label = _implementation_label(codes[:user])
             groups.setdefault(key, []).append((sid, label))
