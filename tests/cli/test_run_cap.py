@@ -55,6 +55,14 @@ def test_the_cap_ends_one_cycle_and_the_schedule_records_the_later_ones(tmp_path
     capped = build_report(torchscope.load(traces[0]))["meta"]
     assert capped["only_cut_step"] is True
     assert capped["notes"] == ["its one step was cut by the memory cap: its time is not a whole step's"]
+    # the run's report counts the whole steps alone, as its summary does (the cut step 0 was
+    # one of 11 steps in report.json, and its 1.1 s weighed in the run's mean step)
+    report = json.loads((out / "report.json").read_text())["report"]
+    assert report["steps"] == 10
+    cut = traces[0].name.split(".")[0]
+    whole = [s for name, cycle in report["ranks"].items() if name != cut for s in cycle["steps"]]
+    mean_us = sum(s["dur_us"] for s in whole) / len(whole)
+    assert report["breakdown_us"]["Total"] == pytest.approx(mean_us, rel=1e-6)
 
 
 def test_a_device_runtime_starting_inside_a_cycle_is_not_the_recordings_memory() -> None:
@@ -115,7 +123,12 @@ def test_a_steps_activations_are_the_scripts_memory_not_the_recordings() -> None
     warm = [False]
     stopped: list[float] = []
     cap = bounds.RecordingCap(
-        50, lambda: session[0], stopped.append, interval_s=0.01, runtime_ready=lambda: None, warming=lambda: warm[0]
+        50,
+        lambda: session[0],
+        stopped.append,
+        interval_s=0.01,
+        runtime_ready=lambda: None,
+        warming=lambda: warm[0],
     )
 
     def step(activations: float) -> None:

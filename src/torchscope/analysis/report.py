@@ -75,6 +75,8 @@ def _exit_notes(trace: Trace, ov: Overview) -> tuple[list[str], bool, bool]:
     if not exit_step(trace, ov.steps, ov.steps_from_trace, last=True):
         return [], False, False
     if cut_by:
+        if not ov.steps_from_trace:  # a script without steps: the recording is what was cut
+            return [f"{cut_by} cut its recording: it holds the run up to the cut, not all of it"], False, True
         return [f"its one step was cut by {cut_by}: its time is not a whole step's"], False, True
     return [
         "this trace is only the profile's exit (from the last step() to the end of the profile):"
@@ -497,6 +499,13 @@ def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
     cycles = ts.members == "cycles"
     dist = distributed(TraceSet({}) if cycles or len(ranks) < 2 else ts)
     weight = {name: (max(step_count(r), 1) if cycles else 1) for name, r in ranks.items()}
+    # a cycle with no whole step (its one step cut by the memory cap or an error, or only the
+    # profile's exit) is no step of the run while other cycles have whole ones: a run whose cap
+    # cut step 0 counted that 405 ms fragment as one of 11 steps, where its summary, and
+    # ``torchscope report`` of its directory, said 10
+    partial = {name for name, r in ranks.items() if r.meta.only_cut_step or r.meta.only_exit}
+    if cycles and partial and len(partial) < len(ranks):
+        weight = {name: (0 if name in partial else w) for name, w in weight.items()}
     n = max(sum(weight.values()), 1)
     # from each member's unrounded means (its report's are rounded to the ns: averaged again,
     # a run's mean step was 1 ns off the same steps' mean in ``diff --json`` and a job's report)
@@ -511,7 +520,7 @@ def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
     }
     rank_numbers = ranks_of(ts)
     recs = (
-        _cycle_findings(ranks)
+        _cycle_findings({name: r for name, r in ranks.items() if weight[name]})
         if cycles
         else [
             msgspec.structs.replace(rec, rank=rank_numbers[name])
@@ -526,7 +535,7 @@ def report_set_model(ts: TraceSet, top: int = TOP) -> M.TraceSetReport:
         kind="traceset",
         source=ts.source,
         # a process's cycles add up; ranks run side by side (the most steps of any rank)
-        steps=sum(step_count(r) for r in ranks.values())
+        steps=sum(step_count(r) for name, r in ranks.items() if weight[name])
         if cycles
         else max((step_count(r) for r in ranks.values()), default=0),
         breakdown_us={k: M.us_of(v * 1e3) for k, v in avg.items()},  # type: ignore[misc]

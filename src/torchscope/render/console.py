@@ -109,8 +109,8 @@ def print_report(report: dict[str, Any], console: Console, *, name: str = "", to
         label = (
             "only the profile's exit, no step of the run"
             if meta.get("only_exit")
-            else "one step, cut short"  # by what: the note printed above says
-            if meta.get("only_cut_step")
+            else ("one step, cut short" if meta.get("steps_from_trace") else "the run up to the cut")
+            if meta.get("only_cut_step")  # by what: the note printed above says
             else f"{n} step{'s' if n != 1 else ''}"
             if meta.get("steps_from_trace")
             else "the whole run as one step"

@@ -437,6 +437,7 @@ class _Recording:
         self.notes: list[str] = []
         self.cap_cuts: list[int] = []  # the steps in which the memory cap ended a cycle
         self.cap_growth: list[float] = []  # and what the process had grown by then, MB
+        self.cap_pause_s = 0.0  # how long those stops held the script up
         # the optimizer step count once the script has ended, or once ours stepped aside for good
         self.stopping: list[int] = []
         # the script ended in a warmup or as a cycle began: the cycle stop() then writes holds no
@@ -526,7 +527,11 @@ class _Recording:
         self.cap_growth.append(grown_mb)
         if self.prof.step_rec_fn is not None:  # in a step: the cap cut it, no step of the run
             self.prof.add_metadata_json(CYCLE_ENDED_BY_KEY, '"cap"')
+        began = time.perf_counter()
         self._stop_ours()
+        # the script waits for the stop (Kineto's own post-processing and the save): said, or a
+        # loop of small ops stalled for 6 s without a word (a new user's find)
+        self.cap_pause_s += time.perf_counter() - began
         if self.hook is not None and not self._adopted:
             self.hook.resume = True
 
@@ -545,10 +550,11 @@ class _Recording:
         head = "a cycle" if len(steps) == 1 else f"{len(steps)} cycles"
         return (
             f"{head} stopped at the cap ({where}; {allowance}): the process grew by {grew} while"
-            f" {'it was' if len(steps) == 1 else 'each was'} recorded, the script's own memory included (on"
-            f" the CPU, a model's activations); {'its trace holds' if len(steps) == 1 else 'each trace holds'}"
-            " what came before the cut, and the schedule's later cycles, if any, are recorded. Record"
-            " more with --cap-mb MB or the whole run with --all, less with --wait/--warmup/--active"
+            f" {'it was' if len(steps) == 1 else 'each was'} recorded, the script's own memory included;"
+            f" {'its trace holds' if len(steps) == 1 else 'each trace holds'} what came before the cut, and the"
+            f" schedule's later cycles, if any, are recorded. Stopping {'it' if len(steps) == 1 else 'them'}"
+            f" held the script up for {self.cap_pause_s:.1f} s (Kineto's own work on what was recorded)."
+            " Record more with --cap-mb MB or the whole run with --all, less with --wait/--warmup/--active"
         )
 
     def _stop_ours(self) -> None:
@@ -783,7 +789,7 @@ def profile_target(target: Target, options: RunOptions) -> RunResult:
     # the default schedule's sentence matters once it or the cap cut something; no warmup, once
     # a step ran
     shown_after = 0 if described == _NO_WARMUP else DefaultSchedule().head
-    if described is not None and (hook.count > shown_after or rec.cap_cuts) and not rec.adopted:
+    if described is not None and (hook.count > shown_after or (rec.cap_cuts and hook.count)) and not rec.adopted:
         if isinstance(schedule, DefaultSchedule):  # now that the run's length is known
             described = schedule.describe(hook.count, tuple(rec.cap_cuts), tuple(hook.resumed))
         rec.notes.insert(0, described)
