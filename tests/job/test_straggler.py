@@ -100,3 +100,6 @@ def test_a_wait_longer_than_a_step_names_no_straggler() -> None:
     aligned = _aligned({0: 0.0, 1: 60_000.0}, {1: 9, 0: 1})
     assert straggler([_rank(0), _rank(1)], aligned, step_ns=1e6) is not None  # 50 us a step of 1 ms
     assert straggler([_rank(0), _rank(1)], aligned, step_ns=40_000.0) is None  # more than the step
+    # as long as a step, no more: the others spend their steps waiting for it (a 2-rank gloo job
+    # copied to 40 ranks waited 18.044 ms a step of 18.004, and its straggler went unnamed)
+    assert straggler([_rank(0), _rank(1)], aligned, step_ns=49_900.0) is not None
