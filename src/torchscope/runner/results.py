@@ -150,18 +150,16 @@ def _sampled_culprits(placed: list[Placed], result: RunResult, region: str, limi
     if hs is None:
         return []
     weights = hs.weights_ns.astype(np.float64)
-    by_func: dict[Any, float] = {}
-    at_line: dict[Any, dict[int, float]] = {}  # and by the line it was on (the hot spots' location)
+    at_line: dict[Any, dict[int, float]] = {}  # function -> its time by the line it was on
     for trace, (t, _, covered) in placed:
         starts, ends = _region_windows(trace, region, hs.native_id)
         outside = covered_by(t, starts, ends) & ~covered
         for sid, w in zip(hs.stack_ids[outside].tolist(), weights[outside].tolist(), strict=True):
-            stack = hs.stacks[sid]
-            if stack:
-                func = hs.hot_of(sid)
-                by_func[func] = by_func.get(func, 0.0) + w
-                lines = at_line.setdefault(func, {})
-                lines[hs.hot_line_of(sid)] = lines.get(hs.hot_line_of(sid), 0.0) + w
+            if hs.stacks[sid]:
+                lines = at_line.setdefault(hs.hot_of(sid), {})
+                line = hs.hot_line_of(sid)
+                lines[line] = lines.get(line, 0.0) + w
+    by_func = {func: sum(lines.values()) for func, lines in at_line.items()}
     total = sum(by_func.values())
     ranked = sorted(by_func.items(), key=lambda kv: (-kv[1], kv[0]))
     out = []

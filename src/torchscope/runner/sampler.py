@@ -464,7 +464,7 @@ class HotSpots:
                 current[sid] = (PROFILER_FRAME[2], *current[sid])
             else:
                 stacks[sid] = user
-                entries.append((sid, user_codes, tuple(ln for _, ln in kept)))
+                entries.append((sid, user_codes, current[sid]))
         calls = _library_calls(entries)
         hot = [calls.get(sid) or _hot_or_ours(stack) for sid, stack in enumerate(stacks)]
         # the line each stack's self row was on: its frame's current line (a call row is at it)

@@ -103,21 +103,25 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 # our signal handlers' code: no frame of a script's traceback (``_script_traceback``)
 _HANDLER_CODES = frozenset({_raise_terminated.__code__, _raise_interrupt.__code__})
+# each of our handlers, and the default it stands in for (given back as ours leave)
+_DEFAULT_OF: dict[Any, Any] = {
+    _raise_terminated: signal.SIG_DFL,
+    _raise_interrupt: signal.default_int_handler,
+}
 
 
 def _defaults_in_forked_child() -> None:
     """A process the script forks (a ``multiprocessing.Pool`` worker) gets the default
     handlers back: it inherited ours, so ``Pool.terminate()``'s SIGTERM raised ``Terminated``
     in each worker and printed 8 tracebacks where plain ``python`` prints nothing."""
-    defaults: dict[Any, Any] = {_raise_terminated: signal.SIG_DFL, _raise_interrupt: signal.default_int_handler}
     for name in (*STOP_SIGNALS, "SIGINT"):
         signum = getattr(signal, name, None)
         if signum is None:
             continue
         with suppress(ValueError, OSError):  # forked from a thread the child cannot set them in
             handler = signal.getsignal(signum)
-            if handler in defaults:
-                signal.signal(signum, defaults[handler])
+            if handler in _DEFAULT_OF:
+                signal.signal(signum, _DEFAULT_OF[handler])
 
 
 if hasattr(os, "register_at_fork"):
@@ -146,7 +150,7 @@ def stop_signals_interrupt() -> Iterator[None]:
         SAVING_THROUGH_ONE_SIGNAL[0] = False
         for s, handler in ours:
             if signal.getsignal(s) is handler:
-                signal.signal(s, signal.SIG_DFL if handler is _raise_terminated else signal.default_int_handler)
+                signal.signal(s, _DEFAULT_OF[handler])
 
 
 def _exit_code(code: object) -> int:

@@ -27,7 +27,7 @@ import polars as pl
 
 from torchscope.trace.keys import lookup
 from torchscope.trace.model import Later
-from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND, step_annotations
+from torchscope.trace.schema import DEVICE_KINDS, HOST_KINDS, KIND, step_spans
 from torchscope.trace.tree import climb, depths, nearest_ancestor
 
 try:  # our C extension (optional: NumPy computes the same without it)
@@ -466,11 +466,9 @@ def _ops(
 def _steps(ev: pl.DataFrame, start: I64, launcher: I64, op: I64, device: Mask) -> I64:
     n = ev.height
     step = np.full(n, -1, np.int64)
-    # a number repeated (traces joined, a loop that restarts its count) is one step, its first
-    # span, as in ``Trace.steps``: the later spans' events are in no step (the reader says so)
-    steps = (
-        step_annotations(ev).drop_nulls("step").sort("start_ns").unique("step", keep="first", maintain_order=True)
-    )
+    # a number repeated is one step, its first span: the later spans' events are in no step
+    # (the reader says so)
+    steps = step_spans(ev)
     if steps.height == 0:
         return step
     s0 = steps["start_ns"].to_numpy()

@@ -21,7 +21,7 @@ from torchscope.trace.schema import (
     MEMORY_SCHEMA,
     THREADS_SCHEMA,
     empty,
-    step_annotations,
+    step_spans,
 )
 
 
@@ -151,12 +151,8 @@ class Trace:
     @property
     def steps(self) -> pl.DataFrame:
         """One row per ``ProfilerStep#N``: step, start_ns, end_ns, dur_ns (empty when none)."""
-        return (
-            step_annotations(self.events)
-            .select("step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "dur_ns")
-            .drop_nulls("step")
-            .sort("start_ns")
-            .unique("step", keep="first", maintain_order=True)
+        return step_spans(self.events).select(
+            "step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "dur_ns"
         )
 
     def table(self, name: str) -> pl.DataFrame:

@@ -124,6 +124,18 @@ def step_annotations(ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def step_spans(ev: pl.DataFrame) -> pl.DataFrame:
+    """The steps of ``ev``: each ``ProfilerStep#N`` number once, its first span, in start order
+    (``step_annotations``' columns). A number that repeats (traces joined, a loop that restarts
+    its count) is one step in the step table and in the events' step column alike."""
+    return (
+        step_annotations(ev)
+        .drop_nulls("step")
+        .sort("start_ns")
+        .unique("step", keep="first", maintain_order=True)
+    )
+
+
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """An empty frame with the given schema."""
     return pl.DataFrame(schema=schema)
